@@ -1,0 +1,91 @@
+# /// script
+# dependencies = ["nox>=2024.4", "packaging>=24", "tomlkit>=0.12"]
+# ///
+"""stackfarm's sessions: `nox -l` lists them, one line each; every cell of matrix.toml has its own session."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2024.4"
+nox.options.sessions = ["matrix"]
+nox.options.reuse_venv = "yes"
+
+ROOT = Path(__file__).parent
+# The harness itself plans the per-cell sessions; it needs only packaging and tomlkit to do so.
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def _cell_ids() -> list[str]:
+    """Cell ids for `nox -l`, from the default matrix alone (no network: sglang's pins are checked at run time)."""
+    try:
+        from stackfarm.matrix import load
+        from stackfarm.plan import cell_id, expand
+    except ImportError:  # nox's Python lacks packaging/tomlkit (the script block above installs them)
+        return []
+    try:
+        matrix = load(ROOT / "matrix.toml")
+        kept, _, _ = expand(matrix)
+    except Exception:  # noqa: BLE001 - a broken matrix is reported by `nox -s matrix`, not while listing
+        return []
+    return [cell_id(values, with_python=len(matrix.axes["python"]) > 1) for values, _ in kept]
+
+
+def _install(session: nox.Session, *extras: str) -> None:
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", spec, silent=True)
+
+
+@nox.session
+def matrix(session: nox.Session) -> None:
+    """Run the matrix: realise every cell and run its suites (args go to `stackfarm run`)."""
+    _install(session)
+    session.run("python", "-m", "stackfarm", "run", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("cell", _cell_ids(), ids=_cell_ids())
+def cell(session: nox.Session, cell: str) -> None:
+    """Run one cell of matrix.toml."""
+    _install(session)
+    session.run("python", "-m", "stackfarm", "run", "--cells", cell, *session.posargs)
+
+
+@nox.session
+def plan(session: nox.Session) -> None:
+    """Print the cells, conflicts and exclusions of the matrix (add --json for machines)."""
+    _install(session)
+    session.run("python", "-m", "stackfarm", "plan", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run stackfarm's own tests: fast unit tests plus the real integration tests."""
+    _install(session)
+    session.run("pytest", *(session.posargs or ["tests"]))
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff and mypy (strict) over the package, tests, suites and this file."""
+    _install(session, "dev")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Time planning 1,000 synthetic cells, a warm no-op re-run, and a cold vs warm run."""
+    _install(session)
+    session.run("python", "-m", "stackfarm.bench", *session.posargs)
+
+
+@nox.session
+def report(session: nox.Session) -> None:
+    """Rebuild reports/junit.xml and the summaries from the stored verdicts."""
+    _install(session)
+    session.run("python", "-m", "stackfarm", "report", *session.posargs)

@@ -1,0 +1,607 @@
+"""Find wheels on an index or on disk, and keep them in a content-addressed cache.
+
+The cache never holds a partial file: downloads land in ``tmp/`` and are renamed into
+``blobs/`` only once their sha256 matches; unpacked trees appear in ``trees/`` the same way.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import email.message
+import email.policy
+import errno
+import fcntl
+import functools
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import threading
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from email.parser import BytesParser
+from html.parser import HTMLParser
+from pathlib import Path, PurePosixPath
+from typing import TypeVar
+from urllib.parse import unquote, urldefrag, urljoin, urlparse
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from stackfarm.errors import ArtifactError, IndexUnreachableError, did_you_mean
+
+#: Pauses between attempts on network errors; tests shrink them.
+RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0)
+_sleep = time.sleep
+_TIMEOUT = 60.0
+_CHUNK = 1 << 20
+_HINT = "check the index URL in matrix.toml [indexes] or your network"
+_USER_AGENT = "stackfarm/0.1"
+# Prefer PEP 691 JSON but accept the PEP 503 HTML page from servers that only have that.
+_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+_MARKER = ".stackfarm-complete"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(\w+)")
+_LEGACY = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+_NETWORK_ERRORS = (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException)
+_T = TypeVar("_T")
+_Progress = Callable[[int, int | None], None] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """Where artifacts come from: exactly one of url / find_links / wheel is set."""
+
+    name: str
+    url: str | None = None
+    find_links: Path | None = None
+    wheel: Path | None = None
+
+    def __post_init__(self) -> None:
+        if sum(x is not None for x in (self.url, self.find_links, self.wheel)) != 1:
+            raise ValueError(f"source {self.name!r}: set exactly one of url, find_links, wheel")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """Which wheels fit: python "3.11" and a manylinux platform tag like "manylinux_2_39_x86_64"."""
+
+    python: str
+    platform: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Artifact:
+    """One wheel file, pinned by its sha256."""
+
+    distribution: str
+    version: str
+    filename: str
+    url: str
+    sha256: str
+    size: int | None
+    source: str
+
+
+@dataclass(frozen=True)
+class _File:
+    filename: str
+    url: str
+    sha256: str
+    size: int | None
+    yanked: bool = False
+    path: Path | None = None  # set for local files, whose hash is computed only when chosen
+
+
+@dataclass(frozen=True)
+class _Wheel:
+    file: _File
+    version: Version
+    tags: frozenset[Tag]
+
+
+def _retrying(url: str, attempt: Callable[[], _T]) -> _T:
+    """Run ``attempt``, retrying network errors and 5xx answers; HTTP 4xx passes through."""
+    last: BaseException | None = None
+    for delay in (*RETRY_DELAYS, None):
+        try:
+            return attempt()
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            if exc.code < 500:
+                raise
+            last = exc
+        except _NETWORK_ERRORS as exc:
+            last = exc
+        if delay is not None:
+            _sleep(delay)
+    raise IndexUnreachableError(
+        f"{url} did not answer after {len(RETRY_DELAYS) + 1} attempts: {last}\n  hint: {_HINT}"
+    )
+
+
+class _LinkParser(HTMLParser):
+    """Collects ``<a>`` tags of a PEP 503 page as (attributes, text)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[dict[str, str | None], str]] = []
+        self._attrs: dict[str, str | None] | None = None
+        self._text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self._attrs, self._text = dict(attrs), []
+
+    def handle_data(self, data: str) -> None:
+        if self._attrs is not None:
+            self._text.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._attrs is not None:
+            self.links.append((self._attrs, "".join(self._text).strip()))
+            self._attrs = None
+
+
+def _parse_listing(page: str, content_type: str, body: bytes) -> tuple[_File, ...]:
+    if content_type.endswith("json"):
+        files = json.loads(body).get("files", [])
+        return tuple(
+            _File(
+                filename=f["filename"],
+                url=urljoin(page, f["url"]),
+                sha256=str((f.get("hashes") or {}).get("sha256", "")).lower(),
+                size=f["size"] if isinstance(f.get("size"), int) else None,
+                # PEP 691: yanked is a bool or a non-empty reason string.
+                yanked=bool(f.get("yanked", False)),
+            )
+            for f in files
+        )
+    parser = _LinkParser()
+    parser.feed(body.decode("utf-8", "replace"))
+    out = []
+    for attrs, text in parser.links:
+        if not attrs.get("href"):
+            continue
+        url, fragment = urldefrag(urljoin(page, attrs["href"] or ""))
+        sha = fragment.removeprefix("sha256=").lower() if fragment.startswith("sha256=") else ""
+        name = text or unquote(PurePosixPath(urlparse(url).path).name)
+        out.append(_File(filename=name, url=url, sha256=sha, size=None, yanked="data-yanked" in attrs))
+    return tuple(out)
+
+
+_LISTINGS: dict[tuple[str, str], tuple[_File, ...]] = {}
+_LISTINGS_LOCK = threading.Lock()
+
+
+def _index_files(index: str, name: str) -> tuple[_File, ...]:
+    """The files of one project on a simple index, listed once per process."""
+    key = (index.rstrip("/"), name)
+    with _LISTINGS_LOCK:
+        if key in _LISTINGS:
+            return _LISTINGS[key]
+    page = f"{key[0]}/{name}/"
+
+    def get() -> tuple[str, str, bytes] | None:
+        request = urllib.request.Request(page, headers={"Accept": _ACCEPT, "User-Agent": _USER_AGENT})
+        try:
+            with urllib.request.urlopen(request, timeout=_TIMEOUT) as resp:
+                return resp.geturl(), resp.headers.get_content_type(), resp.read()
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:  # an unknown project simply has no versions
+                exc.close()
+                return None
+            raise
+
+    try:
+        got = _retrying(page, get)
+    except urllib.error.HTTPError as exc:
+        raise ArtifactError(f"{page} answered HTTP {exc.code} {exc.reason}\n  hint: {_HINT}") from exc
+    files = () if got is None else _parse_listing(*got)
+    with _LISTINGS_LOCK:
+        _LISTINGS[key] = files
+    return files
+
+
+def _local_file(path: Path) -> _File:
+    return _File(
+        filename=path.name, url=path.resolve().as_uri(), sha256="", size=path.stat().st_size, path=path
+    )
+
+
+def _files(source: Source, name: str) -> tuple[_File, ...]:
+    if source.url is not None:
+        return _index_files(source.url, name)
+    if source.find_links is not None:
+        if not source.find_links.is_dir():
+            raise ArtifactError(f"source {source.name}: find_links folder {source.find_links} does not exist")
+        return tuple(_local_file(p) for p in sorted(source.find_links.glob("*.whl")))
+    assert source.wheel is not None  # Source.__post_init__ guarantees one is set
+    if not source.wheel.is_file():
+        raise ArtifactError(f"source {source.name}: wheel {source.wheel} does not exist")
+    return (_local_file(source.wheel),)
+
+
+def _where(source: Source) -> str:
+    return str(source.url or source.find_links or source.wheel)
+
+
+def _wheels(source: Source, name: str) -> list[_Wheel]:
+    """Usable wheels of ``name``: sdists, yanked files and unparsable names are left out."""
+    out = []
+    for f in _files(source, name):
+        if f.yanked or not f.filename.endswith(".whl"):
+            continue
+        try:
+            wheel_name, version, _build, tags = parse_wheel_filename(f.filename)
+        except (InvalidWheelFilename, InvalidVersion):
+            continue
+        if wheel_name == name:
+            out.append(_Wheel(file=f, version=version, tags=tags))
+    return out
+
+
+def list_versions(source: Source, distribution: str) -> list[str]:
+    """Versions of ``distribution`` with at least one usable wheel, oldest first."""
+    return [str(v) for v in sorted({w.version for w in _wheels(source, canonicalize_name(distribution))})]
+
+
+def _platforms(platform: str) -> list[str]:
+    """Every platform tag a manylinux target accepts, best first (newest glibc first)."""
+    m = _MANYLINUX.fullmatch(platform)
+    if not m or m[1] != "2":
+        return [platform]
+    arch = m[3]
+    plats = []
+    for minor in range(int(m[2]), 4, -1):
+        plats.append(f"manylinux_2_{minor}_{arch}")
+        if minor in _LEGACY:
+            plats.append(f"{_LEGACY[minor]}_{arch}")
+    return plats
+
+
+@functools.lru_cache(maxsize=64)
+def _tag_ranks(target: Target) -> dict[Tag, int]:
+    try:
+        major, minor = Version(target.python).release[:2]
+    except (InvalidVersion, ValueError) as exc:
+        raise ArtifactError(f"target python {target.python!r} is not like '3.11'") from exc
+    plats = _platforms(target.platform)
+    tags = [
+        *cpython_tags(python_version=(major, minor), platforms=plats),
+        *compatible_tags(python_version=(major, minor), interpreter=f"cp{major}{minor}", platforms=plats),
+    ]
+    ranks: dict[Tag, int] = {}
+    for i, tag in enumerate(tags):
+        ranks.setdefault(tag, i)
+    return ranks
+
+
+def _missing(name: str, version: str, want: Version, wheels: list[_Wheel], where: str) -> str:
+    versions = sorted({w.version for w in wheels})
+    text = f"{name} {version} is not on {where}"
+    if not versions:
+        return f"{text}: it has no wheels of {name} at all"
+    i = bisect.bisect_left(versions, want)
+    start = max(0, min(i - 2, len(versions) - 5))
+    near = ", ".join(str(v) for v in reversed(versions[start : start + 5]))
+    text += f"\n  versions nearby (newest first): {near}"
+    # The local label (after '+') must match exactly, so name the variants that differ only there.
+    same_public = [str(v) for v in versions if v.public == want.public]
+    if same_public:
+        return (
+            text
+            + f"\n  only these differ from it just by the +label, which must match: {', '.join(same_public)}"
+        )
+    hint = did_you_mean(version, [str(v) for v in versions])
+    return text + (f"\n  {hint}" if hint else "")
+
+
+def find_artifact(source: Source, distribution: str, version: str, target: Target) -> Artifact:
+    """The best wheel of ``distribution==version`` for ``target``."""
+    name = canonicalize_name(distribution)
+    try:
+        want = Version(version)
+    except InvalidVersion as exc:
+        raise ArtifactError(f"{name}: {version!r} is not a valid version") from exc
+    wheels = _wheels(source, name)
+    same = [w for w in wheels if w.version == want]
+    if not same:
+        raise ArtifactError(_missing(name, version, want, wheels, _where(source)))
+    ranks = _tag_ranks(target)
+    scored = [
+        (min(ranks[t] for t in w.tags if t in ranks), w.file.filename, w)
+        for w in same
+        if any(t in ranks for t in w.tags)
+    ]
+    if not scored:
+        listed = "\n    ".join(sorted(w.file.filename for w in same))
+        raise ArtifactError(
+            f"{name} {version} is on {_where(source)} but no wheel fits python {target.python} "
+            f"on {target.platform}; its wheels are:\n    {listed}"
+        )
+    best = min(scored, key=lambda s: (s[0], s[1]))[2]
+    sha = _sha256_file(best.file.path) if best.file.path is not None else best.file.sha256
+    if not sha:
+        raise ArtifactError(f"{_where(source)} gives no sha256 for {best.file.filename}; cannot verify it")
+    return Artifact(
+        distribution=name,
+        version=str(best.version),
+        filename=best.file.filename,
+        url=best.file.url,
+        sha256=sha,
+        size=best.file.size,
+        source=source.name,
+    )
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _is_metadata(name: str) -> bool:
+    parts = PurePosixPath(name).parts
+    return len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "METADATA"
+
+
+def _extract(blob: Path, dest: Path, filename: str) -> None:
+    """Unpack a wheel into ``dest``, refusing members that would land outside it."""
+    with zipfile.ZipFile(blob) as zf:
+        for info in zf.infolist():
+            rel = PurePosixPath(info.filename)
+            if rel.is_absolute() or ".." in rel.parts:
+                raise ArtifactError(f"{filename} holds an unsafe path {info.filename!r}; not unpacking it")
+            target = dest.joinpath(*rel.parts)
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out, _CHUNK)
+            mode = (info.external_attr >> 16) & 0o777
+            # Keep the wheel's bits (executables, .so files); the owner keeps read/write so the
+            # cache can always be pruned. Zips written without modes get plain 0o644.
+            target.chmod((mode | 0o600) if mode else 0o644)
+
+
+class Cache:
+    """Content-addressed store of wheels (``blobs/``) and their unpacked trees (``trees/``)."""
+
+    root: Path
+
+    def __init__(self, root: Path | None = None) -> None:
+        if root is None:
+            env = os.environ.get("STACKFARM_CACHE")
+            root = Path(env) if env else Path.home() / ".cache" / "stackfarm"
+        self.root = root.expanduser()
+        # Blobs hashed in this process, by (size, mtime): re-hashing a 900 MB torch wheel on every
+        # fetch/unpack/metadata call would cost seconds, while any rewrite changes the stat.
+        self._verified: dict[Path, tuple[int, int]] = {}
+        self._metadata: dict[str, email.message.Message] = {}
+
+    def blob_path(self, artifact: Artifact) -> Path:
+        """Where the wheel with this sha256 lives once fetched."""
+        return self.root / "blobs" / "sha256" / f"{_checked_sha(artifact)}.whl"
+
+    @contextlib.contextmanager
+    def _locked(self, key: str) -> Iterator[None]:
+        # flock locks belong to an open file description, so this excludes threads and processes.
+        path = self.root / "locks" / f"{key}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _stat_key(self, path: Path) -> tuple[int, int] | None:
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    def _known_good(self, blob: Path) -> bool:
+        key = self._stat_key(blob)
+        return key is not None and self._verified.get(blob) == key
+
+    def _valid(self, blob: Path, sha: str) -> bool:
+        if self._known_good(blob):
+            return True
+        if not blob.is_file() or _sha256_file(blob) != sha:
+            return False
+        self._remember(blob)
+        return True
+
+    def _remember(self, blob: Path) -> None:
+        if key := self._stat_key(blob):
+            self._verified[blob] = key
+
+    def fetch(self, artifact: Artifact, progress: Callable[[int, int | None], None] | None = None) -> Path:
+        """The verified blob of ``artifact``, downloading (or resuming) it when missing or corrupt."""
+        blob = self.blob_path(artifact)
+        sha = _checked_sha(artifact)
+        if self._known_good(blob):
+            return blob
+        with self._locked(sha):
+            if self._valid(blob, sha):
+                return blob
+            blob.unlink(missing_ok=True)  # corrupt (or absent): fetch it again
+            part = self.root / "tmp" / f"{sha}.part"
+            part.parent.mkdir(parents=True, exist_ok=True)
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            resumed = part.is_file() and part.stat().st_size > 0
+            try:
+                actual = self._download(artifact, part, progress)
+                if actual != sha and resumed:
+                    # The old .part may be stale or damaged; only a fresh download's hash is conclusive.
+                    part.unlink()
+                    actual = self._download(artifact, part, progress)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                part.unlink(missing_ok=True)
+                raise ArtifactError(
+                    f"disk full while fetching {artifact.filename} into {part.parent}: "
+                    "free space or set STACKFARM_CACHE to a larger disk"
+                ) from exc
+            if actual != sha:
+                part.unlink(missing_ok=True)
+                raise ArtifactError(
+                    f"sha256 mismatch for {artifact.filename} from {artifact.url}: "
+                    f"expected {sha}, got {actual}"
+                )
+            part.replace(blob)  # atomic: readers see no blob or a whole one
+            self._remember(blob)
+            return blob
+
+    def _download(self, artifact: Artifact, part: Path, progress: _Progress) -> str:
+        """Complete ``part`` from the artifact's URL and return its sha256."""
+        if artifact.url.startswith("file:"):
+            src = Path(urllib.request.url2pathname(urlparse(artifact.url).path))
+            try:
+                with open(src, "rb") as fh:
+                    _copy(fh.read, part, 0, src.stat().st_size, progress)
+            except FileNotFoundError as exc:
+                raise ArtifactError(f"{src} (for {artifact.filename}) no longer exists") from exc
+        else:
+            try:
+                _retrying(artifact.url, lambda: _download_once(artifact, part, progress))
+            except urllib.error.HTTPError as exc:
+                raise ArtifactError(f"{artifact.url} answered HTTP {exc.code} {exc.reason}") from exc
+        return _sha256_file(part)
+
+    def unpack(self, artifact: Artifact) -> Path:
+        """The root of the wheel's unpacked tree, extracted once and atomically."""
+        final = self.root / "trees" / _checked_sha(artifact)
+        if (final / _MARKER).is_file():
+            return final
+        blob = self.fetch(artifact)
+        with self._locked(f"{artifact.sha256}.unpack"):
+            if (final / _MARKER).is_file():
+                return final
+            tmp = self.root / "tmp" / f"{artifact.sha256}.unpack-{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                tmp.mkdir(parents=True)
+                _extract(blob, tmp, artifact.filename)
+                (tmp / _MARKER).write_text(f"{artifact.filename}\n")
+                if final.exists():  # an unmarked leftover of a crash from before atomic renames
+                    shutil.rmtree(final)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                tmp.replace(final)
+            except BaseException as exc:
+                shutil.rmtree(tmp, ignore_errors=True)
+                if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                    raise ArtifactError(
+                        f"disk full while unpacking {artifact.filename} into {final}: "
+                        "free space or set STACKFARM_CACHE to a larger disk"
+                    ) from exc
+                if isinstance(exc, zipfile.BadZipFile):
+                    raise ArtifactError(f"{artifact.filename} is not a valid wheel: {exc}") from exc
+                raise
+        return final
+
+    def metadata(self, artifact: Artifact) -> email.message.Message:
+        """The wheel's ``*.dist-info/METADATA``, parsed."""
+        if artifact.sha256 in self._metadata:
+            return self._metadata[artifact.sha256]
+        blob = self.fetch(artifact)
+        try:
+            with zipfile.ZipFile(blob) as zf:
+                names = [n for n in zf.namelist() if _is_metadata(n)]
+                if len(names) != 1:
+                    raise ArtifactError(f"{artifact.filename} has {len(names)} dist-info/METADATA, not 1")
+                raw = zf.read(names[0])
+        except zipfile.BadZipFile as exc:
+            raise ArtifactError(f"{artifact.filename} is not a valid wheel: {exc}") from exc
+        message = BytesParser(policy=email.policy.compat32).parsebytes(raw)
+        self._metadata[artifact.sha256] = message
+        return message
+
+
+def _checked_sha(artifact: Artifact) -> str:
+    # The hash names files in the cache, so it must be plain hex and nothing else.
+    sha = artifact.sha256.lower()
+    if not _SHA256.fullmatch(sha):
+        raise ArtifactError(f"{artifact.filename}: {artifact.sha256!r} is not a sha256 hex digest")
+    return sha
+
+
+def _copy(read: Callable[[int], bytes], part: Path, done: int, total: int | None, progress: _Progress) -> int:
+    """Append chunks from ``read`` to ``part`` (after ``done`` bytes), reporting progress."""
+    with open(part, "ab" if done else "wb") as out:
+        if progress:
+            progress(done, total)
+        while chunk := read(_CHUNK):
+            out.write(chunk)
+            done += len(chunk)
+            if progress:
+                progress(done, total)
+    return done
+
+
+def _download_once(artifact: Artifact, part: Path, progress: _Progress) -> None:
+    start = part.stat().st_size if part.is_file() else 0
+    headers = {"User-Agent": _USER_AGENT}
+    if start:
+        headers["Range"] = f"bytes={start}-"
+    try:
+        resp = urllib.request.urlopen(urllib.request.Request(artifact.url, headers=headers), timeout=_TIMEOUT)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and start:  # the .part is no prefix of this file: start over
+            exc.close()
+            part.unlink()
+            _download_once(artifact, part, progress)
+            return
+        raise
+    with resp:
+        if start and resp.status != 206:
+            start = 0  # the server ignored Range and sends the whole file
+        length = resp.headers.get("Content-Length")
+        total = start + int(length) if length else artifact.size
+        done = _copy(resp.read, part, start, total, progress)
+    if total is not None and done < total:
+        # A dropped connection may look like a short body; retrying resumes from here.
+        raise http.client.IncompleteRead(b"", total - done)
+
+
+def requires_dist(
+    metadata: email.message.Message, *, python: str, platform_machine: str = "x86_64"
+) -> list[Requirement]:
+    """The ``Requires-Dist`` entries that apply to CPython ``python`` on Linux (no extras)."""
+    release = Version(python).release
+    env = {
+        "python_version": ".".join(map(str, release[:2])),
+        "python_full_version": ".".join(map(str, (*release, 0, 0)[:3])),
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": platform_machine,
+        "implementation_name": "cpython",
+        "platform_python_implementation": "CPython",
+        "os_name": "posix",
+        "extra": "",
+    }
+    out = []
+    for line in metadata.get_all("Requires-Dist") or []:
+        try:
+            req = Requirement(str(line))
+        except InvalidRequirement as exc:
+            raise ArtifactError(f"{metadata.get('Name')}: bad Requires-Dist {line!r}: {exc}") from exc
+        if req.marker is None or req.marker.evaluate(env):
+            out.append(req)
+    return out

@@ -1,0 +1,44 @@
+"""Backends realise a cell's stack and run a suite in it. Suites never know which backend runs them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from ..artifacts import Artifact, Cache
+from ..cellspec import InstalledComponent
+from ..plan import Cell, Component
+from ..proc import Outcome
+
+#: progress(text) — a short status line for the cell, e.g. "fetch torch 41%".
+Progress = Callable[[str], None]
+
+
+class Backend(Protocol):
+    name: str
+
+    def realise(
+        self, cell: Cell, artifacts: Mapping[Component, Artifact], workdir: Path, progress: Progress
+    ) -> tuple[InstalledComponent, ...]:
+        """Make the cell's stack exist; return where each component's files lie."""
+        ...
+
+    def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
+        """Run one pytest suite against the realised cell, writing JUnit XML to `junit`."""
+        ...
+
+
+#: The backends `--backend` accepts.
+NAMES = ("local",)
+
+
+def get_backend(name: str, cache: Cache) -> Backend:
+    from .local import LocalBackend  # imported here: each backend's engine stays optional
+
+    if name == "local":
+        return LocalBackend(cache)
+    raise ValueError(f"unknown backend {name!r}; use one of {', '.join(NAMES)}")
+
+
+__all__ = ["NAMES", "Backend", "Progress", "get_backend"]

@@ -1,0 +1,56 @@
+"""The local backend: each wheel unpacked once into the content-addressed cache; a cell is a list of trees.
+
+Nothing is installed into any Python: the user's site-packages are never touched.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..artifacts import Artifact, Cache
+from ..cellspec import InstalledComponent
+from ..plan import Cell, Component
+from ..proc import Outcome, call
+from . import Progress
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, cache: Cache) -> None:
+        self.cache = cache
+
+    def realise(
+        self, cell: Cell, artifacts: Mapping[Component, Artifact], workdir: Path, progress: Progress
+    ) -> tuple[InstalledComponent, ...]:
+        installed = []
+        for comp in cell.components:
+            art = artifacts[comp]
+
+            def report(done: int, total: int | None, name: str = comp.distribution) -> None:
+                progress(f"fetch {name} {100 * done // total}%" if total else f"fetch {name} {done >> 20} MiB")
+
+            self.cache.fetch(art, report)
+            progress(f"unpack {comp.distribution}")
+            root = self.cache.unpack(art)
+            installed.append(
+                InstalledComponent(
+                    axis=comp.axis,
+                    distribution=comp.distribution,
+                    version=comp.version,
+                    filename=art.filename,
+                    sha256=art.sha256,
+                    source=art.source,
+                    root=str(root),
+                )
+            )
+        return tuple(installed)
+
+    def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
+        argv = [sys.executable, "-m", "pytest", str(suite_dir), f"--junitxml={junit}", "-q", "-p", "no:cacheprovider"]
+        return call(argv, cwd=suite_dir.parent.parent, env={"STACKFARM_CELL": str(spec)}, timeout=timeout, log=log)
+
+
+__all__ = ["LocalBackend"]

@@ -1,0 +1,62 @@
+"""The cell description handed to every suite: one JSON file, the same in every backend.
+
+Suites read it through `load()` (the `cell` fixture in suites/conftest.py); the runner writes it with `dump()`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstalledComponent:
+    axis: str
+    distribution: str
+    version: str
+    filename: str
+    sha256: str
+    source: str
+    #: Where the wheel's files lie, as seen by the suite (a cache tree, a container path or a site-packages).
+    root: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellSpec:
+    id: str
+    values: dict[str, str]
+    backend: str
+    components: tuple[InstalledComponent, ...]
+    archs: tuple[str, ...] = ()
+    reference_arch: str | None = None
+    models: tuple[dict[str, str], ...] = ()
+    patch_sets: tuple[dict[str, Any], ...] = ()
+    features: dict[str, Any] = field(default_factory=dict)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    #: Why no GPU is usable here, or None when one is.
+    no_gpu_reason: str | None = None
+
+    def component(self, distribution: str) -> InstalledComponent:
+        for comp in self.components:
+            if comp.distribution == distribution:
+                return comp
+        raise KeyError(f"cell {self.id} has no component {distribution}")
+
+    def dump(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2, sort_keys=True), encoding="utf-8")
+        tmp.replace(path)
+
+
+def load(path: Path | str) -> CellSpec:
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    data["components"] = tuple(InstalledComponent(**c) for c in data["components"])
+    for key in ("archs", "models", "patch_sets"):
+        data[key] = tuple(data.get(key, ()))
+    return CellSpec(**data)
+
+
+__all__ = ["CellSpec", "InstalledComponent", "load"]

@@ -1,0 +1,526 @@
+"""Load and validate matrix.toml into frozen dataclasses: the one place that knows its schema.
+
+Every error names the file, the line, the key and a fix (with a close-match suggestion for typos).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from .artifacts import Source
+from .errors import ConfigError, did_you_mean
+
+#: The axes of a cell, in the order they appear in a cell id.
+AXES = ("cuda", "torch", "sgl_kernel", "flashinfer", "sglang", "python")
+
+_TOP_KEYS = (
+    "axes",
+    "couple",
+    "include",
+    "exclude",
+    "override",
+    "indexes",
+    "route",
+    "platform",
+    "targets",
+    "models",
+    "patches",
+    "suites",
+    "features",
+    "thresholds",
+)
+_ARCH = re.compile(r"^sm_\d{2,3}[af]?$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Couple:
+    """Axes that vary together (conda-forge's zip_keys): the i-th values of each axis form one row."""
+
+    name: str
+    axes: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """An include or exclude rule: axis -> fnmatch pattern (include takes exact values)."""
+
+    match: tuple[tuple[str, str], ...]
+    reason: str
+    line: int | None
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.match)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Override:
+    """A deliberate departure from one of sglang's own pins, for the cells that match `when`."""
+
+    when: tuple[tuple[str, str], ...]
+    axis: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Route:
+    """Artifacts matching `requirement` come from the index named `index` instead of the default."""
+
+    requirement: Requirement
+    index: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model:
+    name: str
+    target: str
+    draft: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PatchSet:
+    """A quilt-style series under patches/<name>/ for the SGLang versions in `applies_to`."""
+
+    name: str
+    applies_to: SpecifierSet
+    path: Path
+    optional: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class Suite:
+    """One pytest suite under suites/<NN-name>/, run in NN order."""
+
+    name: str
+    path: Path
+    needs_gpu: bool = False
+    gate: bool = True
+    timeout: int = 1800
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    path: Path
+    axes: Mapping[str, tuple[str, ...]]
+    couples: tuple[Couple, ...]
+    include: tuple[Rule, ...]
+    exclude: tuple[Rule, ...]
+    overrides: tuple[Override, ...]
+    indexes: Mapping[str, Source]
+    default_index: str
+    routes: tuple[Route, ...]
+    platform: str
+    archs: tuple[str, ...]
+    reference_arch: str | None
+    models: tuple[Model, ...]
+    patch_sets: tuple[PatchSet, ...]
+    suites: tuple[Suite, ...]
+    features: Mapping[str, Any]
+    thresholds: Mapping[str, Mapping[str, Any]]
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    def index_for(self, distribution: str, version: str) -> str:
+        """The name of the index serving this artifact: the first matching route, else the default."""
+        for route in self.routes:
+            if route.requirement.name == distribution and route.requirement.specifier.contains(
+                version, prereleases=True
+            ):
+                return route.index
+        return self.default_index
+
+
+class _Doc:
+    """The parsed file plus enough of its text to point at the line of a key."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def line_of(self, table: str, key: str | None = None) -> int | None:
+        """The 1-based line of `key` inside [table] (or of the table header), best effort."""
+        header = re.compile(r"^\s*\[\[?\s*" + re.escape(table).replace(r"\.", r"\s*\.\s*") + r"\s*\]\]?")
+        start = None
+        for number, text in enumerate(self.lines, 1):
+            if header.match(text):
+                start = number
+                if key is None:
+                    return number
+                break
+        if key is None:
+            return None
+        key_re = re.compile(r"^\s*[\"']?" + re.escape(key) + r"[\"']?\s*=")
+        for number in range(start or 1, len(self.lines) + 1):
+            text = self.lines[number - 1]
+            if start is not None and number > start and text.lstrip().startswith("["):
+                break
+            if key_re.match(text) or (start is None and re.search(re.escape(key) + r"\s*=", text)):
+                return number
+        return start
+
+    def error(self, message: str, *, table: str, key: str | None = None, fix: str = "") -> ConfigError:
+        return ConfigError(self.path, message, line=self.line_of(table, key), fix=fix)
+
+
+def load(path: Path | str) -> Matrix:
+    """Read and validate a matrix file; raise ConfigError for anything wrong, before any work starts."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(path, "no such matrix file", fix="pass --matrix PATH or create matrix.toml") from None
+    try:
+        data = tomlkit.parse(text).unwrap()
+    except tomlkit.exceptions.ParseError as exc:
+        raise ConfigError(path, f"malformed TOML: {exc}", line=exc.line, fix="correct the syntax there") from None
+    return _build(_Doc(path, text), data)
+
+
+def _check_keys(doc: _Doc, table: str, data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    for key in data:
+        if key not in allowed:
+            hint = did_you_mean(key, allowed)
+            raise doc.error(
+                f"`{key}` in [{table}] is unknown" + (f"; {hint}" if hint else ""),
+                table=table,
+                key=key,
+                fix=f"use one of: {', '.join(allowed)}",
+            )
+
+
+def _table(doc: _Doc, data: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise doc.error(f"`{key}` must be a table", table=key, fix=f"write it as [{key}]")
+    return value
+
+
+def _array_of_tables(doc: _Doc, data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise doc.error(f"`{key}` must be an array of tables", table=key, fix=f"write each entry as [[{key}]]")
+    return value
+
+
+def _version(doc: _Doc, table: str, key: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise doc.error(
+            f"`{key}` in [{table}] must be a version string, got {value!r}",
+            table=table,
+            key=key,
+            fix='quote it, e.g. "12.8"',
+        )
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise doc.error(
+            f"`{value}` in [{table}] {key} is not a PEP 440 version", table=table, key=key
+        ) from None
+    return value
+
+
+def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
+    _check_keys(doc, "top level", data, _TOP_KEYS)
+    axes = _axes(doc, _table(doc, data, "axes"))
+    indexes, default_index = _indexes(doc, _table(doc, data, "indexes"))
+    platform = _table(doc, data, "platform")
+    _check_keys(doc, "platform", platform, ("tag",))
+    targets = _table(doc, data, "targets")
+    _check_keys(doc, "targets", targets, ("archs", "reference"))
+    archs = tuple(targets.get("archs", ["sm_90"]))
+    for arch in archs:
+        if not isinstance(arch, str) or not _ARCH.match(arch):
+            raise doc.error(
+                f"`{arch}` in [targets] archs is not a GPU arch", table="targets", key="archs", fix='e.g. "sm_120"'
+            )
+    reference = targets.get("reference")
+    if reference is not None and reference not in archs:
+        raise doc.error(
+            f"reference arch `{reference}` is not in archs",
+            table="targets",
+            key="reference",
+            fix="add it to archs",
+        )
+    return Matrix(
+        path=doc.path,
+        axes=axes,
+        couples=_couples(doc, _table(doc, data, "couple"), axes),
+        include=_rules(doc, data, "include", axes),
+        exclude=_rules(doc, data, "exclude", axes),
+        overrides=_overrides(doc, data, axes),
+        indexes=indexes,
+        default_index=default_index,
+        routes=_routes(doc, data, indexes),
+        platform=str(platform.get("tag", "manylinux_2_39_x86_64")),
+        archs=archs,
+        reference_arch=reference,
+        models=_models(doc, data),
+        patch_sets=_patch_sets(doc, _table(doc, data, "patches")),
+        suites=_suites(doc, _table(doc, data, "suites")),
+        features=_table(doc, data, "features"),
+        thresholds=_table(doc, data, "thresholds"),
+    )
+
+
+def _axes(doc: _Doc, table: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    _check_keys(doc, "axes", table, AXES)
+    axes: dict[str, tuple[str, ...]] = {}
+    for axis in AXES:
+        if axis not in table:
+            if axis == "python":
+                axes[axis] = ("3.11",)
+                continue
+            raise doc.error(f"axis `{axis}` is missing", table="axes", fix=f'add {axis} = ["..."] to [axes]')
+        values = table[axis]
+        if not isinstance(values, list) or not values:
+            raise doc.error(
+                f"axis `{axis}` is empty" if values == [] else f"axis `{axis}` must be a list",
+                table="axes",
+                key=axis,
+                fix=f'give it at least one value, e.g. {axis} = ["..."]',
+            )
+        checked = tuple(_version(doc, "axes", axis, value) for value in values)
+        if len(set(checked)) != len(checked):
+            raise doc.error(f"axis `{axis}` lists a value twice", table="axes", key=axis, fix="remove the repeat")
+        axes[axis] = checked
+    return axes
+
+
+def _couples(doc: _Doc, table: dict[str, Any], axes: Mapping[str, tuple[str, ...]]) -> tuple[Couple, ...]:
+    couples = []
+    seen: set[str] = set()
+    for name, group in table.items():
+        where = f"couple.{name}"
+        if not isinstance(group, dict) or len(group) < 2:
+            raise doc.error(f"[{where}] must list two or more axes", table=where, fix='e.g. cuda = [...], torch = [...]')
+        _check_keys(doc, where, group, AXES)
+        lengths = {len(values) for values in group.values()}
+        if len(lengths) != 1:
+            raise doc.error(
+                f"the lists in [{where}] have different lengths", table=where, fix="one value per row in each list"
+            )
+        for axis, values in group.items():
+            if axis in seen:
+                raise doc.error(f"axis `{axis}` is in two couple groups", table=where, key=axis)
+            seen.add(axis)
+            for value in values:
+                if str(value) not in axes[axis]:
+                    raise doc.error(
+                        f"`{value}` in [{where}] {axis} is not a value of that axis",
+                        table=where,
+                        key=axis,
+                        fix=f"add it to [axes] {axis} or use one of {list(axes[axis])}",
+                    )
+        names = tuple(group)
+        rows = tuple(zip(*(tuple(str(v) for v in group[a]) for a in names), strict=True))
+        couples.append(Couple(name=name, axes=names, rows=rows))
+    return tuple(couples)
+
+
+def _match(doc: _Doc, table: str, entry: Mapping[str, Any], axes: Mapping[str, tuple[str, ...]]) -> tuple[tuple[str, str], ...]:
+    match = []
+    for axis, value in entry.items():
+        if axis == "reason":
+            continue
+        if axis not in AXES:
+            hint = did_you_mean(axis, AXES)
+            raise doc.error(
+                f"`{axis}` in [[{table}]] is not an axis" + (f"; {hint}" if hint else ""),
+                table=table,
+                key=axis,
+                fix=f"use one of: {', '.join(AXES)}",
+            )
+        match.append((axis, str(value)))
+    if not match:
+        raise doc.error(f"an entry of [[{table}]] matches nothing", table=table, fix="name at least one axis")
+    return tuple(match)
+
+
+def _rules(doc: _Doc, data: Mapping[str, Any], key: str, axes: Mapping[str, tuple[str, ...]]) -> tuple[Rule, ...]:
+    rules = []
+    for entry in _array_of_tables(doc, data, key):
+        match = _match(doc, key, entry, axes)
+        if key == "include":
+            missing = [axis for axis in AXES if axis not in entry and axis != "python"]
+            if missing:
+                raise doc.error(
+                    f"an [[include]] cell must give every axis; missing {', '.join(missing)}",
+                    table=key,
+                    fix="an include adds one whole cell",
+                )
+            for axis, value in match:
+                _version(doc, key, axis, value)
+        rules.append(Rule(match=match, reason=str(entry.get("reason", "")), line=doc.line_of(key)))
+    return tuple(rules)
+
+
+def _overrides(doc: _Doc, data: Mapping[str, Any], axes: Mapping[str, tuple[str, ...]]) -> tuple[Override, ...]:
+    overrides = []
+    for entry in _array_of_tables(doc, data, "override"):
+        _check_keys(doc, "override", entry, ("when", "axis", "reason"))
+        axis = entry.get("axis")
+        if axis not in ("torch", "sgl_kernel", "flashinfer"):
+            raise doc.error(
+                f"override axis `{axis}` cannot be overridden",
+                table="override",
+                key="axis",
+                fix="use torch, sgl_kernel or flashinfer (the pins sglang declares)",
+            )
+        if not entry.get("reason"):
+            raise doc.error("an override needs a reason", table="override", fix='add reason = "why this is deliberate"')
+        when = _match(doc, "override", entry.get("when", {}), axes) if entry.get("when") else ()
+        overrides.append(Override(when=when, axis=axis, reason=str(entry["reason"])))
+    return tuple(overrides)
+
+
+def _indexes(doc: _Doc, table: dict[str, Any]) -> tuple[dict[str, Source], str]:
+    if not table:
+        return {"pypi": Source(name="pypi", url="https://pypi.org/simple")}, "pypi"
+    indexes: dict[str, Source] = {}
+    default = None
+    for name, entry in table.items():
+        where = f"indexes.{name}"
+        if not isinstance(entry, dict):
+            raise doc.error(f"[{where}] must be a table", table=where, fix='e.g. url = "https://pypi.org/simple"')
+        _check_keys(doc, where, entry, ("url", "find_links", "wheel", "default"))
+        kinds = [k for k in ("url", "find_links", "wheel") if k in entry]
+        if len(kinds) != 1:
+            raise doc.error(
+                f"[{where}] needs exactly one of url, find_links, wheel", table=where, fix="keep one of them"
+            )
+        base = doc.path.parent
+        indexes[name] = Source(
+            name=name,
+            url=str(entry["url"]).rstrip("/") if "url" in entry else None,
+            find_links=(base / entry["find_links"]) if "find_links" in entry else None,
+            wheel=(base / entry["wheel"]) if "wheel" in entry else None,
+        )
+        if entry.get("default"):
+            default = name
+    return indexes, default or next(iter(indexes))
+
+
+def _routes(doc: _Doc, data: Mapping[str, Any], indexes: Mapping[str, Source]) -> tuple[Route, ...]:
+    routes = []
+    for entry in _array_of_tables(doc, data, "route"):
+        _check_keys(doc, "route", entry, ("requirement", "index"))
+        try:
+            requirement = Requirement(str(entry.get("requirement", "")))
+        except InvalidRequirement as exc:
+            raise doc.error(
+                f"route requirement is invalid: {exc}", table="route", key="requirement", fix='e.g. "torch==2.9.1+cu130"'
+            ) from None
+        index = str(entry.get("index", ""))
+        if index not in indexes:
+            hint = did_you_mean(index, indexes)
+            raise doc.error(
+                f"route index `{index}` is not in [indexes]" + (f"; {hint}" if hint else ""),
+                table="route",
+                key="index",
+                fix=f"use one of: {', '.join(indexes)}",
+            )
+        routes.append(Route(requirement=requirement, index=index))
+    return tuple(routes)
+
+
+def _models(doc: _Doc, data: Mapping[str, Any]) -> tuple[Model, ...]:
+    models = []
+    for entry in _array_of_tables(doc, data, "models"):
+        _check_keys(doc, "models", entry, ("name", "target", "draft"))
+        for key in ("name", "target", "draft"):
+            if not isinstance(entry.get(key), str):
+                raise doc.error(f"a [[models]] entry needs `{key}`", table="models", fix=f'add {key} = "..."')
+        models.append(Model(name=entry["name"], target=entry["target"], draft=entry["draft"]))
+    return tuple(models)
+
+
+def _patch_sets(doc: _Doc, table: dict[str, Any]) -> tuple[PatchSet, ...]:
+    sets = []
+    for name, entry in table.items():
+        where = f"patches.{name}"
+        if not isinstance(entry, dict):
+            raise doc.error(f"[{where}] must be a table", table=where)
+        _check_keys(doc, where, entry, ("applies_to", "optional"))
+        try:
+            spec = SpecifierSet(str(entry.get("applies_to", "")).removeprefix("sglang"))
+        except InvalidSpecifier:
+            raise doc.error(
+                f"applies_to of [{where}] is not a version specifier",
+                table=where,
+                key="applies_to",
+                fix='e.g. "sglang>=0.5.9,<0.5.10"',
+            ) from None
+        path = doc.path.parent / "patches" / name
+        if not (path / "series").is_file():
+            raise doc.error(
+                f"patch set `{name}` has no {path / 'series'}", table=where, fix="create the series file or remove the set"
+            )
+        sets.append(PatchSet(name=name, applies_to=spec, path=path, optional=bool(entry.get("optional", False))))
+    return tuple(sets)
+
+
+def discover_suites(root: Path) -> dict[str, Path]:
+    """Suites are the folders suites/NN-name/ holding test_*.py files, in NN order."""
+    folder = root / "suites"
+    if not folder.is_dir():
+        return {}
+    return {
+        path.name: path
+        for path in sorted(folder.iterdir())
+        if path.is_dir() and re.match(r"^\d\d-", path.name) and any(path.glob("test_*.py"))
+    }
+
+
+def _suites(doc: _Doc, table: dict[str, Any]) -> tuple[Suite, ...]:
+    found = discover_suites(doc.path.parent)
+    for name in table:
+        if name not in found:
+            hint = did_you_mean(name, found)
+            raise doc.error(
+                f"suite `{name}` in [suites] does not exist under suites/" + (f"; {hint}" if hint else ""),
+                table=f"suites.{name}",
+                fix=f"known suites: {', '.join(found) or 'none'}",
+            )
+    suites = []
+    for name, path in found.items():
+        entry = table.get(name, {})
+        where = f"suites.{name}"
+        known = ("needs_gpu", "gate", "timeout", "enabled", "settings")
+        _check_keys(doc, where, entry, known)
+        if not entry.get("enabled", True):
+            continue
+        suites.append(
+            Suite(
+                name=name,
+                path=path,
+                needs_gpu=bool(entry.get("needs_gpu", False)),
+                gate=bool(entry.get("gate", True)),
+                timeout=int(entry.get("timeout", 1800)),
+                settings=dict(entry.get("settings", {})),
+            )
+        )
+    return tuple(suites)
+
+
+def locate(path: Path, table: str, key: str | None = None) -> int | None:
+    """The line of `key` in [table] of a matrix file, for errors found after loading."""
+    try:
+        return _Doc(path, path.read_text(encoding="utf-8")).line_of(table, key)
+    except OSError:
+        return None
+
+
+__all__ = ["AXES", "Couple", "Matrix", "Model", "Override", "PatchSet", "Route", "Rule", "Suite", "discover_suites", "load", "locate"]

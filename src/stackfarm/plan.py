@@ -1,0 +1,276 @@
+"""Expand a Matrix into cells: pure functions, no network, no files.
+
+    axes ──product over couple groups──▶ combinations ──exclude/include──▶ cells ──sglang's own pins──▶ Plan
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from .errors import ConfigError
+from .matrix import AXES, Matrix, Override, Rule
+
+#: Which cell axis each distribution that sglang pins belongs to.
+DISTRIBUTION_AXIS = {
+    "torch": "torch",
+    "sgl-kernel": "sgl_kernel",
+    "sglang-kernel": "sgl_kernel",
+    "flashinfer-python": "flashinfer",
+    "flashinfer-cubin": "flashinfer",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Component:
+    """One wheel a cell installs."""
+
+    axis: str
+    distribution: str
+    version: str
+    index: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    id: str
+    values: tuple[tuple[str, str], ...]
+    components: tuple[Component, ...]
+    patch_sets: tuple[str, ...]
+    overridden: tuple[str, ...] = ()
+    origin: str = "product"
+
+    def __getitem__(self, axis: str) -> str:
+        return dict(self.values)[axis]
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conflict:
+    cell: Cell
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Excluded:
+    cell: Cell
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    cells: tuple[Cell, ...]
+    conflicts: tuple[Conflict, ...]
+    excluded: tuple[Excluded, ...]
+    warnings: tuple[str, ...]
+
+
+def kernel_distribution(version: str) -> str:
+    """sgl-kernel was renamed sglang-kernel at 0.4.0."""
+    return "sglang-kernel" if Version(version) >= Version("0.4") else "sgl-kernel"
+
+
+def cell_id(values: Mapping[str, str], *, with_python: bool = False) -> str:
+    cuda = values["cuda"].replace(".", "")
+    torch = Version(values["torch"]).public
+    parts = [f"cu{cuda}", f"torch{torch}", f"sk{values['sgl_kernel']}", f"fi{values['flashinfer']}", f"sgl{values['sglang']}"]
+    if with_python:
+        parts.append(f"py{values['python']}")
+    return "-".join(parts)
+
+
+def components(matrix: Matrix, values: Mapping[str, str]) -> tuple[Component, ...]:
+    wanted = [
+        ("torch", "torch", values["torch"]),
+        ("sgl_kernel", kernel_distribution(values["sgl_kernel"]), values["sgl_kernel"]),
+        ("flashinfer", "flashinfer-python", values["flashinfer"]),
+        ("flashinfer", "flashinfer-cubin", values["flashinfer"]),
+        ("sglang", "sglang", values["sglang"]),
+    ]
+    return tuple(
+        Component(axis=axis, distribution=dist, version=version, index=matrix.index_for(dist, version))
+        for axis, dist, version in wanted
+    )
+
+
+def _combinations(matrix: Matrix) -> list[dict[str, str]]:
+    units: list[list[dict[str, str]]] = []
+    coupled = set()
+    for couple in matrix.couples:
+        units.append([dict(zip(couple.axes, row, strict=True)) for row in couple.rows])
+        coupled.update(couple.axes)
+    for axis in AXES:
+        if axis not in coupled:
+            units.append([{axis: value} for value in matrix.axes[axis]])
+    combos = []
+    for choice in itertools.product(*units):
+        merged: dict[str, str] = {}
+        for part in choice:
+            merged.update(part)
+        combos.append({axis: merged[axis] for axis in AXES})
+    return combos
+
+
+def _matches(rule_match: Sequence[tuple[str, str]], values: Mapping[str, str]) -> bool:
+    return all(fnmatch.fnmatchcase(values[axis], pattern) for axis, pattern in rule_match)
+
+
+def _rule_text(rule: Rule) -> str:
+    return ", ".join(f"{axis}={value}" for axis, value in rule.match)
+
+
+def expand(matrix: Matrix) -> tuple[list[tuple[dict[str, str], str]], list[Excluded], list[str]]:
+    """All combinations to consider (values, origin), the excluded ones and warnings. Raises on duplicate ids."""
+    with_python = len(matrix.axes["python"]) > 1
+    warnings: list[str] = []
+    kept: list[tuple[dict[str, str], str]] = []
+    excluded: list[Excluded] = []
+    used = [False] * len(matrix.exclude)
+    for values in _combinations(matrix):
+        hit = next((i for i, rule in enumerate(matrix.exclude) if _matches(rule.match, values)), None)
+        if hit is None:
+            kept.append((values, "product"))
+            continue
+        used[hit] = True
+        rule = matrix.exclude[hit]
+        cell = _make_cell(matrix, values, "product", with_python)
+        excluded.append(Excluded(cell=cell, reason=rule.reason or f"excluded by [[exclude]] {_rule_text(rule)}"))
+    for rule, was_used in zip(matrix.exclude, used, strict=True):
+        if not was_used:
+            where = f"{matrix.path}:{rule.line}" if rule.line else str(matrix.path)
+            warnings.append(f"{where}: [[exclude]] {_rule_text(rule)} matches no cell")
+    for rule in matrix.include:
+        values = {"python": matrix.axes["python"][0], **rule.as_dict()}
+        if all(values != existing for existing, _ in kept):
+            kept.append((values, "include"))
+    seen: dict[str, dict[str, str]] = {}
+    for values, _ in kept:
+        cid = cell_id(values, with_python=with_python)
+        if cid in seen:
+            raise ConfigError(
+                matrix.path,
+                f"two combinations share the cell id `{cid}`: {seen[cid]} and {values}",
+                fix="couple the axes that vary together (e.g. [couple.cuda-torch]) or exclude one of them",
+            )
+        seen[cid] = values
+    return kept, excluded, warnings
+
+
+def _make_cell(matrix: Matrix, values: Mapping[str, str], origin: str, with_python: bool) -> Cell:
+    patch_sets = tuple(ps.name for ps in matrix.patch_sets if ps.applies_to.contains(values["sglang"], prereleases=True))
+    return Cell(
+        id=cell_id(values, with_python=with_python),
+        values=tuple((axis, values[axis]) for axis in AXES),
+        components=components(matrix, values),
+        patch_sets=patch_sets,
+        origin=origin,
+    )
+
+
+def _override_for(overrides: Sequence[Override], axis: str, values: Mapping[str, str]) -> Override | None:
+    return next((o for o in overrides if o.axis == axis and _matches(o.when, values)), None)
+
+
+def pin_problems(cell: Cell, pins: Sequence[Requirement]) -> list[tuple[str, str]]:
+    """(axis, problem) for every sglang pin the cell's components contradict."""
+    problems = []
+    by_axis: dict[str, list[Component]] = {}
+    for comp in cell.components:
+        by_axis.setdefault(comp.axis, []).append(comp)
+    for req in pins:
+        name = canonicalize_name(req.name)
+        axis = DISTRIBUTION_AXIS.get(name)
+        if axis is None:
+            continue
+        mine = by_axis[axis]
+        same = [c for c in mine if c.distribution == name]
+        if not same:
+            have = ", ".join(f"{c.distribution} {c.version}" for c in mine)
+            problems.append((axis, f"sglang {cell['sglang']} requires {req}; the cell has {have}"))
+            continue
+        for comp in same:
+            if not req.specifier.contains(comp.version, prereleases=True):
+                problems.append(
+                    (axis, f"sglang {cell['sglang']} requires {req}; the cell has {comp.distribution} {comp.version}")
+                )
+    return problems
+
+
+def plan(matrix: Matrix, pins: Mapping[str, Sequence[Requirement]]) -> Plan:
+    """Cells to run, conflicts and exclusions. `pins` maps each sglang version to its wheel's Requires-Dist."""
+    with_python = len(matrix.axes["python"]) > 1
+    kept, excluded, warnings = expand(matrix)
+    cells: list[Cell] = []
+    conflicts: list[Conflict] = []
+    for values, origin in kept:
+        cell = _make_cell(matrix, values, origin, with_python)
+        remaining, overridden = [], []
+        for axis, problem in pin_problems(cell, pins.get(values["sglang"], ())):
+            override = _override_for(matrix.overrides, axis, values)
+            if override is None:
+                remaining.append(problem)
+            else:
+                overridden.append(f"{problem} (overridden: {override.reason})")
+        cell = Cell(
+            id=cell.id,
+            values=cell.values,
+            components=cell.components,
+            patch_sets=cell.patch_sets,
+            overridden=tuple(overridden),
+            origin=origin,
+        )
+        if remaining:
+            conflicts.append(Conflict(cell=cell, problems=tuple(remaining)))
+        else:
+            cells.append(cell)
+    return Plan(cells=tuple(cells), conflicts=tuple(conflicts), excluded=tuple(excluded), warnings=tuple(warnings))
+
+
+def select(plan_: Plan, pattern: str | None) -> Plan:
+    """Keep the cells whose id matches an fnmatch pattern (comma-separated alternatives)."""
+    if not pattern:
+        return plan_
+    globs = [p.strip() for p in pattern.split(",") if p.strip()]
+
+    def keep(cell: Cell) -> bool:
+        return any(fnmatch.fnmatchcase(cell.id, g) for g in globs)
+
+    return Plan(
+        cells=tuple(c for c in plan_.cells if keep(c)),
+        conflicts=tuple(c for c in plan_.conflicts if keep(c.cell)),
+        excluded=tuple(e for e in plan_.excluded if keep(e.cell)),
+        warnings=plan_.warnings,
+    )
+
+
+def input_hash(parts: Mapping[str, object]) -> str:
+    """A stable hash of everything a cell's verdict depends on."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+__all__ = [
+    "Cell",
+    "Component",
+    "Conflict",
+    "Excluded",
+    "Plan",
+    "cell_id",
+    "components",
+    "expand",
+    "input_hash",
+    "kernel_distribution",
+    "pin_problems",
+    "plan",
+    "select",
+]

@@ -1,0 +1,80 @@
+"""Progress per cell: a live rich table on a terminal, one short line per change elsewhere (CI logs)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from types import TracebackType
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+_ICONS = {"passed": "✅", "failed": "❌", "error": "💥", "conflict": "⚠️", "reused": "♻️", "excluded": "⏭"}
+
+
+class CellProgress:
+    def __init__(self, console: Console | None = None, *, live: bool | None = None) -> None:
+        self.console = console or Console(stderr=True, highlight=False)
+        self._live_wanted = self.console.is_terminal if live is None else live
+        self._state: dict[str, str] = {}
+        self._last_line: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._live: Live | None = None
+        self._started = time.monotonic()
+
+    def __enter__(self) -> CellProgress:
+        if self._live_wanted:
+            self._live = Live(self._table(), console=self.console, refresh_per_second=4, transient=True)
+            self._live.__enter__()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._live is not None:
+            self._live.__exit__(exc_type, exc, tb)
+            self._live = None
+
+    def note(self, text: str) -> None:
+        """A one-off line above the progress (warnings, notices)."""
+        self.console.print(text)
+
+    def update(self, cell: str, text: str) -> None:
+        with self._lock:
+            self._state[cell] = text
+            if self._live is not None:
+                self._live.update(self._table())
+                return
+            # Without a terminal, print stage changes only (not every download percent).
+            stage = text.split(" ")[0]
+            if self._last_line.get(cell) != stage:
+                self._last_line[cell] = stage
+                self.console.print(f"  {cell}: {text}")
+
+    def done(self, cell: str, verdict: str, detail: str = "") -> None:
+        icon = _ICONS.get(verdict, "•")
+        with self._lock:
+            self._state.pop(cell, None)
+            line = f"{icon} {cell}: {verdict}" + (f" — {detail}" if detail else "")
+            if self._live is not None:
+                self._live.console.print(line)
+                self._live.update(self._table())
+            else:
+                self.console.print(line)
+
+    def _table(self) -> Table:
+        table = Table.grid(padding=(0, 2))
+        elapsed = time.monotonic() - self._started
+        for cell, text in sorted(self._state.items()):
+            table.add_row(f"[bold]{cell}[/]", text)
+        table.add_row(f"[dim]{len(self._state)} running, {elapsed:.0f}s[/]", "")
+        return table
+
+
+def plain_console() -> Console:
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+
+
+__all__ = ["CellProgress", "plain_console"]

@@ -1,0 +1,134 @@
+"""00-stack: the stack in the cell is the stack the cell claims (the way PyTorch's smoke test checks a build).
+
+For every component: the installed metadata names the claimed distribution and version, every file matches the
+wheel's RECORD hash, torch was built for the cell's CUDA, and every CUDA library links that CUDA's runtime.
+Nothing here imports the stack, so it runs on any machine, with or without a GPU.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import csv
+import email.parser
+import hashlib
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from elftools.common.exceptions import ELFError
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from stackfarm.cellspec import CellSpec, InstalledComponent, load
+
+_CUDART = re.compile(r"^libcudart\.so\.(\d+)")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "component" in metafunc.fixturenames:
+        import os
+
+        spec = load(os.environ["STACKFARM_CELL"])
+        metafunc.parametrize("component", spec.components, ids=[c.distribution for c in spec.components])
+
+
+def _dist_info(component: InstalledComponent) -> Path:
+    root = Path(component.root)
+    name = canonicalize_name(component.distribution)
+    for candidate in sorted(root.glob("*.dist-info")):
+        if canonicalize_name(candidate.name.split("-")[0]) == name:
+            return candidate
+    pytest.fail(f"{component.distribution}: no *.dist-info for it under {root}")
+
+
+def test_metadata_matches_claim(component: InstalledComponent, record_property: pytest.RecordProperty) -> None:
+    meta = email.parser.Parser().parsestr((_dist_info(component) / "METADATA").read_text(encoding="utf-8"))
+    record_property(f"{component.distribution}.installed_version", meta["Version"])
+    record_property(f"{component.distribution}.sha256", component.sha256)
+    assert canonicalize_name(meta["Name"]) == canonicalize_name(component.distribution)
+    assert Version(meta["Version"]) == Version(component.version), (
+        f"the cell claims {component.distribution} {component.version}, the tree holds {meta['Version']}"
+    )
+
+
+def _check(root: Path, path: str, expected: str) -> str | None:
+    algo, _, want = expected.partition("=")
+    digest = hashlib.new(algo)
+    try:
+        with (root / path).open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+    except FileNotFoundError:
+        return f"{path}: missing"
+    got = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+    return None if got == want else f"{path}: {algo} {got} != RECORD {want}"
+
+
+def test_files_match_record(component: InstalledComponent, record_property: pytest.RecordProperty) -> None:
+    root = Path(component.root)
+    record = _dist_info(component) / "RECORD"
+    with record.open(newline="", encoding="utf-8") as fh:
+        rows = [(row[0], row[1]) for row in csv.reader(fh) if len(row) >= 2 and row[1]]
+    assert rows, f"{record} lists no hashed files"
+    # hashlib releases the GIL on large buffers, so threads make hashing a 2 GB torch tree quicker.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        problems = [p for p in pool.map(lambda r: _check(root, *r), rows) if p]
+    record_property(f"{component.distribution}.files_checked", len(rows))
+    assert not problems, f"{len(problems)} of {len(rows)} files differ from RECORD, e.g. {problems[:5]}"
+
+
+def _torch(cell: CellSpec) -> InstalledComponent:
+    return cell.component("torch")
+
+
+def test_torch_built_for_cell_cuda(cell: CellSpec, record_property: pytest.RecordProperty) -> None:
+    version_py = Path(_torch(cell).root) / "torch" / "version.py"
+    tree = ast.parse(version_py.read_text(encoding="utf-8"))
+    built: str | None = None
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign | ast.Assign):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            if any(isinstance(t, ast.Name) and t.id == "cuda" for t in targets) and node.value is not None:
+                value = ast.literal_eval(node.value)
+                built = value if isinstance(value, str) else None
+    record_property("torch.version.cuda", str(built))
+    assert built is not None, f"{version_py}: torch.version.cuda is None: a CPU-only torch in a CUDA cell"
+    want = Version(cell.values["cuda"]).release[:2]
+    assert Version(built).release[:2] == want, f"torch was built for CUDA {built}, the cell is CUDA {cell.values['cuda']}"
+
+
+def _cudart_majors(path: Path) -> set[int]:
+    try:
+        with path.open("rb") as fh:
+            elf = ELFFile(fh)
+            majors = set()
+            for section in elf.iter_sections():
+                if isinstance(section, DynamicSection):
+                    for tag in section.iter_tags():
+                        if tag.entry.d_tag == "DT_NEEDED" and (m := _CUDART.match(tag.needed)):
+                            majors.add(int(m.group(1)))
+            return majors
+    except ELFError:
+        return set()
+
+
+@pytest.mark.parametrize("distribution", ["torch", "sgl-kernel", "sglang-kernel"])
+def test_cuda_libraries_link_cell_runtime(
+    cell: CellSpec, distribution: str, record_property: pytest.RecordProperty
+) -> None:
+    present = [c for c in cell.components if c.distribution == distribution]
+    if not present:
+        pytest.skip(f"this cell has no {distribution}")
+    root = Path(present[0].root)
+    linked = {str(so.relative_to(root)): _cudart_majors(so) for so in sorted(root.rglob("*.so*")) if so.is_file()}
+    linked = {name: majors for name, majors in linked.items() if majors}
+    if not linked:
+        pytest.skip(f"no library of {distribution} links libcudart dynamically (nothing to compare)")
+    want = Version(cell.values["cuda"]).major
+    record_property(f"{distribution}.cudart_majors", sorted({m for ms in linked.values() for m in ms}))
+    wrong = {name: sorted(m) for name, m in linked.items() if m != {want}}
+    assert not wrong, f"{distribution} libraries link another CUDA runtime than {want}: {wrong}"
