@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import threading
 import time
 import urllib.error
@@ -112,6 +113,8 @@ class _Wheel:
 def _retrying(url: str, attempt: Callable[[], _T]) -> _T:
     """Run ``attempt``, retrying network errors and 5xx answers; HTTP 4xx passes through."""
     last: BaseException | None = None
+    # A host name that does not resolve is an answer, not silence (air-gapped runners): retry it once, not thrice.
+    attempts_left_for_dns = 1
     for delay in (*RETRY_DELAYS, None):
         try:
             return attempt()
@@ -122,11 +125,17 @@ def _retrying(url: str, attempt: Callable[[], _T]) -> _T:
             last = exc
         except _NETWORK_ERRORS as exc:
             last = exc
+            if _unresolvable(exc) and attempts_left_for_dns == 0:
+                break
+            attempts_left_for_dns -= 1
         if delay is not None:
             _sleep(delay)
-    raise IndexUnreachableError(
-        f"{url} did not answer after {len(RETRY_DELAYS) + 1} attempts: {last}\n  hint: {_HINT}"
-    )
+    raise IndexUnreachableError(f"{url} is unreachable: {last}\n  hint: {_HINT}")
+
+
+def _unresolvable(exc: BaseException) -> bool:
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    return isinstance(reason, socket.gaierror)
 
 
 class _LinkParser(HTMLParser):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 
 from packaging.requirements import Requirement
@@ -18,6 +18,15 @@ from .artifacts import Artifact, Cache, Target, find_artifact, requires_dist
 from .errors import ArtifactError, ConfigError, IndexUnreachableError
 from .matrix import Matrix, locate
 from .plan import Component, kernel_distribution
+
+
+#: The distributions each axis value stands for.
+AXIS_DISTRIBUTIONS: dict[str, Callable[[str], tuple[str, ...]]] = {
+    "torch": lambda v: ("torch",),
+    "sgl_kernel": lambda v: (kernel_distribution(v),),
+    "flashinfer": lambda v: ("flashinfer-python", "flashinfer-cubin"),
+    "sglang": lambda v: ("sglang",),
+}
 
 
 class Resolver:
@@ -53,11 +62,9 @@ class Resolver:
         unreachable indexes are returned as {(distribution, version): reason} so only their cells fail."""
         unreachable: dict[tuple[str, str], str] = {}
         python = self.matrix.axes["python"][0]
-        wanted: list[tuple[str, str, str]] = [("torch", "torch", v) for v in self.matrix.axes["torch"]]
-        wanted += [("sgl_kernel", kernel_distribution(v), v) for v in self.matrix.axes["sgl_kernel"]]
-        for v in self.matrix.axes["flashinfer"]:
-            wanted += [("flashinfer", "flashinfer-python", v), ("flashinfer", "flashinfer-cubin", v)]
-        wanted += [("sglang", "sglang", v) for v in self.matrix.axes["sglang"]]
+        values = {(axis, v) for axis in ("torch", "sgl_kernel", "flashinfer", "sglang") for v in self.matrix.axes[axis]}
+        values |= {(axis, v) for rule in self.matrix.include for axis, v in rule.match if axis in AXIS_DISTRIBUTIONS}
+        wanted = [(axis, dist, v) for axis, v in sorted(values) for dist in AXIS_DISTRIBUTIONS[axis](v)]
         for axis, dist, version in wanted:
             comp = Component(axis=axis, distribution=dist, version=version, index=self.matrix.index_for(dist, version))
             try:
@@ -65,10 +72,11 @@ class Resolver:
             except IndexUnreachableError as exc:
                 unreachable[(dist, version)] = str(exc)
             except ArtifactError as exc:
+                in_axes = version in self.matrix.axes[axis]
                 raise ConfigError(
                     self.matrix.path,
-                    f"[axes] {axis} = {version!r}: {exc}",
-                    line=locate(self.matrix.path, "axes", axis),
+                    f"{'[axes]' if in_axes else '[[include]]'} {axis} = {version!r}: {exc}",
+                    line=locate(self.matrix.path, "axes" if in_axes else "include", axis),
                     fix="pick a version the index has, or route it to another index with [[route]]",
                 ) from None
         return unreachable

@@ -12,6 +12,7 @@ import base64
 import csv
 import email.parser
 import hashlib
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,12 +29,17 @@ from stackfarm.cellspec import CellSpec, InstalledComponent, load
 _CUDART = re.compile(r"^libcudart\.so\.(\d+)")
 
 
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "component" in metafunc.fixturenames:
-        import os
+#: Components that ship CUDA libraries (flashinfer ships Python and cubins, JIT-linked at run time).
+_CUDA_LIBRARIES = ("torch", "sgl-kernel", "sglang-kernel")
 
-        spec = load(os.environ["STACKFARM_CELL"])
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    spec = load(os.environ["STACKFARM_CELL"])
+    if "component" in metafunc.fixturenames:
         metafunc.parametrize("component", spec.components, ids=[c.distribution for c in spec.components])
+    if "cuda_component" in metafunc.fixturenames:
+        comps = [c for c in spec.components if c.distribution in _CUDA_LIBRARIES]
+        metafunc.parametrize("cuda_component", comps, ids=[c.distribution for c in comps])
 
 
 def _dist_info(component: InstalledComponent) -> Path:
@@ -116,18 +122,14 @@ def _cudart_majors(path: Path) -> set[int]:
         return set()
 
 
-@pytest.mark.parametrize("distribution", ["torch", "sgl-kernel", "sglang-kernel"])
 def test_cuda_libraries_link_cell_runtime(
-    cell: CellSpec, distribution: str, record_property: pytest.RecordProperty
+    cell: CellSpec, cuda_component: InstalledComponent, record_property: pytest.RecordProperty
 ) -> None:
-    present = [c for c in cell.components if c.distribution == distribution]
-    if not present:
-        pytest.skip(f"this cell has no {distribution}")
-    root = Path(present[0].root)
+    distribution = cuda_component.distribution
+    root = Path(cuda_component.root)
     linked = {str(so.relative_to(root)): _cudart_majors(so) for so in sorted(root.rglob("*.so*")) if so.is_file()}
     linked = {name: majors for name, majors in linked.items() if majors}
-    if not linked:
-        pytest.skip(f"no library of {distribution} links libcudart dynamically (nothing to compare)")
+    assert linked, f"no library of {distribution} links libcudart: cannot tell which CUDA it was built for"
     want = Version(cell.values["cuda"]).major
     record_property(f"{distribution}.cudart_majors", sorted({m for ms in linked.values() for m in ms}))
     wrong = {name: sorted(m) for name, m in linked.items() if m != {want}}
