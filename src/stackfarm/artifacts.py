@@ -494,6 +494,11 @@ class Cache:
                 raise ArtifactError(f"{artifact.url} answered HTTP {exc.code} {exc.reason}") from exc
         return _sha256_file(part)
 
+    def unpacked(self, artifact: Artifact) -> Path | None:
+        """The tree if it was already extracted completely, else None (no hashing, no network)."""
+        final = self.root / "trees" / _checked_sha(artifact)
+        return final if (final / _MARKER).is_file() else None
+
     def unpack(self, artifact: Artifact) -> Path:
         """The root of the wheel's unpacked tree, extracted once and atomically."""
         final = self.root / "trees" / _checked_sha(artifact)

@@ -15,6 +15,7 @@ import tomlkit
 import tomlkit.exceptions
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from .artifacts import Source
@@ -136,9 +137,8 @@ class Matrix:
     def index_for(self, distribution: str, version: str) -> str:
         """The name of the index serving this artifact: the first matching route, else the default."""
         for route in self.routes:
-            if route.requirement.name == distribution and route.requirement.specifier.contains(
-                version, prereleases=True
-            ):
+            same = canonicalize_name(route.requirement.name) == canonicalize_name(distribution)
+            if same and route.requirement.specifier.contains(version, prereleases=True):
                 return route.index
         return self.default_index
 
@@ -150,18 +150,20 @@ class _Doc:
         self.path = path
         self.lines = text.splitlines()
 
-    def line_of(self, table: str, key: str | None = None) -> int | None:
-        """The 1-based line of `key` inside [table] (or of the table header), best effort."""
-        header = re.compile(r"^\s*\[\[?\s*" + re.escape(table).replace(r"\.", r"\s*\.\s*") + r"\s*\]\]?")
-        start = None
-        for number, text in enumerate(self.lines, 1):
-            if header.match(text):
-                start = number
-                if key is None:
-                    return number
-                break
+    def line_of(self, table: str, key: str | None = None, *, nth: int = 0) -> int | None:
+        """The 1-based line of `key` inside [table] (or of the table header), best effort.
+
+        `nth` picks the entry of an array of tables ([[include]] number nth, counting from 0)."""
+        if table == "top level" and key is not None:  # a [key] table, or `key = ...` before the first table
+            key_re = re.compile(r"^\s*[\"']?" + re.escape(key) + r"[\"']?\s*=")
+            return self.line_of(key) or next((n for n, t in enumerate(self.lines, 1) if key_re.match(t)), None)
+        header = re.compile(
+            r"^\s*\[\[?\s*" + re.escape(table).replace(r"\.", r"\s*\.\s*") + r"\s*\]\]?\s*(#.*)?$"
+        )
+        starts = [number for number, text in enumerate(self.lines, 1) if header.match(text)]
+        start = starts[nth] if nth < len(starts) else None
         if key is None:
-            return None
+            return start
         key_re = re.compile(r"^\s*[\"']?" + re.escape(key) + r"[\"']?\s*=")
         for number in range(start or 1, len(self.lines) + 1):
             text = self.lines[number - 1]
@@ -171,8 +173,10 @@ class _Doc:
                 return number
         return start
 
-    def error(self, message: str, *, table: str, key: str | None = None, fix: str = "") -> ConfigError:
-        return ConfigError(self.path, message, line=self.line_of(table, key), fix=fix)
+    def error(
+        self, message: str, *, table: str, key: str | None = None, fix: str = "", nth: int = 0
+    ) -> ConfigError:
+        return ConfigError(self.path, message, line=self.line_of(table, key, nth=nth), fix=fix)
 
 
 def load(path: Path | str) -> Matrix:
@@ -181,15 +185,30 @@ def load(path: Path | str) -> Matrix:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(path, "no such matrix file", fix="pass --matrix PATH or create matrix.toml") from None
+        raise ConfigError(
+            path, "no such matrix file", fix="pass --matrix PATH or create matrix.toml"
+        ) from None
     try:
         data = tomlkit.parse(text).unwrap()
-    except tomlkit.exceptions.ParseError as exc:
-        raise ConfigError(path, f"malformed TOML: {exc}", line=exc.line, fix="correct the syntax there") from None
+    except tomlkit.exceptions.TOMLKitError as exc:  # ParseError, KeyAlreadyPresent, ...
+        line = getattr(exc, "line", None) or _repeated_key_line(text, str(exc))
+        raise ConfigError(path, f"malformed TOML: {exc}", line=line, fix="correct the syntax there") from None
     return _build(_Doc(path, text), data)
 
 
-def _check_keys(doc: _Doc, table: str, data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+def _repeated_key_line(text: str, message: str) -> int | None:
+    """tomlkit's KeyAlreadyPresent carries no position: point at the key's second definition."""
+    found = re.search(r'Key "([^"]+)" already exists', message)
+    if not found:
+        return None
+    key_re = re.compile(r"^\s*(\[\[?\s*)?[\"']?" + re.escape(found.group(1)) + r"[\"']?\s*(=|\])")
+    hits = [n for n, line in enumerate(text.splitlines(), 1) if key_re.match(line)]
+    return hits[1] if len(hits) > 1 else None
+
+
+def _check_keys(
+    doc: _Doc, table: str, data: Mapping[str, Any], allowed: tuple[str, ...], *, nth: int = 0
+) -> None:
     for key in data:
         if key not in allowed:
             hint = did_you_mean(key, allowed)
@@ -198,6 +217,7 @@ def _check_keys(doc: _Doc, table: str, data: Mapping[str, Any], allowed: tuple[s
                 table=table,
                 key=key,
                 fix=f"use one of: {', '.join(allowed)}",
+                nth=nth,
             )
 
 
@@ -211,23 +231,26 @@ def _table(doc: _Doc, data: Mapping[str, Any], key: str) -> dict[str, Any]:
 def _array_of_tables(doc: _Doc, data: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
     value = data.get(key, [])
     if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-        raise doc.error(f"`{key}` must be an array of tables", table=key, fix=f"write each entry as [[{key}]]")
+        raise doc.error(
+            f"`{key}` must be an array of tables", table=key, fix=f"write each entry as [[{key}]]"
+        )
     return value
 
 
-def _version(doc: _Doc, table: str, key: str, value: object) -> str:
+def _version(doc: _Doc, table: str, key: str, value: object, *, nth: int = 0) -> str:
     if not isinstance(value, str):
         raise doc.error(
             f"`{key}` in [{table}] must be a version string, got {value!r}",
             table=table,
             key=key,
+            nth=nth,
             fix='quote it, e.g. "12.8"',
         )
     try:
         Version(value)
     except InvalidVersion:
         raise doc.error(
-            f"`{value}` in [{table}] {key} is not a PEP 440 version", table=table, key=key
+            f"`{value}` in [{table}] {key} is not a PEP 440 version", table=table, key=key, nth=nth
         ) from None
     return value
 
@@ -244,7 +267,10 @@ def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
     for arch in archs:
         if not isinstance(arch, str) or not _ARCH.match(arch):
             raise doc.error(
-                f"`{arch}` in [targets] archs is not a GPU arch", table="targets", key="archs", fix='e.g. "sm_120"'
+                f"`{arch}` in [targets] archs is not a GPU arch",
+                table="targets",
+                key="archs",
+                fix='e.g. "sm_120"',
             )
     reference = targets.get("reference")
     if reference is not None and reference not in archs:
@@ -258,9 +284,9 @@ def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
         path=doc.path,
         axes=axes,
         couples=_couples(doc, _table(doc, data, "couple"), axes),
-        include=_rules(doc, data, "include", axes),
-        exclude=_rules(doc, data, "exclude", axes),
-        overrides=_overrides(doc, data, axes),
+        include=_rules(doc, data, "include"),
+        exclude=_rules(doc, data, "exclude"),
+        overrides=_overrides(doc, data),
         indexes=indexes,
         default_index=default_index,
         routes=_routes(doc, data, indexes),
@@ -294,7 +320,9 @@ def _axes(doc: _Doc, table: dict[str, Any]) -> dict[str, tuple[str, ...]]:
             )
         checked = tuple(_version(doc, "axes", axis, value) for value in values)
         if len(set(checked)) != len(checked):
-            raise doc.error(f"axis `{axis}` lists a value twice", table="axes", key=axis, fix="remove the repeat")
+            raise doc.error(
+                f"axis `{axis}` lists a value twice", table="axes", key=axis, fix="remove the repeat"
+            )
         axes[axis] = checked
     return axes
 
@@ -305,12 +333,16 @@ def _couples(doc: _Doc, table: dict[str, Any], axes: Mapping[str, tuple[str, ...
     for name, group in table.items():
         where = f"couple.{name}"
         if not isinstance(group, dict) or len(group) < 2:
-            raise doc.error(f"[{where}] must list two or more axes", table=where, fix='e.g. cuda = [...], torch = [...]')
+            raise doc.error(
+                f"[{where}] must list two or more axes", table=where, fix="e.g. cuda = [...], torch = [...]"
+            )
         _check_keys(doc, where, group, AXES)
         lengths = {len(values) for values in group.values()}
         if len(lengths) != 1:
             raise doc.error(
-                f"the lists in [{where}] have different lengths", table=where, fix="one value per row in each list"
+                f"the lists in [{where}] have different lengths",
+                table=where,
+                fix="one value per row in each list",
             )
         for axis, values in group.items():
             if axis in seen:
@@ -330,7 +362,7 @@ def _couples(doc: _Doc, table: dict[str, Any], axes: Mapping[str, tuple[str, ...
     return tuple(couples)
 
 
-def _match(doc: _Doc, table: str, entry: Mapping[str, Any], axes: Mapping[str, tuple[str, ...]]) -> tuple[tuple[str, str], ...]:
+def _match(doc: _Doc, table: str, entry: Mapping[str, Any], nth: int) -> tuple[tuple[str, str], ...]:
     match = []
     for axis, value in entry.items():
         if axis == "reason":
@@ -341,18 +373,21 @@ def _match(doc: _Doc, table: str, entry: Mapping[str, Any], axes: Mapping[str, t
                 f"`{axis}` in [[{table}]] is not an axis" + (f"; {hint}" if hint else ""),
                 table=table,
                 key=axis,
+                nth=nth,
                 fix=f"use one of: {', '.join(AXES)}",
             )
         match.append((axis, str(value)))
     if not match:
-        raise doc.error(f"an entry of [[{table}]] matches nothing", table=table, fix="name at least one axis")
+        raise doc.error(
+            f"an entry of [[{table}]] matches nothing", table=table, fix="name at least one axis", nth=nth
+        )
     return tuple(match)
 
 
-def _rules(doc: _Doc, data: Mapping[str, Any], key: str, axes: Mapping[str, tuple[str, ...]]) -> tuple[Rule, ...]:
+def _rules(doc: _Doc, data: Mapping[str, Any], key: str) -> tuple[Rule, ...]:
     rules = []
-    for entry in _array_of_tables(doc, data, key):
-        match = _match(doc, key, entry, axes)
+    for nth, entry in enumerate(_array_of_tables(doc, data, key)):
+        match = _match(doc, key, entry, nth)
         if key == "include":
             missing = [axis for axis in AXES if axis not in entry and axis != "python"]
             if missing:
@@ -360,17 +395,18 @@ def _rules(doc: _Doc, data: Mapping[str, Any], key: str, axes: Mapping[str, tupl
                     f"an [[include]] cell must give every axis; missing {', '.join(missing)}",
                     table=key,
                     fix="an include adds one whole cell",
+                    nth=nth,
                 )
             for axis, value in match:
-                _version(doc, key, axis, value)
-        rules.append(Rule(match=match, reason=str(entry.get("reason", "")), line=doc.line_of(key)))
+                _version(doc, key, axis, value, nth=nth)
+        rules.append(Rule(match=match, reason=str(entry.get("reason", "")), line=doc.line_of(key, nth=nth)))
     return tuple(rules)
 
 
-def _overrides(doc: _Doc, data: Mapping[str, Any], axes: Mapping[str, tuple[str, ...]]) -> tuple[Override, ...]:
+def _overrides(doc: _Doc, data: Mapping[str, Any]) -> tuple[Override, ...]:
     overrides = []
-    for entry in _array_of_tables(doc, data, "override"):
-        _check_keys(doc, "override", entry, ("when", "axis", "reason"))
+    for nth, entry in enumerate(_array_of_tables(doc, data, "override")):
+        _check_keys(doc, "override", entry, ("when", "axis", "reason"), nth=nth)
         axis = entry.get("axis")
         if axis not in ("torch", "sgl_kernel", "flashinfer"):
             raise doc.error(
@@ -378,10 +414,16 @@ def _overrides(doc: _Doc, data: Mapping[str, Any], axes: Mapping[str, tuple[str,
                 table="override",
                 key="axis",
                 fix="use torch, sgl_kernel or flashinfer (the pins sglang declares)",
+                nth=nth,
             )
         if not entry.get("reason"):
-            raise doc.error("an override needs a reason", table="override", fix='add reason = "why this is deliberate"')
-        when = _match(doc, "override", entry.get("when", {}), axes) if entry.get("when") else ()
+            raise doc.error(
+                "an override needs a reason",
+                table="override",
+                fix='add reason = "why this is deliberate"',
+                nth=nth,
+            )
+        when = _match(doc, "override", entry.get("when", {}), nth) if entry.get("when") else ()
         overrides.append(Override(when=when, axis=axis, reason=str(entry["reason"])))
     return tuple(overrides)
 
@@ -394,7 +436,9 @@ def _indexes(doc: _Doc, table: dict[str, Any]) -> tuple[dict[str, Source], str]:
     for name, entry in table.items():
         where = f"indexes.{name}"
         if not isinstance(entry, dict):
-            raise doc.error(f"[{where}] must be a table", table=where, fix='e.g. url = "https://pypi.org/simple"')
+            raise doc.error(
+                f"[{where}] must be a table", table=where, fix='e.g. url = "https://pypi.org/simple"'
+            )
         _check_keys(doc, where, entry, ("url", "find_links", "wheel", "default"))
         kinds = [k for k in ("url", "find_links", "wheel") if k in entry]
         if len(kinds) != 1:
@@ -415,13 +459,17 @@ def _indexes(doc: _Doc, table: dict[str, Any]) -> tuple[dict[str, Source], str]:
 
 def _routes(doc: _Doc, data: Mapping[str, Any], indexes: Mapping[str, Source]) -> tuple[Route, ...]:
     routes = []
-    for entry in _array_of_tables(doc, data, "route"):
-        _check_keys(doc, "route", entry, ("requirement", "index"))
+    for nth, entry in enumerate(_array_of_tables(doc, data, "route")):
+        _check_keys(doc, "route", entry, ("requirement", "index"), nth=nth)
         try:
             requirement = Requirement(str(entry.get("requirement", "")))
         except InvalidRequirement as exc:
             raise doc.error(
-                f"route requirement is invalid: {exc}", table="route", key="requirement", fix='e.g. "torch==2.9.1+cu130"'
+                f"route requirement is invalid: {exc}",
+                table="route",
+                key="requirement",
+                fix='e.g. "torch==2.9.1+cu130"',
+                nth=nth,
             ) from None
         index = str(entry.get("index", ""))
         if index not in indexes:
@@ -431,6 +479,7 @@ def _routes(doc: _Doc, data: Mapping[str, Any], indexes: Mapping[str, Source]) -
                 table="route",
                 key="index",
                 fix=f"use one of: {', '.join(indexes)}",
+                nth=nth,
             )
         routes.append(Route(requirement=requirement, index=index))
     return tuple(routes)
@@ -438,11 +487,13 @@ def _routes(doc: _Doc, data: Mapping[str, Any], indexes: Mapping[str, Source]) -
 
 def _models(doc: _Doc, data: Mapping[str, Any]) -> tuple[Model, ...]:
     models = []
-    for entry in _array_of_tables(doc, data, "models"):
-        _check_keys(doc, "models", entry, ("name", "target", "draft"))
+    for nth, entry in enumerate(_array_of_tables(doc, data, "models")):
+        _check_keys(doc, "models", entry, ("name", "target", "draft"), nth=nth)
         for key in ("name", "target", "draft"):
             if not isinstance(entry.get(key), str):
-                raise doc.error(f"a [[models]] entry needs `{key}`", table="models", fix=f'add {key} = "..."')
+                raise doc.error(
+                    f"a [[models]] entry needs `{key}`", table="models", fix=f'add {key} = "..."', nth=nth
+                )
         models.append(Model(name=entry["name"], target=entry["target"], draft=entry["draft"]))
     return tuple(models)
 
@@ -466,9 +517,13 @@ def _patch_sets(doc: _Doc, table: dict[str, Any]) -> tuple[PatchSet, ...]:
         path = doc.path.parent / "patches" / name
         if not (path / "series").is_file():
             raise doc.error(
-                f"patch set `{name}` has no {path / 'series'}", table=where, fix="create the series file or remove the set"
+                f"patch set `{name}` has no {path / 'series'}",
+                table=where,
+                fix="create the series file or remove the set",
             )
-        sets.append(PatchSet(name=name, applies_to=spec, path=path, optional=bool(entry.get("optional", False))))
+        sets.append(
+            PatchSet(name=name, applies_to=spec, path=path, optional=bool(entry.get("optional", False)))
+        )
     return tuple(sets)
 
 
@@ -523,4 +578,17 @@ def locate(path: Path, table: str, key: str | None = None) -> int | None:
         return None
 
 
-__all__ = ["AXES", "Couple", "Matrix", "Model", "Override", "PatchSet", "Route", "Rule", "Suite", "discover_suites", "load", "locate"]
+__all__ = [
+    "AXES",
+    "Couple",
+    "Matrix",
+    "Model",
+    "Override",
+    "PatchSet",
+    "Route",
+    "Rule",
+    "Suite",
+    "discover_suites",
+    "load",
+    "locate",
+]

@@ -105,7 +105,7 @@ def components(matrix: Matrix, values: Mapping[str, str]) -> tuple[Component, ..
 
 def _combinations(matrix: Matrix) -> list[dict[str, str]]:
     units: list[list[dict[str, str]]] = []
-    coupled = set()
+    coupled: set[str] = set()
     for couple in matrix.couples:
         units.append([dict(zip(couple.axes, row, strict=True)) for row in couple.rows])
         coupled.update(couple.axes)

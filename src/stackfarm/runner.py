@@ -25,6 +25,12 @@ from .ui import CellProgress
 
 #: pytest's exit code when it collected no tests: not a pass (pytest's ExitCode.NO_TESTS_COLLECTED).
 NO_TESTS_COLLECTED = 5
+#: pytest's exit code after Ctrl-C (ExitCode.INTERRUPTED); a signal death shows as -SIGINT.
+PYTEST_INTERRUPTED = (2, -2)
+
+
+class Interrupted(StackfarmError):
+    """The run was interrupted while this cell ran: it keeps no verdict, so a re-run runs it again."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -240,6 +246,9 @@ class Runner:
         log = junit.with_suffix(".log")
         outcome = self.backend.run_suite(suite.path, spec_path, tmp, suite.timeout, log)
         problem = None
+        if outcome.returncode in PYTEST_INTERRUPTED or self.cancel.is_set():
+            tmp.unlink(missing_ok=True)
+            raise Interrupted(f"interrupted during suite {suite.name}")
         if outcome.timed_out:
             problem = f"suite timed out after {suite.timeout}s (see {log.name})"
         elif outcome.returncode == NO_TESTS_COLLECTED:
