@@ -145,7 +145,7 @@ def test_real_matrix_loads_as_written() -> None:
         Model(name="kimi-k2.5", target="KimiK25ForConditionalGeneration", draft="LlamaForCausalLMEagle3"),
     )
     assert all((ps.path / "series").is_file() for ps in m.patch_sets)
-    assert [s.name for s in m.suites][0] == "00-stack"
+    assert m.suites[0].name == "00-stack"
     assert [s.name for s in m.suites] == sorted(s.name for s in m.suites)
     assert m.suites[0].path == REPO / "suites" / "00-stack"
     assert m.suites[0].gate is True

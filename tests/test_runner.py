@@ -97,7 +97,9 @@ def test_unchanged_inputs_reuse_the_verdict_and_force_reruns(tmp_path: Path) -> 
     assert _run(matrix) == ExitCode.OK
     assert log.stat().st_mtime_ns == first, "a reused verdict must not run the suite again"
     # Editing a suite changes the cell's inputs: it runs again.
-    (tmp_path / "suites" / "00-ok" / "test_it.py").write_text("def test_ok():\n    assert True is not False\n")
+    (tmp_path / "suites" / "00-ok" / "test_it.py").write_text(
+        "def test_ok():\n    assert True is not False\n"
+    )
     assert _run(matrix) == ExitCode.OK
     second = log.stat().st_mtime_ns
     assert second != first
@@ -105,7 +107,9 @@ def test_unchanged_inputs_reuse_the_verdict_and_force_reruns(tmp_path: Path) -> 
     assert log.stat().st_mtime_ns != second
 
 
-def test_gpu_suite_is_skipped_with_reason_never_passed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gpu_suite_is_skipped_with_reason_never_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr("stackfarm.cli.gpu_unavailable_reason", lambda: "no NVIDIA GPU (test)")
     _suite(tmp_path, "30-gpu", "def test_gpu():\n    raise AssertionError('must not run')\n")
     matrix = _project(tmp_path, "\n[suites.30-gpu]\nneeds_gpu = true\n")
@@ -155,7 +159,9 @@ reason = "a deliberately unreachable cell for this test"
     assert "127.0.0.1:9" in message
 
 
-def test_version_missing_from_the_index_stops_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_missing_from_the_index_stops_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _suite(tmp_path, "00-ok", "def test_ok():\n    assert 2 > 1\n")
     matrix = _project(tmp_path)
     matrix.write_text(matrix.read_text().replace('sglang = ["0.5.9"]', 'sglang = ["0.5.9", "0.5.99"]'))
@@ -170,12 +176,21 @@ def test_ctrl_c_leaves_complete_reports_and_a_rerun_resumes(tmp_path: Path) -> N
     _suite(tmp_path, "00-slow", "import time\n\ndef test_slow():\n    time.sleep(60)\n")
     matrix = _project(tmp_path)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "stackfarm", "run", "--matrix", str(matrix), "--reports", str(tmp_path / "reports")],
+        [
+            sys.executable,
+            "-m",
+            "stackfarm",
+            "run",
+            "--matrix",
+            str(matrix),
+            "--reports",
+            str(tmp_path / "reports"),
+        ],
         cwd=tmp_path,
         start_new_session=True,
         # A shell that starts jobs in the background (CI, this test's own runner) ignores SIGINT, and children
         # inherit that; a terminal doesn't. Restore the default so the child behaves as under a terminal.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # noqa: PLW1509 - no threads yet here
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -16,12 +16,13 @@ from rich.table import Table
 
 from .artifacts import Cache
 from .backends import NAMES, get_backend
+from .backends.host import HostBackend
 from .errors import ExitCode, StackfarmError
 from .matrix import Matrix, load
 from .plan import Plan, plan, select
 from .reports import CellReport, write_summaries
 from .resolve import Resolver
-from .runner import RunOptions, Runner, _report_from_json, cell_passed, gpu_unavailable_reason
+from .runner import Runner, RunOptions, _report_from_json, cell_passed, gpu_unavailable_reason
 from .ui import CellProgress
 
 
@@ -29,21 +30,30 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="stackfarm", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--matrix", type=Path, default=Path("matrix.toml"), help="the matrix file (matrix.toml)")
-    common.add_argument("--cells", default=None, help="only cells whose id matches this glob (comma-separated)")
+    common.add_argument(
+        "--matrix", type=Path, default=Path("matrix.toml"), help="the matrix file (matrix.toml)"
+    )
+    common.add_argument(
+        "--cells", default=None, help="only cells whose id matches this glob (comma-separated)"
+    )
     p_plan = sub.add_parser("plan", parents=[common], help="print the cells, conflicts and exclusions")
     p_plan.add_argument("--json", action="store_true", help="machine-readable output")
     p_run = sub.add_parser("run", parents=[common], help="realise the cells and run their suites")
     p_run.add_argument("--reports", type=Path, default=Path("reports"), help="where reports go (reports/)")
-    p_run.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="cells in parallel (default: cores)")
+    p_run.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="cells in parallel (default: cores)"
+    )
     p_run.add_argument("--force", action="store_true", help="re-run cells whose inputs are unchanged")
     p_run.add_argument("--backend", choices=("auto", *NAMES), default="auto", help="how cells are realised")
+    p_run.add_argument("--python", default=None, help="the host backend's Python (default: this one)")
     p_report = sub.add_parser("report", help="rebuild junit.xml and the summaries from stored verdicts")
     p_report.add_argument("--reports", type=Path, default=Path("reports"))
     return parser
 
 
-def make_plan(matrix: Matrix, resolver: Resolver, cells: str | None) -> tuple[Plan, dict[tuple[str, str], str]]:
+def make_plan(
+    matrix: Matrix, resolver: Resolver, cells: str | None
+) -> tuple[Plan, dict[tuple[str, str], str]]:
     """Look every axis value up (errors before any work), read sglang's own pins, plan, select."""
     unreachable = resolver.check_axes()
     versions = {*matrix.axes["sglang"], *(dict(r.match)["sglang"] for r in matrix.include)}
@@ -68,7 +78,9 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     table = Table("cell", "status", "detail", box=None)
     for cell in p.cells:
         missing = [c.distribution for c in cell.components if (c.distribution, c.version) in unreachable]
-        table.add_row(cell.id, "run", f"index unreachable for {', '.join(missing)}" if missing else cell.origin)
+        table.add_row(
+            cell.id, "run", f"index unreachable for {', '.join(missing)}" if missing else cell.origin
+        )
     for conflict in p.conflicts:
         table.add_row(conflict.cell.id, "[yellow]conflict[/]", "; ".join(conflict.problems))
     for excluded in p.excluded:
@@ -79,38 +91,47 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def choose_backend(name: str, console: Console) -> str:
-    # Only the local backend exists so far; `auto` resolves to it and says so once.
-    if name == "auto":
-        return "local"
-    return name
-
-
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     matrix = load(args.matrix)
     cache = Cache()
     resolver = Resolver(matrix, cache)
-    p, unreachable = make_plan(matrix, resolver, args.cells)
+    backend = get_backend("local" if args.backend == "auto" else args.backend, cache, python=args.python)
+    if isinstance(backend, HostBackend):
+        # The stack is already installed (and the host may have no network): its own sglang gives the pins.
+        p, unreachable = select(plan(matrix, backend.pins()), args.cells), dict[tuple[str, str], str]()
+    else:
+        p, unreachable = make_plan(matrix, resolver, args.cells)
     if not (p.cells or p.conflicts):
         raise StackfarmError(f"no cell of {args.matrix} matches --cells {args.cells!r}")
-    backend = get_backend(choose_backend(args.backend, console), cache)
     options = RunOptions(reports=args.reports, jobs=args.jobs, force=args.force)
     with CellProgress() as ui:
         for warning in p.warnings:
             ui.note(f"warning: {warning}")
         runner = Runner(
-            matrix, resolver, backend, options, ui, unreachable=unreachable, no_gpu_reason=gpu_unavailable_reason()
+            matrix,
+            resolver,
+            backend,
+            options,
+            ui,
+            unreachable=unreachable,
+            no_gpu_reason=gpu_unavailable_reason(),
         )
         try:
             reports = runner.run(p)
         except KeyboardInterrupt:
             done = [runner.finished[k] for k in sorted(runner.finished)]
             write_summaries(done, args.reports)
-            console.print(f"interrupted: kept {len(done)} finished cells in {args.reports}/; a re-run resumes")
+            console.print(
+                f"interrupted: kept {len(done)} finished cells in {args.reports}/; a re-run resumes"
+            )
             return ExitCode.INTERRUPTED
     write_summaries(reports, args.reports)
     _print_summary(reports, args.reports, console)
-    return ExitCode.OK if all(cell_passed(r) or r.status == "excluded" for r in reports) else ExitCode.CELLS_FAILED
+    return (
+        ExitCode.OK
+        if all(cell_passed(r) or r.status == "excluded" for r in reports)
+        else ExitCode.CELLS_FAILED
+    )
 
 
 def _print_summary(reports: Sequence[CellReport], where: Path, console: Console) -> None:
@@ -119,7 +140,8 @@ def _print_summary(reports: Sequence[CellReport], where: Path, console: Console)
         key = "passed" if cell_passed(r) else ("failed" if r.status in ("ran", "reused") else r.status)
         counts[key] = counts.get(key, 0) + 1
     console.print(
-        f"{len(reports)} cells: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        f"{len(reports)} cells: "
+        + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
         + f" — {where}/summary.md, {where}/summary.html, {where}/junit.xml"
     )
 

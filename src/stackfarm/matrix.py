@@ -156,7 +156,9 @@ class _Doc:
         `nth` picks the entry of an array of tables ([[include]] number nth, counting from 0)."""
         if table == "top level" and key is not None:  # a [key] table, or `key = ...` before the first table
             key_re = re.compile(r"^\s*[\"']?" + re.escape(key) + r"[\"']?\s*=")
-            return self.line_of(key) or next((n for n, t in enumerate(self.lines, 1) if key_re.match(t)), None)
+            return self.line_of(key) or next(
+                (n for n, t in enumerate(self.lines, 1) if key_re.match(t)), None
+            )
         header = re.compile(
             r"^\s*\[\[?\s*" + re.escape(table).replace(r"\.", r"\s*\.\s*") + r"\s*\]\]?\s*(#.*)?$"
         )

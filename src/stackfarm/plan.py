@@ -1,6 +1,6 @@
 """Expand a Matrix into cells: pure functions, no network, no files.
 
-    axes ──product over couple groups──▶ combinations ──exclude/include──▶ cells ──sglang's own pins──▶ Plan
+axes ──product over couple groups──▶ combinations ──exclude/include──▶ cells ──sglang's own pins──▶ Plan
 """
 
 from __future__ import annotations
@@ -83,7 +83,13 @@ def kernel_distribution(version: str) -> str:
 def cell_id(values: Mapping[str, str], *, with_python: bool = False) -> str:
     cuda = values["cuda"].replace(".", "")
     torch = Version(values["torch"]).public
-    parts = [f"cu{cuda}", f"torch{torch}", f"sk{values['sgl_kernel']}", f"fi{values['flashinfer']}", f"sgl{values['sglang']}"]
+    parts = [
+        f"cu{cuda}",
+        f"torch{torch}",
+        f"sk{values['sgl_kernel']}",
+        f"fi{values['flashinfer']}",
+        f"sgl{values['sglang']}",
+    ]
     if with_python:
         parts.append(f"py{values['python']}")
     return "-".join(parts)
@@ -144,7 +150,9 @@ def expand(matrix: Matrix) -> tuple[list[tuple[dict[str, str], str]], list[Exclu
         used[hit] = True
         rule = matrix.exclude[hit]
         cell = _make_cell(matrix, values, "product", with_python)
-        excluded.append(Excluded(cell=cell, reason=rule.reason or f"excluded by [[exclude]] {_rule_text(rule)}"))
+        excluded.append(
+            Excluded(cell=cell, reason=rule.reason or f"excluded by [[exclude]] {_rule_text(rule)}")
+        )
     for rule, was_used in zip(matrix.exclude, used, strict=True):
         if not was_used:
             where = f"{matrix.path}:{rule.line}" if rule.line else str(matrix.path)
@@ -167,7 +175,9 @@ def expand(matrix: Matrix) -> tuple[list[tuple[dict[str, str], str]], list[Exclu
 
 
 def _make_cell(matrix: Matrix, values: Mapping[str, str], origin: str, with_python: bool) -> Cell:
-    patch_sets = tuple(ps.name for ps in matrix.patch_sets if ps.applies_to.contains(values["sglang"], prereleases=True))
+    patch_sets = tuple(
+        ps.name for ps in matrix.patch_sets if ps.applies_to.contains(values["sglang"], prereleases=True)
+    )
     return Cell(
         id=cell_id(values, with_python=with_python),
         values=tuple((axis, values[axis]) for axis in AXES),
@@ -201,7 +211,10 @@ def pin_problems(cell: Cell, pins: Sequence[Requirement]) -> list[tuple[str, str
         for comp in same:
             if not req.specifier.contains(comp.version, prereleases=True):
                 problems.append(
-                    (axis, f"sglang {cell['sglang']} requires {req}; the cell has {comp.distribution} {comp.version}")
+                    (
+                        axis,
+                        f"sglang {cell['sglang']} requires {req}; the cell has {comp.distribution} {comp.version}",
+                    )
                 )
     return problems
 
@@ -233,7 +246,9 @@ def plan(matrix: Matrix, pins: Mapping[str, Sequence[Requirement]]) -> Plan:
             conflicts.append(Conflict(cell=cell, problems=tuple(remaining)))
         else:
             cells.append(cell)
-    return Plan(cells=tuple(cells), conflicts=tuple(conflicts), excluded=tuple(excluded), warnings=tuple(warnings))
+    return Plan(
+        cells=tuple(cells), conflicts=tuple(conflicts), excluded=tuple(excluded), warnings=tuple(warnings)
+    )
 
 
 def select(plan_: Plan, pattern: str | None) -> Plan:

@@ -48,11 +48,15 @@ def call(
             timeout=timeout,
             check=False,
         )
-        outcome = Outcome(args=argv, returncode=done.returncode, output=done.stdout, elapsed=time.monotonic() - start)
+        outcome = Outcome(
+            args=argv, returncode=done.returncode, output=done.stdout, elapsed=time.monotonic() - start
+        )
     except subprocess.TimeoutExpired as exc:
         raw = exc.stdout or ""
         text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
-        outcome = Outcome(args=argv, returncode=124, output=text, elapsed=time.monotonic() - start, timed_out=True)
+        outcome = Outcome(
+            args=argv, returncode=124, output=text, elapsed=time.monotonic() - start, timed_out=True
+        )
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(f"+ {' '.join(argv)}\n{outcome.output}", encoding="utf-8")

@@ -19,13 +19,12 @@ from .errors import ArtifactError, ConfigError, IndexUnreachableError
 from .matrix import Matrix, locate
 from .plan import Component, kernel_distribution
 
-
 #: The distributions each axis value stands for.
 AXIS_DISTRIBUTIONS: dict[str, Callable[[str], tuple[str, ...]]] = {
-    "torch": lambda v: ("torch",),
+    "torch": lambda _: ("torch",),
     "sgl_kernel": lambda v: (kernel_distribution(v),),
-    "flashinfer": lambda v: ("flashinfer-python", "flashinfer-cubin"),
-    "sglang": lambda v: ("sglang",),
+    "flashinfer": lambda _: ("flashinfer-python", "flashinfer-cubin"),
+    "sglang": lambda _: ("sglang",),
 }
 
 
@@ -44,7 +43,9 @@ class Resolver:
         target = self.target(python)
         key = None
         if source.url is not None:
-            raw = json.dumps([source.url, component.distribution, component.version, target.python, target.platform])
+            raw = json.dumps(
+                [source.url, component.distribution, component.version, target.python, target.platform]
+            )
             key = self._memo / f"{hashlib.sha256(raw.encode()).hexdigest()[:32]}.json"
             if key.is_file():
                 return Artifact(**json.loads(key.read_text()))
@@ -62,11 +63,19 @@ class Resolver:
         unreachable indexes are returned as {(distribution, version): reason} so only their cells fail."""
         unreachable: dict[tuple[str, str], str] = {}
         python = self.matrix.axes["python"][0]
-        values = {(axis, v) for axis in ("torch", "sgl_kernel", "flashinfer", "sglang") for v in self.matrix.axes[axis]}
-        values |= {(axis, v) for rule in self.matrix.include for axis, v in rule.match if axis in AXIS_DISTRIBUTIONS}
+        values = {
+            (axis, v)
+            for axis in ("torch", "sgl_kernel", "flashinfer", "sglang")
+            for v in self.matrix.axes[axis]
+        }
+        values |= {
+            (axis, v) for rule in self.matrix.include for axis, v in rule.match if axis in AXIS_DISTRIBUTIONS
+        }
         wanted = [(axis, dist, v) for axis, v in sorted(values) for dist in AXIS_DISTRIBUTIONS[axis](v)]
         for axis, dist, version in wanted:
-            comp = Component(axis=axis, distribution=dist, version=version, index=self.matrix.index_for(dist, version))
+            comp = Component(
+                axis=axis, distribution=dist, version=version, index=self.matrix.index_for(dist, version)
+            )
             try:
                 self.artifact(comp, python)
             except IndexUnreachableError as exc:
@@ -87,7 +96,10 @@ class Resolver:
         pins: dict[str, list[Requirement]] = {}
         for version in versions:
             comp = Component(
-                axis="sglang", distribution="sglang", version=version, index=self.matrix.index_for("sglang", version)
+                axis="sglang",
+                distribution="sglang",
+                version=version,
+                index=self.matrix.index_for("sglang", version),
             )
             try:
                 meta = self.cache.metadata(self.artifact(comp, python))

@@ -102,14 +102,20 @@ class Runner:
         reports = self.finished
         for conflict in plan.conflicts:
             reports[conflict.cell.id] = CellReport(
-                cell=conflict.cell.id, status="conflict", reason="; ".join(conflict.problems),
-                properties=_values(conflict.cell), suites=(),
+                cell=conflict.cell.id,
+                status="conflict",
+                reason="; ".join(conflict.problems),
+                properties=_values(conflict.cell),
+                suites=(),
             )
             self.ui.done(conflict.cell.id, "conflict", conflict.problems[0])
         for excluded in plan.excluded:
             reports[excluded.cell.id] = CellReport(
-                cell=excluded.cell.id, status="excluded", reason=excluded.reason,
-                properties=_values(excluded.cell), suites=(),
+                cell=excluded.cell.id,
+                status="excluded",
+                reason=excluded.reason,
+                properties=_values(excluded.cell),
+                suites=(),
             )
         pool = ThreadPoolExecutor(max_workers=max(1, self.options.jobs), thread_name_prefix="cell")
         futures: dict[str, Future[CellReport]] = {c.id: pool.submit(self._guarded, c) for c in plan.cells}
@@ -135,7 +141,7 @@ class Runner:
             report = self.run_cell(cell)
         except StackfarmError as exc:
             report = self._error(cell, str(exc))
-        except Exception as exc:  # noqa: BLE001 - a bug in one cell must not hide the others' results
+        except Exception as exc:
             report = self._error(cell, f"{type(exc).__name__}: {exc}")
         return report
 
@@ -146,7 +152,9 @@ class Runner:
     # -- one cell ---------------------------------------------------------------------------------------------
 
     def _artifacts(self, cell: Cell) -> dict[Component, Artifact]:
-        found = {}
+        found: dict[Component, Artifact] = {}
+        if not self.backend.needs_artifacts:
+            return found
         for comp in cell.components:
             key = (comp.distribution, comp.version)
             if key in self.unreachable:
@@ -184,13 +192,19 @@ class Runner:
         for ps in self.matrix.patch_sets:
             if ps.name in cell.patch_sets:
                 properties[f"patches.{ps.name}.sha256"] = hash_tree(ps.path)
-        if not self.options.force and verdict_file.is_file():
+        # A host's installation can change without any input we could hash cheaply: it always runs.
+        reusable = self.backend.needs_artifacts and not self.options.force
+        if reusable and verdict_file.is_file():
             stored = json.loads(verdict_file.read_text(encoding="utf-8"))
             if stored.get("input_hash") == digest:
                 report = _report_from_json(stored["report"])
                 self.ui.done(cell.id, "reused", "inputs unchanged since the last run")
                 return CellReport(
-                    cell=cell.id, status="reused", reason="", properties=report.properties, suites=report.suites
+                    cell=cell.id,
+                    status="reused",
+                    reason="",
+                    properties=report.properties,
+                    suites=report.suites,
                 )
         workdir = self.cache.root / "cells" / cell.id
         workdir.mkdir(parents=True, exist_ok=True)
@@ -203,7 +217,9 @@ class Runner:
             archs=self.matrix.archs,
             reference_arch=self.matrix.reference_arch,
             models=tuple(asdict(m) for m in self.matrix.models),
-            patch_sets=tuple({"name": n, "sha256": properties[f"patches.{n}.sha256"]} for n in cell.patch_sets),
+            patch_sets=tuple(
+                {"name": n, "sha256": properties[f"patches.{n}.sha256"]} for n in cell.patch_sets
+            ),
             features=dict(self.matrix.features),
             thresholds=dict(self.matrix.thresholds),
             settings={s.name: dict(s.settings) for s in self.matrix.suites},
@@ -212,10 +228,16 @@ class Runner:
         spec_path = workdir / "cell.json"
         spec.dump(spec_path)
         suites = self._run_suites(cell, spec_path, cell_reports)
-        report = CellReport(cell=cell.id, status="ran", reason="", properties=properties, suites=tuple(suites))
-        write_atomic(verdict_file, json.dumps({"input_hash": digest, "report": asdict(report)}, default=str, indent=1))
+        report = CellReport(
+            cell=cell.id, status="ran", reason="", properties=properties, suites=tuple(suites)
+        )
+        write_atomic(
+            verdict_file, json.dumps({"input_hash": digest, "report": asdict(report)}, default=str, indent=1)
+        )
         verdict = "passed" if cell_passed(report) else "failed"
-        first = next((f"{s.suite}: {s.first_failure or s.outcome}" for s in suites if s.outcome != "passed"), "")
+        first = next(
+            (f"{s.suite}: {s.first_failure or s.outcome}" for s in suites if s.outcome != "passed"), ""
+        )
         self.ui.done(cell.id, verdict, first)
         return report
 
@@ -229,7 +251,9 @@ class Runner:
             if blocked is not None:
                 write_skipped_suite(junit, cell=cell.id, suite=suite.name, reason=blocked)
             elif suite.needs_gpu and self.no_gpu_reason is not None:
-                write_skipped_suite(junit, cell=cell.id, suite=suite.name, reason=f"needs GPU: {self.no_gpu_reason}")
+                write_skipped_suite(
+                    junit, cell=cell.id, suite=suite.name, reason=f"needs GPU: {self.no_gpu_reason}"
+                )
             else:
                 self.ui.update(cell.id, f"suite {suite.name}")
                 self._run_one(suite, spec_path, junit)

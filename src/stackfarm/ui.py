@@ -48,7 +48,7 @@ class CellProgress:
                 self._live.update(self._table())
                 return
             # Without a terminal, print stage changes only (not every download percent).
-            stage = text.split(" ")[0]
+            stage = text.split(" ", maxsplit=1)[0]
             if self._last_line.get(cell) != stage:
                 self._last_line[cell] = stage
                 self.console.print(f"  {cell}: {text}")

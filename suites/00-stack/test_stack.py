@@ -51,7 +51,9 @@ def _dist_info(component: InstalledComponent) -> Path:
     pytest.fail(f"{component.distribution}: no *.dist-info for it under {root}")
 
 
-def test_metadata_matches_claim(component: InstalledComponent, record_property: pytest.RecordProperty) -> None:
+def test_metadata_matches_claim(
+    component: InstalledComponent, record_property: pytest.RecordProperty
+) -> None:
     meta = email.parser.Parser().parsestr((_dist_info(component) / "METADATA").read_text(encoding="utf-8"))
     record_property(f"{component.distribution}.installed_version", meta["Version"])
     record_property(f"{component.distribution}.sha256", component.sha256)
@@ -104,7 +106,9 @@ def test_torch_built_for_cell_cuda(cell: CellSpec, record_property: pytest.Recor
     record_property("torch.version.cuda", str(built))
     assert built is not None, f"{version_py}: torch.version.cuda is None: a CPU-only torch in a CUDA cell"
     want = Version(cell.values["cuda"]).release[:2]
-    assert Version(built).release[:2] == want, f"torch was built for CUDA {built}, the cell is CUDA {cell.values['cuda']}"
+    assert Version(built).release[:2] == want, (
+        f"torch was built for CUDA {built}, the cell is CUDA {cell.values['cuda']}"
+    )
 
 
 def _cudart_majors(path: Path) -> set[int]:
@@ -127,7 +131,9 @@ def test_cuda_libraries_link_cell_runtime(
 ) -> None:
     distribution = cuda_component.distribution
     root = Path(cuda_component.root)
-    linked = {str(so.relative_to(root)): _cudart_majors(so) for so in sorted(root.rglob("*.so*")) if so.is_file()}
+    linked = {
+        str(so.relative_to(root)): _cudart_majors(so) for so in sorted(root.rglob("*.so*")) if so.is_file()
+    }
     linked = {name: majors for name, majors in linked.items() if majors}
     assert linked, f"no library of {distribution} links libcudart: cannot tell which CUDA it was built for"
     want = Version(cell.values["cuda"]).major

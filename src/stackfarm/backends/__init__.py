@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -17,6 +18,8 @@ Progress = Callable[[str], None]
 
 class Backend(Protocol):
     name: str
+    #: False where the stack already exists (host): nothing is resolved on an index or fetched.
+    needs_artifacts: bool
 
     def realise(
         self, cell: Cell, artifacts: Mapping[Component, Artifact], workdir: Path, progress: Progress
@@ -30,14 +33,17 @@ class Backend(Protocol):
 
 
 #: The backends `--backend` accepts.
-NAMES = ("local",)
+NAMES = ("local", "host")
 
 
-def get_backend(name: str, cache: Cache) -> Backend:
-    from .local import LocalBackend  # imported here: each backend's engine stays optional
+def get_backend(name: str, cache: Cache, *, python: str | None = None) -> Backend:
+    from .host import HostBackend  # imported here: each backend's engine stays optional
+    from .local import LocalBackend
 
     if name == "local":
         return LocalBackend(cache)
+    if name == "host":
+        return HostBackend(python or sys.executable)
     raise ValueError(f"unknown backend {name!r}; use one of {', '.join(NAMES)}")
 
 

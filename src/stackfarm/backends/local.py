@@ -18,6 +18,7 @@ from . import Progress
 
 class LocalBackend:
     name = "local"
+    needs_artifacts = True
 
     def __init__(self, cache: Cache) -> None:
         self.cache = cache
@@ -30,7 +31,9 @@ class LocalBackend:
             art = artifacts[comp]
 
             def report(done: int, total: int | None, name: str = comp.distribution) -> None:
-                progress(f"fetch {name} {100 * done // total}%" if total else f"fetch {name} {done >> 20} MiB")
+                progress(
+                    f"fetch {name} {100 * done // total}%" if total else f"fetch {name} {done >> 20} MiB"
+                )
 
             root = self.cache.unpacked(art)
             if root is None:  # an extracted tree is re-verified by 00-stack's RECORD check, not by re-hashing
@@ -51,8 +54,19 @@ class LocalBackend:
         return tuple(installed)
 
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
-        argv = [sys.executable, "-m", "pytest", str(suite_dir), f"--junitxml={junit}", "-q", "-p", "no:cacheprovider"]
-        return call(argv, cwd=suite_dir.parent.parent, env={"STACKFARM_CELL": str(spec)}, timeout=timeout, log=log)
+        argv = [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(suite_dir),
+            f"--junitxml={junit}",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ]
+        return call(
+            argv, cwd=suite_dir.parent.parent, env={"STACKFARM_CELL": str(spec)}, timeout=timeout, log=log
+        )
 
 
 __all__ = ["LocalBackend"]

@@ -1,0 +1,93 @@
+"""The host backend: the stack already installed in a given Python (qualify an existing server; GPU runners).
+
+Nothing is fetched or installed: the cell's claims are checked against what that Python has, by the suites.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import Requirement
+
+from ..artifacts import Artifact
+from ..cellspec import InstalledComponent
+from ..errors import CellError
+from ..plan import Cell, Component
+from ..proc import Outcome, call
+from . import Progress
+
+#: Run inside the host Python: where each distribution is installed, and its version.
+_PROBE = """
+import json, sys
+from importlib import metadata
+found = {}
+for name in sys.argv[1:]:
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        continue
+    found[name] = {"version": dist.version, "root": str(dist.locate_file("")), "requires": dist.requires or []}
+print(json.dumps(found))
+"""
+
+#: The stackfarm package's own source, put on the suites' path so they import it without installing it there.
+_SRC = Path(__file__).resolve().parents[2]
+
+
+class HostBackend:
+    name = "host"
+    needs_artifacts = False
+
+    def __init__(self, python: str) -> None:
+        self.python = python
+
+    def pins(self) -> dict[str, list[Requirement]]:
+        """The installed sglang's own Requires-Dist (marker-filtered for this host), keyed by its version."""
+        sglang = self.probe(["sglang"]).get("sglang")
+        if sglang is None:
+            return {}
+        reqs = [Requirement(r) for r in sglang["requires"]]
+        return {str(sglang["version"]): [r for r in reqs if r.marker is None or r.marker.evaluate({"extra": ""})]}
+
+    def probe(self, distributions: list[str]) -> dict[str, dict[str, Any]]:
+        outcome = call([self.python, "-c", _PROBE, *distributions], timeout=120)
+        if outcome.returncode != 0:
+            raise CellError(f"{self.python} could not be probed: {outcome.output.strip()[-300:]}")
+        found: dict[str, dict[str, Any]] = json.loads(outcome.output.strip().splitlines()[-1])
+        return found
+
+    def realise(
+        self, cell: Cell, artifacts: Mapping[Component, Artifact], workdir: Path, progress: Progress
+    ) -> tuple[InstalledComponent, ...]:
+        del artifacts, workdir  # the host's own installation is the stack
+        progress(f"probe {self.python}")
+        found = self.probe([c.distribution for c in cell.components])
+        missing = [c.distribution for c in cell.components if c.distribution not in found]
+        if missing:
+            raise CellError(f"{self.python} has no {', '.join(missing)} installed: this host cannot realise {cell.id}")
+        # Versions are not compared here on purpose: 00-stack reports a mismatch as a failing check.
+        return tuple(
+            InstalledComponent(
+                axis=c.axis,
+                distribution=c.distribution,
+                version=c.version,
+                filename="",
+                sha256="",
+                source=f"host:{self.python}",
+                root=found[c.distribution]["root"],
+            )
+            for c in cell.components
+        )
+
+    def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
+        argv = [self.python, "-m", "pytest", str(suite_dir), f"--junitxml={junit}", "-q", "-p", "no:cacheprovider"]
+        path = os.pathsep.join(p for p in (str(_SRC), os.environ.get("PYTHONPATH", "")) if p)
+        env = {"STACKFARM_CELL": str(spec), "PYTHONPATH": path}
+        return call(argv, cwd=suite_dir.parent.parent, env=env, timeout=timeout, log=log)
+
+
+__all__ = ["HostBackend"]

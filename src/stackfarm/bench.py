@@ -1,0 +1,114 @@
+"""`nox -s bench`: the figures that keep stackfarm fast, measured the same way every time.
+
+1. planning 1,000 synthetic cells (target < 1 s);
+2. a warm no-op re-run of the default matrix (target <= 2 s);
+3. one real cell cold (empty cache: download + unpack + suites), warm (--force: cache hit, suites run) and no-op.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from .cli import main as cli_main
+from .matrix import load
+from .plan import plan
+
+_SYNTHETIC = """
+[axes]
+cuda = {cuda}
+torch = {torch}
+sgl_kernel = ["0.3.21"]
+flashinfer = ["0.6.3"]
+sglang = {sglang}
+"""
+
+
+def _versions(prefix: str, count: int) -> str:
+    return "[" + ", ".join(f'"{prefix}.{i}"' for i in range(count)) + "]"
+
+
+def time_planning(cells: int = 1000, repeats: int = 5) -> tuple[float, int]:
+    """Median seconds to load + plan a matrix of `cells` cells (10 x 10 x 10), and the cell count."""
+    side = round(cells ** (1 / 3))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "matrix.toml"
+        path.write_text(
+            _SYNTHETIC.format(
+                cuda=_versions("12", side), torch=_versions("2", side), sglang=_versions("0.5", side)
+            )
+        )
+        times, count = [], 0
+        for _ in range(repeats):
+            start = time.perf_counter()
+            count = len(plan(load(path), {}).cells)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times), count
+
+
+@contextlib.contextmanager
+def _env(**values: str) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in old.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _timed(run: Callable[[], int]) -> tuple[float, int]:
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        code = run()
+    return time.perf_counter() - start, code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stackfarm.bench", description=__doc__)
+    parser.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
+    parser.add_argument(
+        "--cell", default="cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.9", help="the cold/warm cell"
+    )
+    parser.add_argument("--skip-cold", action="store_true", help="skip the cold run (it downloads ~1.6 GB)")
+    args = parser.parse_args(argv)
+    rows: list[tuple[str, float, str]] = []
+
+    seconds, count = time_planning()
+    rows.append((f"plan {count} synthetic cells (median of 5)", seconds, "target < 1 s"))
+
+    with tempfile.TemporaryDirectory(prefix="stackfarm-bench-") as tmp:
+        reports = Path(tmp) / "reports"
+        run = ["run", "--matrix", str(args.matrix), "--reports", str(reports)]
+        _timed(lambda: cli_main(run))  # fills the verdicts (and the cache if needed)
+        seconds, code = _timed(lambda: cli_main(run))
+        rows.append(("warm no-op re-run, default matrix", seconds, f"target <= 2 s (exit {code})"))
+
+        one = [*run, "--cells", args.cell]
+        if not args.skip_cold:
+            with _env(STACKFARM_CACHE=str(Path(tmp) / "cold-cache")):
+                seconds, code = _timed(lambda: cli_main([*one, "--force"]))
+                rows.append((f"cold: {args.cell} (empty cache)", seconds, f"exit {code}"))
+        seconds, code = _timed(lambda: cli_main([*one, "--force"]))
+        rows.append((f"warm: {args.cell} (cache hit, suites run)", seconds, f"exit {code}"))
+        seconds, code = _timed(lambda: cli_main(one))
+        rows.append((f"no-op: {args.cell} (verdict reused)", seconds, f"exit {code}"))
+
+    width = max(len(name) for name, _, _ in rows)
+    for name, secs, note in rows:
+        print(f"{name:<{width}}  {secs:8.3f} s  {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
