@@ -38,6 +38,8 @@ class CellSpec:
     settings: dict[str, Any] = field(default_factory=dict)
     #: Why no GPU is usable here, or None when one is.
     no_gpu_reason: str | None = None
+    #: sglang files (relative to its root) that the cell's patches changed: they differ from the wheel's RECORD.
+    patched_files: tuple[str, ...] = ()
 
     def component(self, distribution: str) -> InstalledComponent:
         for comp in self.components:
@@ -54,7 +56,7 @@ class CellSpec:
 def load(path: Path | str) -> CellSpec:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     data["components"] = tuple(InstalledComponent(**c) for c in data["components"])
-    for key in ("archs", "models", "patch_sets"):
+    for key in ("archs", "models", "patch_sets", "patched_files"):
         data[key] = tuple(data.get(key, ()))
     return CellSpec(**data)
 

@@ -32,6 +32,8 @@ __all__ = [
     "summary_markdown",
     "write_atomic",
     "write_skipped_suite",
+    "write_steps",
+    "Step",
     "write_summaries",
 ]
 
@@ -150,6 +152,32 @@ def write_skipped_suite(
     """JUnit for a suite the runner did not run: one testcase marked Skipped(reason) or Error(reason)."""
     ts = TestSuite(f"{cell}::{suite}")
     ts.add_testcase(_one_case(suite, kind, reason))
+    xml = JUnitXml()
+    xml.add_testsuite(ts)
+    _write_xml(path, xml)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One testcase of a step the runner performs itself (e.g. applying a patch)."""
+
+    name: str
+    failure: str | None  # None when the step passed
+    properties: dict[str, str]
+
+
+def write_steps(path: Path, *, cell: str, suite: str, steps: Sequence[Step]) -> None:
+    """JUnit for a runner step with one testcase per item, each carrying its properties."""
+    ts = TestSuite(f"{cell}::{suite}")
+    for step in steps:
+        case = TestCase(step.name, classname=suite)
+        if step.failure is not None:
+            case.result = [Failure(step.failure.splitlines()[0] if step.failure else "failed")]
+            case.system_out = step.failure
+        ts.add_testcase(case)
+        # junitparser's TestCase has no properties: the step's names are unique, so they go on the suite.
+        for name, value in step.properties.items():
+            ts.add_property(name, value)
     xml = JUnitXml()
     xml.add_testsuite(ts)
     _write_xml(path, xml)

@@ -19,7 +19,9 @@ from .errors import StackfarmError
 from .matrix import Matrix, Suite
 from .plan import Cell, Component, Plan, input_hash
 from .proc import call
-from .reports import CellReport, SuiteResult, read_suite, write_atomic, write_skipped_suite
+from . import patches
+from .backends import PATCHED_SGLANG
+from .reports import CellReport, Step, SuiteResult, read_suite, write_atomic, write_skipped_suite, write_steps
 from .resolve import Resolver
 from .ui import CellProgress
 
@@ -27,6 +29,10 @@ from .ui import CellProgress
 NO_TESTS_COLLECTED = 5
 #: pytest's exit code after Ctrl-C (ExitCode.INTERRUPTED); a signal death shows as -SIGINT.
 PYTEST_INTERRUPTED = (2, -2)
+
+
+#: The runner's own first step, reported like a suite (it sorts before 00-stack in every table).
+PATCH_STEP = "00-patches"
 
 
 class Interrupted(StackfarmError):
@@ -91,6 +97,7 @@ class Runner:
         self.no_gpu_reason = no_gpu_reason
         self.cancel = threading.Event()
         self.finished: dict[str, CellReport] = {}
+        self._patched_files: dict[str, tuple[str, ...]] = {}
         self._suite_hashes = {s.name: hash_tree(s.path) for s in matrix.suites}
         conftest = matrix.root / "suites" / "conftest.py"
         self._conftest_hash = hash_tree(conftest) if conftest.exists() else ""
@@ -208,6 +215,9 @@ class Runner:
                 )
         workdir = self.cache.root / "cells" / cell.id
         workdir.mkdir(parents=True, exist_ok=True)
+        patch_step = self._patch(cell, artifacts, workdir, cell_reports)
+        if patch_step is not None:
+            properties.update(patch_step[1])
         installed = self.backend.realise(cell, artifacts, workdir, lambda text: self.ui.update(cell.id, text))
         spec = CellSpec(
             id=cell.id,
@@ -224,10 +234,11 @@ class Runner:
             thresholds=dict(self.matrix.thresholds),
             settings={s.name: dict(s.settings) for s in self.matrix.suites},
             no_gpu_reason=self.no_gpu_reason,
+            patched_files=self._patched_files.get(cell.id, ()),
         )
         spec_path = workdir / "cell.json"
         spec.dump(spec_path)
-        suites = self._run_suites(cell, spec_path, cell_reports)
+        suites = self._run_suites(cell, spec_path, cell_reports, first=patch_step[0] if patch_step else None)
         report = CellReport(
             cell=cell.id, status="ran", reason="", properties=properties, suites=tuple(suites)
         )
@@ -241,9 +252,53 @@ class Runner:
         self.ui.done(cell.id, verdict, first)
         return report
 
-    def _run_suites(self, cell: Cell, spec_path: Path, out: Path) -> list[SuiteResult]:
-        results: list[SuiteResult] = []
+    def _patch(
+        self, cell: Cell, artifacts: dict[Component, Artifact], workdir: Path, out: Path
+    ) -> tuple[SuiteResult, dict[str, str]] | None:
+        """Apply the cell's patch sets to a copy of its sglang tree (the `patches` step, reported as JUnit)."""
+        shutil.rmtree(workdir / PATCHED_SGLANG, ignore_errors=True)  # never a stale tree from earlier patch sets
+        if not cell.patch_sets or not self.backend.needs_artifacts:
+            return None  # a host's installation is qualified as it is: nothing is patched there
+        self.ui.update(cell.id, "patch sglang")
+        sglang = next(c for c in cell.components if c.distribution == "sglang")
+        tree = self.cache.unpacked(artifacts[sglang]) or self.cache.unpack(artifacts[sglang])
+        sets = [ps for ps in self.matrix.patch_sets if ps.name in cell.patch_sets]
+        results = patches.patched_copy(sets, tree, workdir / PATCHED_SGLANG)
+        steps = [
+            Step(
+                name=f"{r.set}/{r.patch}",
+                failure=None if r.ok else f"{r.status}: {r.detail}",
+                properties={
+                    f"patch.{r.set}/{r.patch}.status": r.status,
+                    f"patch.{r.set}/{r.patch}.sha256": r.sha256,
+                },
+            )
+            for r in results
+        ]
+        junit = out / f"{PATCH_STEP}.xml"
+        write_steps(junit, cell=cell.id, suite=PATCH_STEP, steps=steps)
+        applied = {(r.set, r.patch) for r in results if r.status == "applied"}
+        self._patched_files[cell.id] = tuple(
+            sorted(
+                {
+                    path
+                    for ps in sets
+                    for patch in patches.load_series(ps)
+                    if (ps.name, patch.name) in applied
+                    for fp in patch.files
+                    if (path := fp.new_path or fp.old_path)
+                }
+            )
+        )
+        return read_suite(junit, cell=cell.id, suite=PATCH_STEP), patches.junit_properties(results)
+
+    def _run_suites(
+        self, cell: Cell, spec_path: Path, out: Path, *, first: SuiteResult | None = None
+    ) -> list[SuiteResult]:
+        results: list[SuiteResult] = [first] if first else []
         blocked: str | None = None
+        if first is not None and first.outcome != "passed":
+            blocked = f"gated: {first.suite} did not pass ({first.first_failure or first.outcome})"
         for suite in self.matrix.suites:
             junit = out / f"{suite.name}.xml"
             if self.cancel.is_set():

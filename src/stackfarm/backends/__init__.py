@@ -32,6 +32,9 @@ class Backend(Protocol):
         ...
 
 
+#: Where the runner leaves the cell's patched sglang tree in its work dir; backends install that one instead.
+PATCHED_SGLANG = "sglang-patched"
+
 #: The backends `--backend` accepts.
 NAMES = ("local", "host")
 
@@ -47,4 +50,4 @@ def get_backend(name: str, cache: Cache, *, python: str | None = None) -> Backen
     raise ValueError(f"unknown backend {name!r}; use one of {', '.join(NAMES)}")
 
 
-__all__ = ["NAMES", "Backend", "Progress", "get_backend"]
+__all__ = ["NAMES", "PATCHED_SGLANG", "Backend", "Progress", "get_backend"]

@@ -13,7 +13,7 @@ from ..artifacts import Artifact, Cache
 from ..cellspec import InstalledComponent
 from ..plan import Cell, Component
 from ..proc import Outcome, call
-from . import Progress
+from . import PATCHED_SGLANG, Progress
 
 
 class LocalBackend:
@@ -35,23 +35,29 @@ class LocalBackend:
                     f"fetch {name} {100 * done // total}%" if total else f"fetch {name} {done >> 20} MiB"
                 )
 
+            patched = workdir / PATCHED_SGLANG
+            if comp.distribution == "sglang" and patched.is_dir():
+                installed.append(self._component(comp, art, patched))
+                continue
             root = self.cache.unpacked(art)
             if root is None:  # an extracted tree is re-verified by 00-stack's RECORD check, not by re-hashing
                 self.cache.fetch(art, report)
                 progress(f"unpack {comp.distribution}")
                 root = self.cache.unpack(art)
-            installed.append(
-                InstalledComponent(
-                    axis=comp.axis,
-                    distribution=comp.distribution,
-                    version=comp.version,
-                    filename=art.filename,
-                    sha256=art.sha256,
-                    source=art.source,
-                    root=str(root),
-                )
-            )
+            installed.append(self._component(comp, art, root))
         return tuple(installed)
+
+    @staticmethod
+    def _component(comp: Component, art: Artifact, root: Path) -> InstalledComponent:
+        return InstalledComponent(
+            axis=comp.axis,
+            distribution=comp.distribution,
+            version=comp.version,
+            filename=art.filename,
+            sha256=art.sha256,
+            source=art.source,
+            root=str(root),
+        )
 
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
         argv = [

@@ -1,0 +1,513 @@
+"""Turn one cell into findings: does each part of the stack know each target GPU?
+
+A finding is one (arch, component, place) judgement with a verdict and, when it fails, the change to make.
+`analyse(cell)` never raises: a part that cannot be analysed (a truncated .so, a bad arch name in matrix.toml, a
+gate that is not in this SGLang) becomes a failing finding that says so.
+
+Verdicts: ok, missing-crash, missing-graceful, gated-off, ptx-jit, no-code. Policy:
+
+- binaries: ``no-code`` fails (the kernels in those units cannot launch), unless a feature that needs the
+  library is declared off on that arch; ``ptx-jit`` passes (the driver JITs the PTX on first launch);
+  a flashinfer-cubin family without code for an arch is skipped, since flashinfer picks cubins per GPU;
+- sgl-kernel: only the ops library its loader picks for the arch is judged (the other one is never loaded);
+- tables: ``missing-crash`` and ``missing-graceful`` fail; a table with computed keys is skipped as undecidable;
+- gates: ``gated-off`` (or a crash) fails unless [features.X] off declares the arch;
+- an ``off`` declaration whose feature turns out to be available on that arch fails as stale.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from stackfarm.analysis.arch import Arch, ArchError, parse_target
+from stackfarm.analysis.cache import JsonCache, default_root
+from stackfarm.analysis.captables import (
+    FACTS_VERSION,
+    CapLookup,
+    Feature,
+    FeatureError,
+    GateResult,
+    evaluate_gate,
+    evaluate_site,
+    flag_sites,
+    parse_features,
+    scan_tables,
+)
+from stackfarm.analysis.kernels import Library, LoaderChoice, inventory, sgl_kernel_loader
+from stackfarm.analysis.pysource import Evaluator, SourceError, SourceTree
+from stackfarm.cellspec import CellSpec, InstalledComponent
+
+SUITE = "10-capability"
+Kind = Literal["binary", "loader", "table", "gate", "flag", "expectation", "error"]
+Outcome = Literal["pass", "fail", "skip"]
+
+_KERNELS = ("sgl-kernel", "sglang-kernel")
+_BINARY_COMPONENTS = ("torch", *_KERNELS, "flashinfer-python", "flashinfer-cubin")
+_COMMON_OPS = "common_ops"
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: Kind
+    arch: str
+    component: str
+    file: str
+    line: int
+    symbol: str
+    #: One of ok / missing-crash / missing-graceful / gated-off / ptx-jit / no-code; "" when undecidable.
+    verdict: str
+    outcome: Outcome
+    message: str
+    #: The feature this finding belongs to, if any.
+    feature: str = ""
+
+    @property
+    def id(self) -> str:
+        where = f"{Path(self.file).name}:{self.line}" if self.line else Path(self.file).name or self.symbol
+        return f"{self.arch}-{self.component}-{where}-{self.symbol}".replace(" ", "_")
+
+
+@dataclass
+class Analysis:
+    findings: list[Finding] = field(default_factory=list)
+    #: Seconds per step, for the benchmark note.
+    timings: dict[str, float] = field(default_factory=dict)
+    #: Host-only libraries and other facts worth a line in the summary.
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, finding: Finding) -> None:
+        self.findings.append(finding)
+
+    def timed(self, name: str, fn: Callable[[], None]) -> None:
+        start = time.perf_counter()
+        try:
+            fn()
+        except Exception as exc:  # a bug or an input nobody foresaw: one failing finding, never a dead suite
+            self.add(Finding("error", "all", "-", "", 0, name, "", "fail",
+                             f"analysis step {name!r} failed: {type(exc).__name__}: {exc}"))  # fmt: skip
+        self.timings[name] = round(time.perf_counter() - start, 3)
+
+
+def _component(cell: CellSpec, names: Iterable[str]) -> InstalledComponent | None:
+    for comp in cell.components:
+        if comp.distribution in names:
+            return comp
+    return None
+
+
+def _targets(cell: CellSpec, out: Analysis) -> list[Arch]:
+    archs: list[Arch] = []
+    for raw in cell.archs:
+        try:
+            arch = parse_target(raw)
+        except ArchError as exc:
+            out.add(Finding("error", str(raw), "matrix.toml", "matrix.toml", 0, "targets.archs", "", "fail",
+                            f"[targets] archs: {exc}"))  # fmt: skip
+            continue
+        if arch not in archs:
+            archs.append(arch)
+    return archs
+
+
+def _reference(cell: CellSpec) -> Arch | None:
+    try:
+        return parse_target(cell.reference_arch) if cell.reference_arch else None
+    except ArchError:
+        return None
+
+
+# --------------------------------------------------------------------------- binaries
+
+
+def _off_for(features: Iterable[Feature], relpath: str, arch: Arch) -> tuple[Feature, str] | None:
+    for feature in features:
+        if arch in feature.off and any(fnmatch.fnmatch(relpath, pattern) for pattern in feature.libs):
+            return feature, feature.off[arch]
+    return None
+
+
+def _rebuild_hint(comp: InstalledComponent, lib: Library, arch: Arch) -> str:
+    return (
+        f"rebuild {comp.distribution} {comp.version} with SASS for {arch} "
+        f"(nvcc -gencode arch=compute_{arch.sm}a,code=sm_{arch.sm}a; TORCH_CUDA_ARCH_LIST / "
+        f"CMAKE_CUDA_ARCHITECTURES += {arch.sm}a), or, if the deployment does without {lib.name} on {arch}, "
+        f'list it in a matrix.toml feature: libs = ["{lib.relpath}"], off = {{ {arch} = "why" }}'
+    )
+
+
+def _binary_finding(
+    comp: InstalledComponent,
+    lib: Library,
+    arch: Arch,
+    features: tuple[Feature, ...],
+    *,
+    kind: Kind = "binary",
+) -> Finding:
+    cov = lib.coverage(arch)
+    assert lib.binary is not None and cov is not None
+    explain = cov.explain(lib.binary)
+    if lib.spread == "any-unit":
+        explain = (f"{lib.relpath} on {arch}: {lib.binary.describe().replace('units', 'cubins')}; "
+                   f"{'usable' if cov.verdict == 'ok' else 'none runs here'}")  # fmt: skip
+    common = dict(arch=str(arch), component=comp.distribution, file=lib.relpath, line=0, symbol=lib.name)
+    if cov.verdict in ("ok", "ptx-jit"):
+        return Finding(kind, **common, verdict=cov.verdict, outcome="pass", message=explain)  # type: ignore[arg-type]
+    if lib.spread == "any-unit":
+        return Finding(
+            kind,
+            **common,
+            verdict="no-code",
+            outcome="skip",  # type: ignore[arg-type]
+            message=f"{explain}: flashinfer loads a cubin family only on the GPUs it was built for",
+        )
+    expected = _off_for(features, lib.relpath, arch)
+    if expected:
+        feature, reason = expected
+        return Finding(
+            kind,
+            **common,
+            verdict="no-code",
+            outcome="pass",
+            feature=feature.name,  # type: ignore[arg-type]
+            message=f"{explain}; expected: [features.{feature.name}] off.{arch} = {reason!r}",
+        )
+    return Finding(
+        kind,
+        **common,
+        verdict="no-code",
+        outcome="fail",  # type: ignore[arg-type]
+        message=f"{explain}. Fix: {_rebuild_hint(comp, lib, arch)}",
+    )
+
+
+def _binaries(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out: Analysis) -> None:
+    cuda = cell.values.get("cuda", "")
+    for comp in cell.components:
+        if comp.distribution not in _BINARY_COMPONENTS:
+            continue
+        libraries = inventory(comp.root, comp.distribution)
+        choices: dict[Arch, LoaderChoice] = {}
+        if comp.distribution in _KERNELS:
+            choices = {arch: sgl_kernel_loader(comp.root, arch, cuda) for arch in archs}
+        host = [lib.relpath for lib in libraries if lib.binary is None and lib.error is None]
+        if host:
+            out.notes.append(f"{comp.distribution}: host-only libraries (no device code): {', '.join(host)}")
+        for lib in libraries:
+            if lib.error is not None:
+                out.add(Finding("binary", "all", comp.distribution, lib.relpath, 0, lib.name, "", "fail",
+                                f"cannot read {lib.relpath}: {lib.error}"))  # fmt: skip
+                continue
+            if lib.binary is None:
+                continue
+            for arch in archs:
+                if _COMMON_OPS in lib.name and arch in choices and choices[arch].chosen != lib.relpath:
+                    continue  # the loader never opens it on this GPU (see the loader finding)
+                out.add(_binary_finding(comp, lib, arch, features))
+        for arch, choice in choices.items():
+            out.add(_loader_finding(comp, libraries, choice, features))
+
+
+def _loader_finding(
+    comp: InstalledComponent,
+    libraries: tuple[Library, ...],
+    choice: LoaderChoice,
+    features: tuple[Feature, ...],
+) -> Finding:
+    arch = choice.gpu
+    tried = " then ".join(choice.patterns) or "nothing"
+    if choice.chosen is None:
+        return Finding("loader", str(arch), comp.distribution, "sgl_kernel/load_utils.py", 0, "loader", "no-code",
+                       "fail", f"sgl_kernel's loader on {arch} tries {tried} and finds no library: "
+                       f"import sgl_kernel fails there ({choice.how}). Fix: ship that library in the wheel")  # fmt: skip
+    lib = next((x for x in libraries if choice.chosen in (x.relpath, *x.aliases)), None)
+    if lib is None or lib.binary is None:
+        why = lib.error if lib else "not in the inventory"
+        return Finding("loader", str(arch), comp.distribution, choice.chosen, 0, "loader", "", "fail",
+                       f"sgl_kernel's loader on {arch} loads {choice.chosen}, which cannot be read: {why}")  # fmt: skip
+    judged = _binary_finding(comp, lib, arch, features, kind="loader")
+    head = f"sgl_kernel's loader on {arch} loads {choice.chosen} (tries {tried}; {choice.how}): "
+    return Finding("loader", judged.arch, judged.component, judged.file, 0, "loader", judged.verdict,
+                   judged.outcome, head + judged.message, judged.feature)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _table_finding(comp: InstalledComponent, cap: CapLookup, arch: Arch) -> Finding:
+    lookup, table = cap.lookup, cap.table
+    common = dict(
+        arch=str(arch), component=comp.distribution, file=cap.path, line=lookup.line, symbol=table.name
+    )
+    where = f"{cap.path}:{lookup.line} in {lookup.symbol}"
+    defined = f"{table.name} ({cap.table_path}:{table.line})"
+    verdict = cap.verdict(arch)
+    if verdict is None:
+        return Finding(
+            "table",
+            **common,
+            verdict="",
+            outcome="skip",  # type: ignore[arg-type]
+            message=f"{where}: `{lookup.text}` looks up {defined} by {cap.kind}, but its keys are "
+            f"computed (`{table.computed}`): cannot decide statically; make the keys literals",
+        )
+    key = cap.target_key(arch)
+    if verdict == "ok":
+        return Finding(
+            "table",
+            **common,
+            verdict="ok",
+            outcome="pass",  # type: ignore[arg-type]
+            message=f"{where}: `{lookup.text}` finds {arch}'s key {key!r} in {defined}",
+        )
+    keys = ", ".join(repr(k) for k in table.keys or ())
+    if verdict == "missing-crash":
+        text = (f"{where}: `{lookup.text}` raises KeyError: {key!r} on {arch}: {defined} has keys {keys}. "
+                f"Fix: patch {cap.table_path} to add {key!r}: <the {arch} entry> to {table.name} "
+                f"(or look it up with .get() and a fallback at {cap.path}:{lookup.line})")  # fmt: skip
+    else:
+        how = lookup.guard or f"`{lookup.style}`"
+        text = (f"{where}: `{lookup.text}` misses {arch}'s key {key!r} ({how}): the feature is silently off on "
+                f"{arch}; {defined} has keys {keys}. Fix: patch {cap.table_path} to add {key!r} to {table.name}")  # fmt: skip
+    return Finding("table", **common, verdict=verdict, outcome="fail", message=text)  # type: ignore[arg-type]
+
+
+def _tables(cell: CellSpec, archs: list[Arch], out: Analysis) -> None:
+    comp = _component(cell, ("sglang",))
+    if comp is None:
+        out.notes.append("no sglang component in this cell: no capability tables to scan")
+        return
+    packages = tuple(cell.settings.get(SUITE, {}).get("table_packages", ["sglang"]))
+    scan = scan_tables(SourceTree([comp.root]), packages, JsonCache(default_root(), FACTS_VERSION))
+    out.notes.append(
+        f"tables: {len(scan.lookups)} capability lookups in {scan.files_total} files of {', '.join(packages)}; "
+        f"{scan.files_parsed} parsed, {scan.cache_hits} from the by-hash cache"
+    )
+    out.notes.extend(scan.problems)
+    for cap in scan.lookups:
+        for arch in archs:
+            out.add(_table_finding(comp, cap, arch))
+
+
+# --------------------------------------------------------------------------- gates
+
+
+def _gate_finding(comp: InstalledComponent, feature: Feature, result: GateResult, arch: Arch) -> Finding:
+    common = dict(arch=str(arch), component=comp.distribution, file=result.path, line=result.line,
+                  symbol=result.symbol.partition(":")[2], feature=feature.name)  # fmt: skip
+    head = f"feature {feature.name}: gate {result.symbol} on {arch}"
+    if result.state == "on":
+        return Finding(
+            "gate",
+            **common,
+            verdict="ok",
+            outcome="pass",  # type: ignore[arg-type]
+            message=f"{head} lets it on ({result.reason})",
+        )
+    verdict = "missing-crash" if result.state == "crash" else "gated-off"
+    if arch in feature.off:
+        return Finding(
+            "gate",
+            **common,
+            verdict=verdict,
+            outcome="pass",  # type: ignore[arg-type]
+            message=f"{head} is off as declared ({feature.off[arch]!r}): {result.reason}",
+        )
+    fix = (f"Fix: patch the check at {result.path}:{result.line} so that {arch} passes it (the patch sets "
+           f"in patches/ do this for known releases), or declare [features.{feature.name}] "
+           f"off = {{ {arch} = \"why\" }} if the deployment does without it")  # fmt: skip
+    what = "crashes" if result.state == "crash" else "turns it off"
+    return Finding(
+        "gate",
+        **common,
+        verdict=verdict,
+        outcome="fail",  # type: ignore[arg-type]
+        message=f"{head} {what}: {result.reason}. {fix}",
+    )
+
+
+def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out: Analysis) -> None:
+    comp = _component(cell, ("sglang",))
+    if comp is None:
+        return
+    roots = [comp.root] + [c.root for c in cell.components if c is not comp]
+    tree = SourceTree(roots)
+    cuda = cell.values.get("cuda", "")
+    reference = _reference(cell)
+    settings = cell.settings.get(SUITE, {})
+    packages = tuple(settings.get("flag_packages", ["sglang"]))
+    environ = {str(k): str(v) for k, v in settings.get("environ", {}).items()}
+    for feature in features:
+        assume = dict.fromkeys(feature.flags, True)
+        present = [g for g in feature.gates if _exists(tree, g)]
+        if feature.gates and not present:
+            out.add(Finding("gate", "all", comp.distribution, "", 0, feature.name, "", "fail",
+                            f"feature {feature.name}: none of its gates {list(feature.gates)} is in "
+                            f"{comp.distribution} {comp.version}: update [features.{feature.name}] gate in "
+                            "matrix.toml to where this release decides it", feature.name))  # fmt: skip
+        results: dict[Arch, list[Finding]] = {arch: [] for arch in archs}
+        for gate in present:
+            for arch in archs:
+                result = evaluate_gate(tree, gate, arch, cuda, assume=assume, environ=environ)
+                finding = _gate_finding(comp, feature, result, arch)
+                results[arch].append(finding)
+                out.add(finding)
+        gate_symbols = {g.partition(":")[2] for g in present}
+        for site in flag_sites(tree, packages, feature.flags):
+            if site.symbol in gate_symbols:
+                continue  # judged above as the declared gate
+            values = {arch: evaluate_site(tree, site, arch, cuda, assume=assume, environ=environ) for arch in archs}
+            if reference is None:
+                ref_value = None
+            elif reference in values:
+                ref_value = values[reference]
+            else:
+                ref_value = evaluate_site(tree, site, reference, cuda, assume=assume, environ=environ)
+            if not any(v is False for v in values.values()) or ref_value is False:
+                continue  # not decided by the GPU: off everywhere (or nowhere) is no capability question
+            for arch, value in values.items():
+                finding = _flag_finding(
+                    comp, feature, site.path, site.line, site.symbol, site.text, arch, value
+                )
+                results[arch].append(finding)
+                out.add(finding)
+        for arch in archs:
+            if arch in feature.off:
+                out.add(_expectation(comp, feature, arch, results[arch], out))
+
+
+def _flag_finding(
+    comp: InstalledComponent,
+    feature: Feature,
+    path: str,
+    line: int,
+    symbol: str,
+    text: str,
+    arch: Arch,
+    value: bool | None,
+) -> Finding:
+    common = dict(arch=str(arch), component=comp.distribution, file=path, line=line, symbol=symbol,
+                  feature=feature.name)  # fmt: skip
+    head = f"feature {feature.name}: `{text}` at {path}:{line} (reads {'/'.join(feature.flags)})"
+    if value is not False:
+        return Finding(
+            "flag",
+            **common,
+            verdict="ok",
+            outcome="pass",  # type: ignore[arg-type]
+            message=f"{head} is {'true' if value else 'not decided by the GPU'} on {arch}",
+        )
+    if arch in feature.off:
+        return Finding(
+            "flag",
+            **common,
+            verdict="gated-off",
+            outcome="pass",  # type: ignore[arg-type]
+            message=f"{head} is false on {arch}, as declared ({feature.off[arch]!r})",
+        )
+    return Finding("flag", **common, verdict="gated-off", outcome="fail",  # type: ignore[arg-type]
+                   message=f"{head} is false on {arch} with the flag set, but not on the reference arch. "
+                   f"Fix: patch the condition at {path}:{line} to accept {arch}, or declare "
+                   f"[features.{feature.name}] off = {{ {arch} = \"why\" }}")  # fmt: skip
+
+
+def _expectation(
+    comp: InstalledComponent, feature: Feature, arch: Arch, judged: list[Finding], out: Analysis
+) -> Finding:
+    libs = [f for f in out.findings if f.kind in ("binary", "loader") and f.arch == str(arch)
+            and any(fnmatch.fnmatch(f.file, p) for p in feature.libs)]  # fmt: skip
+    evidence = judged + libs
+    common = dict(arch=str(arch), component=comp.distribution, file="matrix.toml", line=0,
+                  symbol=f"features.{feature.name}.off", feature=feature.name)  # fmt: skip
+    if evidence and all(f.verdict in ("ok", "ptx-jit") for f in evidence):
+        return Finding("expectation", **common, verdict="ok", outcome="fail",  # type: ignore[arg-type]
+                       message=f"[features.{feature.name}] declares it off on {arch} ({feature.off[arch]!r}), "
+                       f"but every gate lets it on and every library it needs has {arch} code: the expectation "
+                       f"is stale, remove off.{arch} from matrix.toml")  # fmt: skip
+    off = [f for f in evidence if f.verdict not in ("ok", "ptx-jit")]
+    detail = "; ".join(
+        f"{f.file}:{f.line} {f.verdict}" if f.line else f"{f.file} {f.verdict}" for f in off[:4]
+    )
+    return Finding(
+        "expectation",
+        **common,
+        verdict="gated-off",
+        outcome="pass",  # type: ignore[arg-type]
+        message=f"[features.{feature.name}] is off on {arch} as declared ({feature.off[arch]!r}): "
+        f"{detail or 'no gate or library to check'}",
+    )
+
+
+def _exists(tree: SourceTree, gate: str) -> bool:
+    module, _, qualname = gate.partition(":")
+    if tree.path_of(module) is None:
+        return False
+    try:
+        Evaluator(tree, Arch(9, 0), "").lookup(f"{module}.{qualname}")
+    except SourceError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def analyse(cell: CellSpec) -> Analysis:
+    """Every static finding for the cell, per target arch. Never raises."""
+    out = Analysis()
+    archs = _targets(cell, out)
+    features: tuple[Feature, ...] = ()
+    try:
+        features = parse_features(cell.features)
+    except FeatureError as exc:
+        out.add(Finding("error", "all", "matrix.toml", "matrix.toml", 0, "features", "", "fail", str(exc)))
+    if not archs:
+        out.add(Finding("error", "all", "matrix.toml", "matrix.toml", 0, "targets.archs", "", "fail",
+                        "no usable target arch in matrix.toml [targets] archs: nothing to check"))  # fmt: skip
+        return out
+    out.timed("binaries", lambda: _binaries(cell, archs, features, out))
+    out.timed("tables", lambda: _tables(cell, archs, out))
+    out.timed("gates", lambda: _gates(cell, archs, features, out))
+    return out
+
+
+def grid(analysis: Analysis) -> dict[tuple[str, str], str]:
+    """(arch, component) -> "verdict xN, ..." over the findings that did not pass, or "ok"."""
+    cells: dict[tuple[str, str], dict[str, int]] = {}
+    for f in analysis.findings:
+        counts = cells.setdefault((f.arch, f.component), {})
+        label = f.verdict if f.outcome == "fail" else "ok" if f.outcome == "pass" else "skipped"
+        counts[label] = counts.get(label, 0) + 1
+    out: dict[tuple[str, str], str] = {}
+    for key, counts in cells.items():
+        bad = {k: v for k, v in counts.items() if k not in ("ok", "skipped")}
+        out[key] = ", ".join(f"{k or 'error'} x{v}" for k, v in sorted(bad.items())) or "ok"
+    return out
+
+
+def grid_markdown(analysis: Analysis, title: str) -> str:
+    table = grid(analysis)
+    archs = sorted({a for a, _ in table})
+    comps = sorted({c for _, c in table})
+    lines = [f"### {title}", "", "| arch | " + " | ".join(comps) + " |", "|---" * (len(comps) + 1) + "|"]
+    for arch in archs:
+        lines.append(f"| {arch} | " + " | ".join(table.get((arch, c), "—") for c in comps) + " |")
+    lines.append("")
+    failing = [f for f in analysis.findings if f.outcome == "fail"]
+    if failing:
+        lines += ["**Failing findings**", ""]
+        lines += [f"- `{f.arch}` {f.component} `{f.file}:{f.line}` {f.verdict or 'error'}: {f.message}"
+                  for f in failing]  # fmt: skip
+        lines.append("")
+    if analysis.notes:
+        lines += ["**Notes**", "", *(f"- {n}" for n in analysis.notes), ""]
+    timing = ", ".join(f"{k} {v:.2f}s" for k, v in analysis.timings.items())
+    lines.append(f"static analysis: {timing}")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["Analysis", "Finding", "analyse", "grid", "grid_markdown"]

@@ -1,0 +1,74 @@
+"""10-capability: the analysis runs once per session, at collection; each finding becomes one testcase.
+
+The arch x component grid goes to the terminal summary, to ``capability.md`` beside the JUnit file, and
+into the JUnit testsuite properties ``capability.<arch>.<component>``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import pytest
+from capability_findings import Analysis, Finding, analyse, grid, grid_markdown
+
+from stackfarm.cellspec import load
+
+
+@functools.cache
+def analysis() -> Analysis:
+    path = os.environ.get("STACKFARM_CELL")
+    if not path:
+        out = Analysis()
+        out.add(Finding("error", "all", "-", "", 0, "STACKFARM_CELL", "", "fail",
+                        "STACKFARM_CELL is not set: suites are run by stackfarm (python -m stackfarm run)"))  # fmt: skip
+        return out
+    try:
+        cell = load(path)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        out = Analysis()
+        out.add(Finding("error", "all", "-", path, 0, "cell.json", "", "fail", f"cannot read {path}: {exc}"))
+        return out
+    return analyse(cell)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "finding" not in metafunc.fixturenames:
+        return
+    findings = analysis().findings
+    ids = _unique([f"{f.kind}-{f.id}" for f in findings])
+    metafunc.parametrize("finding", findings, ids=ids)
+
+
+def _unique(ids: list[str]) -> list[str]:
+    seen: dict[str, int] = {}
+    out = []
+    for i in ids:
+        seen[i] = seen.get(i, 0) + 1
+        out.append(i if seen[i] == 1 else f"{i}#{seen[i]}")
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _grid_properties(record_testsuite_property: pytest.RecordProperty) -> None:
+    for (arch, component), text in sorted(grid(analysis()).items()):
+        record_testsuite_property(f"capability.{arch}.{component}", text)
+    for name, seconds in analysis().timings.items():
+        record_testsuite_property(f"capability.seconds.{name}", f"{seconds:.3f}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    if not analysis.cache_info().currsize:
+        return
+    cell = Path(os.environ.get("STACKFARM_CELL", "cell")).parent.name or "cell"
+    text = grid_markdown(analysis(), f"capability map: {cell}")
+    terminalreporter.write_sep("=", "capability map (arch x component)")
+    terminalreporter.write_line(text)
+    xml = getattr(config.option, "xmlpath", None)
+    if xml:
+        target = Path(xml).with_name("capability.md")
+        try:
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            terminalreporter.write_line(f"(could not write {target}: {exc})")

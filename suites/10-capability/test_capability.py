@@ -1,0 +1,180 @@
+"""10-capability: does this stack know each target GPU? Binaries, tables, gates; found, not hand-listed.
+
+Static part (any machine): one testcase per finding of `capability_findings.analyse` (see its docstring for the
+verdicts and the pass/fail policy), each carrying the properties arch, component, file, line, symbol, verdict.
+
+GPU part (skipped with "needs GPU: ..." elsewhere): the device's real capability, sgl-kernel's real choice of
+ops library checked against the static prediction, and one real kernel call per library (torch, sgl-kernel,
+flashinfer) against a float32 reference. It imports the stack from the Python that runs the suite, and first
+checks that those are the versions the cell describes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from capability_findings import Finding
+from packaging.version import Version
+
+from stackfarm.analysis.arch import Arch, parse_target
+from stackfarm.analysis.fatbin import read_binary
+from stackfarm.analysis.kernels import sgl_kernel_loader
+from stackfarm.cellspec import CellSpec
+
+
+def _judge(finding: Finding, record_property: pytest.RecordProperty) -> None:
+    for key in ("arch", "component", "file", "line", "symbol", "verdict"):
+        record_property(key, str(getattr(finding, key)))
+    if finding.feature:
+        record_property("feature", finding.feature)
+    record_property("detail", finding.message)
+    if finding.outcome == "skip":
+        pytest.skip(finding.message)
+    if finding.outcome == "fail":
+        pytest.fail(finding.message, pytrace=False)
+
+
+def test_finding(finding: Finding, record_property: pytest.RecordProperty) -> None:
+    """One static finding: its id starts with its kind.
+
+    binary / loader: a CUDA library (or the one sgl-kernel's loader picks) has code that runs on the arch;
+    table: a capability-keyed dict lookup in SGLang finds the arch's key;
+    gate / flag / expectation: a wanted feature's gate lets it on for the arch, or it is declared off there and is;
+    error: an input the analysis could not use (a bad arch name, an unreadable cell, a failed step).
+    """
+    _judge(finding, record_property)
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+def _need_gpu(cell: CellSpec) -> None:
+    if cell.no_gpu_reason is not None:
+        pytest.skip(f"needs GPU: {cell.no_gpu_reason}")
+
+
+def _stack_module(cell: CellSpec, module: str, distributions: tuple[str, ...]) -> ModuleType:
+    """Import `module` from the running Python, after checking it is the version the cell describes."""
+    comp = next((c for c in cell.components if c.distribution in distributions), None)
+    if comp is None:
+        pytest.skip(f"the cell has no {' / '.join(distributions)}")
+    installed = None
+    for dist in distributions:
+        try:
+            installed = importlib.metadata.version(dist)
+            break
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    if installed is None:
+        pytest.fail(f"{comp.distribution} is not installed in the Python running this suite; install "
+                    f"{comp.distribution}=={comp.version} there (or put its tree on PYTHONPATH)", pytrace=False)  # fmt: skip
+    if Version(Version(installed).base_version) != Version(Version(comp.version).base_version):
+        pytest.fail(f"the suite's Python has {comp.distribution} {installed}, the cell is {comp.version}: "
+                    "the GPU checks would describe another stack", pytrace=False)  # fmt: skip
+    return importlib.import_module(module)
+
+
+def _props(record_property: pytest.RecordProperty, **values: Any) -> None:
+    for key in ("arch", "component", "file", "line", "symbol", "verdict"):
+        record_property(key, str(values.get(key, "")))
+
+
+@pytest.fixture(scope="module")
+def device(cell: CellSpec) -> Arch:
+    _need_gpu(cell)
+    torch = _stack_module(cell, "torch", ("torch",))
+    if not torch.cuda.is_available():
+        pytest.fail(f"a GPU was reported ({cell.no_gpu_reason=}) but torch.cuda.is_available() is False",
+                    pytrace=False)  # fmt: skip
+    major, minor = torch.cuda.get_device_capability()
+    return Arch(major, minor)
+
+
+def test_gpu_device_is_a_target(cell: CellSpec, device: Arch, record_property: pytest.RecordProperty) -> None:
+    """The GPU is one of matrix.toml's target archs, so the static findings above describe it."""
+    targets = [parse_target(a) for a in cell.archs]
+    ok = device in targets
+    _props(record_property, arch=device, component="torch", file="torch.cuda", symbol="get_device_capability",
+           verdict="ok" if ok else "no-code")  # fmt: skip
+    assert ok, (
+        f"the GPU is {device}, not one of the cell's targets {list(cell.archs)}: add it to [targets] archs"
+    )
+
+
+def test_gpu_torch_kernel(cell: CellSpec, device: Arch, record_property: pytest.RecordProperty) -> None:
+    """torch runs a kernel on the GPU, and every arch torch says it was built for is in libtorch_cuda's fatbin."""
+    import torch
+
+    comp = cell.component("torch")
+    lib = Path(torch.__file__).parent / "lib" / "libtorch_cuda.so"
+    static = read_binary(lib)
+    built = {parse_target(a) for a in torch.cuda.get_arch_list() if a.startswith("sm_")}
+    _props(record_property, arch=device, component=comp.distribution, file="torch/lib/libtorch_cuda.so",
+           symbol="torch.matmul", verdict="ok")  # fmt: skip
+    assert static is not None, f"{lib} has no device code"
+    sass = {a.device for a in static.sass}
+    assert built <= sass, (
+        f"torch.cuda.get_arch_list() names {sorted(map(str, built - sass))} missing from {lib}"
+    )
+    a = torch.randn(64, 64, device="cuda", dtype=torch.float32)
+    b = torch.randn(64, 64, device="cuda", dtype=torch.float32)
+    got = (a @ b).cpu().double()
+    want = a.cpu().double() @ b.cpu().double()
+    assert torch.allclose(got, want, rtol=1e-3, atol=1e-3), "torch.matmul on the GPU differs from the CPU"
+
+
+def test_gpu_sgl_kernel_loader(cell: CellSpec, device: Arch, record_property: pytest.RecordProperty) -> None:
+    """sgl_kernel loads the ops library that the static evaluation of its loader predicts for this GPU."""
+    sgl_kernel = _stack_module(cell, "sgl_kernel", ("sglang-kernel", "sgl-kernel"))
+    import torch
+
+    package = Path(sgl_kernel.__file__).parent
+    actual = Path(sgl_kernel.common_ops.__file__).resolve().relative_to(package.parent.resolve()).as_posix()
+    predicted = sgl_kernel_loader(package.parent, device, torch.version.cuda or "")
+    _props(record_property, arch=device, component="sgl-kernel", file=actual, symbol="loader",
+           verdict="ok" if actual == predicted.chosen else "no-code")  # fmt: skip
+    record_property("predicted", str(predicted.chosen))
+    assert actual == predicted.chosen, (
+        f"sgl_kernel loaded {actual} on {device}, the static loader evaluation predicted {predicted.chosen} "
+        f"(patterns {predicted.patterns}): fix stackfarm.analysis.kernels or the evaluator"
+    )
+
+
+def _rmsnorm_reference(x: Any, w: Any, eps: float) -> Any:
+    import torch
+
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def test_gpu_sgl_kernel_rmsnorm(cell: CellSpec, device: Arch, record_property: pytest.RecordProperty) -> None:
+    """One real sgl-kernel call: rmsnorm against a float32 reference."""
+    sgl_kernel = _stack_module(cell, "sgl_kernel", ("sglang-kernel", "sgl-kernel"))
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    got = sgl_kernel.rmsnorm(x, w, 1e-6)
+    _props(record_property, arch=device, component="sgl-kernel", file="sgl_kernel/elementwise.py",
+           symbol="rmsnorm", verdict="ok")  # fmt: skip
+    torch.testing.assert_close(got, _rmsnorm_reference(x, w, 1e-6), rtol=2e-2, atol=2e-2)
+
+
+def test_gpu_flashinfer_rmsnorm(cell: CellSpec, device: Arch, record_property: pytest.RecordProperty) -> None:
+    """One real flashinfer call (JIT-compiled for this GPU on first use): rmsnorm against a float32 reference."""
+    flashinfer = _stack_module(cell, "flashinfer", ("flashinfer-python",))
+    import torch
+
+    torch.manual_seed(0)
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    got = flashinfer.norm.rmsnorm(x, w, 1e-6)
+    _props(record_property, arch=device, component="flashinfer-python", file="flashinfer/norm",
+           symbol="rmsnorm", verdict="ok")  # fmt: skip
+    torch.testing.assert_close(got, _rmsnorm_reference(x, w, 1e-6), rtol=2e-2, atol=2e-2)
