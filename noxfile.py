@@ -62,6 +62,13 @@ def plan(session: nox.Session) -> None:
 
 
 @nox.session
+def patches(session: nox.Session) -> None:
+    """Patch series: check [--json] | port SET --from V --to V | resolve DIR --to V."""
+    _install(session)
+    session.run("python", "-m", "stackfarm.patches", *(session.posargs or ["check"]))
+
+
+@nox.session
 def tests(session: nox.Session) -> None:
     """Run stackfarm's own tests: fast unit tests plus the real integration tests."""
     _install(session)

@@ -39,9 +39,16 @@ def test_realise_points_each_component_at_its_site_packages(tmp_path: Path) -> N
     assert (Path(comp.root) / "packaging" / "version.py").is_file()
 
 
-def test_a_missing_component_is_a_clear_cell_error(tmp_path: Path) -> None:
+def test_a_missing_component_is_left_for_00_stack_to_fail(tmp_path: Path) -> None:
     backend = HostBackend(sys.executable)
-    with pytest.raises(CellError, match="has no no-such-distribution-xyz installed"):
+    cell = _cell(("packaging", "1"), ("no-such-distribution-xyz", "1.0"))
+    _, missing = backend.realise(cell, {}, tmp_path, lambda _: None)
+    assert missing.root == "", "an empty root marks a component the host does not have"
+
+
+def test_a_host_without_any_component_cannot_realise_the_cell(tmp_path: Path) -> None:
+    backend = HostBackend(sys.executable)
+    with pytest.raises(CellError, match="has none of host-cell's components"):
         backend.realise(_cell(("no-such-distribution-xyz", "1.0")), {}, tmp_path, lambda _: None)
 
 

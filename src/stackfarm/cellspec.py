@@ -6,9 +6,14 @@ Suites read it through `load()` (the `cell` fixture in suites/conftest.py); the 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+#: The type of pytest's `record_property` fixture (pytest exports no name for it).
+RecordProperty = Callable[[str, object], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,4 +66,4 @@ def load(path: Path | str) -> CellSpec:
     return CellSpec(**data)
 
 
-__all__ = ["CellSpec", "InstalledComponent", "load"]
+__all__ = ["CellSpec", "InstalledComponent", "RecordProperty", "load"]

@@ -24,7 +24,7 @@ from elftools.elf.elffile import ELFFile
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from stackfarm.cellspec import CellSpec, InstalledComponent, load
+from stackfarm.cellspec import CellSpec, InstalledComponent, RecordProperty, load
 
 _CUDART = re.compile(r"^libcudart\.so\.(\d+)")
 
@@ -42,8 +42,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("cuda_component", comps, ids=[c.distribution for c in comps])
 
 
+def _root(component: InstalledComponent) -> Path:
+    if not component.root:
+        pytest.fail(f"{component.distribution} {component.version} is not installed ({component.source})")
+    return Path(component.root)
+
+
 def _dist_info(component: InstalledComponent) -> Path:
-    root = Path(component.root)
+    root = _root(component)
     name = canonicalize_name(component.distribution)
     for candidate in sorted(root.glob("*.dist-info")):
         if canonicalize_name(candidate.name.split("-")[0]) == name:
@@ -52,7 +58,7 @@ def _dist_info(component: InstalledComponent) -> Path:
 
 
 def test_metadata_matches_claim(
-    component: InstalledComponent, record_property: pytest.RecordProperty
+    component: InstalledComponent, record_property: RecordProperty
 ) -> None:
     meta = email.parser.Parser().parsestr((_dist_info(component) / "METADATA").read_text(encoding="utf-8"))
     record_property(f"{component.distribution}.installed_version", meta["Version"])
@@ -77,9 +83,9 @@ def _check(root: Path, path: str, expected: str) -> str | None:
 
 
 def test_files_match_record(
-    cell: CellSpec, component: InstalledComponent, record_property: pytest.RecordProperty
+    cell: CellSpec, component: InstalledComponent, record_property: RecordProperty
 ) -> None:
-    root = Path(component.root)
+    root = _root(component)
     record = _dist_info(component) / "RECORD"
     with record.open(newline="", encoding="utf-8") as fh:
         rows = [(row[0], row[1]) for row in csv.reader(fh) if len(row) >= 2 and row[1]]
@@ -101,8 +107,8 @@ def _torch(cell: CellSpec) -> InstalledComponent:
     return cell.component("torch")
 
 
-def test_torch_built_for_cell_cuda(cell: CellSpec, record_property: pytest.RecordProperty) -> None:
-    version_py = Path(_torch(cell).root) / "torch" / "version.py"
+def test_torch_built_for_cell_cuda(cell: CellSpec, record_property: RecordProperty) -> None:
+    version_py = _root(_torch(cell)) / "torch" / "version.py"
     tree = ast.parse(version_py.read_text(encoding="utf-8"))
     built: str | None = None
     for node in tree.body:
@@ -135,10 +141,10 @@ def _cudart_majors(path: Path) -> set[int]:
 
 
 def test_cuda_libraries_link_cell_runtime(
-    cell: CellSpec, cuda_component: InstalledComponent, record_property: pytest.RecordProperty
+    cell: CellSpec, cuda_component: InstalledComponent, record_property: RecordProperty
 ) -> None:
     distribution = cuda_component.distribution
-    root = Path(cuda_component.root)
+    root = _root(cuda_component)
     linked = {
         str(so.relative_to(root)): _cudart_majors(so) for so in sorted(root.rglob("*.so*")) if so.is_file()
     }

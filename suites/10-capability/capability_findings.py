@@ -20,7 +20,7 @@ from __future__ import annotations
 import fnmatch
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -31,6 +31,7 @@ from stackfarm.analysis.captables import (
     CapLookup,
     Feature,
     FeatureError,
+    FlagSite,
     GateResult,
     evaluate_gate,
     evaluate_site,
@@ -149,40 +150,24 @@ def _binary_finding(
     kind: Kind = "binary",
 ) -> Finding:
     cov = lib.coverage(arch)
-    assert lib.binary is not None and cov is not None
+    assert lib.binary is not None
+    assert cov is not None
     explain = cov.explain(lib.binary)
     if lib.spread == "any-unit":
-        explain = (f"{lib.relpath} on {arch}: {lib.binary.describe().replace('units', 'cubins')}; "
-                   f"{'usable' if cov.verdict == 'ok' else 'none runs here'}")  # fmt: skip
-    common = dict(arch=str(arch), component=comp.distribution, file=lib.relpath, line=0, symbol=lib.name)
+        usable = "usable" if cov.verdict == "ok" else "none runs here"
+        explain = f"{lib.relpath} on {arch}: {lib.binary.describe().replace('units', 'cubins')}; {usable}"
+    base = Finding(kind, str(arch), comp.distribution, lib.relpath, 0, lib.name, cov.verdict, "pass", explain)
     if cov.verdict in ("ok", "ptx-jit"):
-        return Finding(kind, **common, verdict=cov.verdict, outcome="pass", message=explain)  # type: ignore[arg-type]
+        return base
     if lib.spread == "any-unit":
-        return Finding(
-            kind,
-            **common,
-            verdict="no-code",
-            outcome="skip",  # type: ignore[arg-type]
-            message=f"{explain}: flashinfer loads a cubin family only on the GPUs it was built for",
-        )
+        why = f"{explain}: flashinfer loads a cubin family only on the GPUs it was built for"
+        return replace(base, outcome="skip", message=why)
     expected = _off_for(features, lib.relpath, arch)
     if expected:
         feature, reason = expected
-        return Finding(
-            kind,
-            **common,
-            verdict="no-code",
-            outcome="pass",
-            feature=feature.name,  # type: ignore[arg-type]
-            message=f"{explain}; expected: [features.{feature.name}] off.{arch} = {reason!r}",
-        )
-    return Finding(
-        kind,
-        **common,
-        verdict="no-code",
-        outcome="fail",  # type: ignore[arg-type]
-        message=f"{explain}. Fix: {_rebuild_hint(comp, lib, arch)}",
-    )
+        why = f"{explain}; expected: [features.{feature.name}] off.{arch} = {reason!r}"
+        return replace(base, feature=feature.name, message=why)
+    return replace(base, outcome="fail", message=f"{explain}. Fix: {_rebuild_hint(comp, lib, arch)}")
 
 
 def _binaries(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out: Analysis) -> None:
@@ -208,7 +193,7 @@ def _binaries(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], 
                 if _COMMON_OPS in lib.name and arch in choices and choices[arch].chosen != lib.relpath:
                     continue  # the loader never opens it on this GPU (see the loader finding)
                 out.add(_binary_finding(comp, lib, arch, features))
-        for arch, choice in choices.items():
+        for choice in choices.values():
             out.add(_loader_finding(comp, libraries, choice, features))
 
 
@@ -240,40 +225,35 @@ def _loader_finding(
 
 def _table_finding(comp: InstalledComponent, cap: CapLookup, arch: Arch) -> Finding:
     lookup, table = cap.lookup, cap.table
-    common = dict(
-        arch=str(arch), component=comp.distribution, file=cap.path, line=lookup.line, symbol=table.name
-    )
+    base = Finding("table", str(arch), comp.distribution, cap.path, lookup.line, table.name, "", "pass", "")
     where = f"{cap.path}:{lookup.line} in {lookup.symbol}"
     defined = f"{table.name} ({cap.table_path}:{table.line})"
     verdict = cap.verdict(arch)
     if verdict is None:
-        return Finding(
-            "table",
-            **common,
-            verdict="",
-            outcome="skip",  # type: ignore[arg-type]
-            message=f"{where}: `{lookup.text}` looks up {defined} by {cap.kind}, but its keys are "
-            f"computed (`{table.computed}`): cannot decide statically; make the keys literals",
+        why = (
+            f"{where}: `{lookup.text}` looks up {defined} by {cap.kind}, but its keys are computed "
+            f"(`{table.computed}`): cannot decide statically; make the keys literals"
         )
+        return replace(base, outcome="skip", message=why)
     key = cap.target_key(arch)
     if verdict == "ok":
-        return Finding(
-            "table",
-            **common,
-            verdict="ok",
-            outcome="pass",  # type: ignore[arg-type]
-            message=f"{where}: `{lookup.text}` finds {arch}'s key {key!r} in {defined}",
+        return replace(
+            base, verdict="ok", message=f"{where}: `{lookup.text}` finds {arch}'s key {key!r} in {defined}"
         )
     keys = ", ".join(repr(k) for k in table.keys or ())
     if verdict == "missing-crash":
-        text = (f"{where}: `{lookup.text}` raises KeyError: {key!r} on {arch}: {defined} has keys {keys}. "
-                f"Fix: patch {cap.table_path} to add {key!r}: <the {arch} entry> to {table.name} "
-                f"(or look it up with .get() and a fallback at {cap.path}:{lookup.line})")  # fmt: skip
+        text = (
+            f"{where}: `{lookup.text}` raises KeyError: {key!r} on {arch}: {defined} has keys {keys}. "
+            f"Fix: patch {cap.table_path} to add {key!r}: <the {arch} entry> to {table.name} "
+            f"(or look it up with .get() and a fallback at {cap.path}:{lookup.line})"
+        )
     else:
         how = lookup.guard or f"`{lookup.style}`"
-        text = (f"{where}: `{lookup.text}` misses {arch}'s key {key!r} ({how}): the feature is silently off on "
-                f"{arch}; {defined} has keys {keys}. Fix: patch {cap.table_path} to add {key!r} to {table.name}")  # fmt: skip
-    return Finding("table", **common, verdict=verdict, outcome="fail", message=text)  # type: ignore[arg-type]
+        text = (
+            f"{where}: `{lookup.text}` misses {arch}'s key {key!r} ({how}): the feature is silently off on "
+            f"{arch}; {defined} has keys {keys}. Fix: patch {cap.table_path} to add {key!r} to {table.name}"
+        )
+    return replace(base, verdict=verdict, outcome="fail", message=text)
 
 
 def _tables(cell: CellSpec, archs: list[Arch], out: Analysis) -> None:
@@ -297,37 +277,25 @@ def _tables(cell: CellSpec, archs: list[Arch], out: Analysis) -> None:
 
 
 def _gate_finding(comp: InstalledComponent, feature: Feature, result: GateResult, arch: Arch) -> Finding:
-    common = dict(arch=str(arch), component=comp.distribution, file=result.path, line=result.line,
-                  symbol=result.symbol.partition(":")[2], feature=feature.name)  # fmt: skip
+    symbol = result.symbol.partition(":")[2]
+    base = Finding("gate", str(arch), comp.distribution, result.path, result.line, symbol, "ok", "pass", "",
+                   feature.name)  # fmt: skip
     head = f"feature {feature.name}: gate {result.symbol} on {arch}"
     if result.state == "on":
-        return Finding(
-            "gate",
-            **common,
-            verdict="ok",
-            outcome="pass",  # type: ignore[arg-type]
-            message=f"{head} lets it on ({result.reason})",
-        )
+        return replace(base, message=f"{head} lets it on ({result.reason})")
     verdict = "missing-crash" if result.state == "crash" else "gated-off"
     if arch in feature.off:
-        return Finding(
-            "gate",
-            **common,
-            verdict=verdict,
-            outcome="pass",  # type: ignore[arg-type]
-            message=f"{head} is off as declared ({feature.off[arch]!r}): {result.reason}",
-        )
-    fix = (f"Fix: patch the check at {result.path}:{result.line} so that {arch} passes it (the patch sets "
-           f"in patches/ do this for known releases), or declare [features.{feature.name}] "
-           f"off = {{ {arch} = \"why\" }} if the deployment does without it")  # fmt: skip
-    what = "crashes" if result.state == "crash" else "turns it off"
-    return Finding(
-        "gate",
-        **common,
-        verdict=verdict,
-        outcome="fail",  # type: ignore[arg-type]
-        message=f"{head} {what}: {result.reason}. {fix}",
+        why = f"{head} is off as declared ({feature.off[arch]!r}): {result.reason}"
+        return replace(base, verdict=verdict, message=why)
+    fix = (
+        f"Fix: patch the check at {result.path}:{result.line} so that {arch} passes it (the patch sets "
+        f"in patches/ do this for known releases), or declare [features.{feature.name}] "
+        f'off = {{ {arch} = "why" }} if the deployment does without it'
     )
+    what = "crashes" if result.state == "crash" else "turns it off"
+    if result.state == "unknown":
+        what = "cannot be evaluated"
+    return replace(base, verdict=verdict, outcome="fail", message=f"{head} {what}: {result.reason}. {fix}")
 
 
 def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out: Analysis) -> None:
@@ -353,14 +321,16 @@ def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out
         for gate in present:
             for arch in archs:
                 result = evaluate_gate(tree, gate, arch, cuda, assume=assume, environ=environ)
-                finding = _gate_finding(comp, feature, result, arch)
+                finding = _gate_finding(_owner(cell, tree, gate, comp), feature, result, arch)
                 results[arch].append(finding)
                 out.add(finding)
         gate_symbols = {g.partition(":")[2] for g in present}
         for site in flag_sites(tree, packages, feature.flags):
             if site.symbol in gate_symbols:
                 continue  # judged above as the declared gate
-            values = {arch: evaluate_site(tree, site, arch, cuda, assume=assume, environ=environ) for arch in archs}
+            values = {
+                arch: evaluate_site(tree, site, arch, cuda, assume=assume, environ=environ) for arch in archs
+            }
             if reference is None:
                 ref_value = None
             elif reference in values:
@@ -370,9 +340,7 @@ def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out
             if not any(v is False for v in values.values()) or ref_value is False:
                 continue  # not decided by the GPU: off everywhere (or nowhere) is no capability question
             for arch, value in values.items():
-                finding = _flag_finding(
-                    comp, feature, site.path, site.line, site.symbol, site.text, arch, value
-                )
+                finding = _flag_finding(comp, feature, site, arch, value)
                 results[arch].append(finding)
                 out.add(finding)
         for arch in archs:
@@ -383,63 +351,63 @@ def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out
 def _flag_finding(
     comp: InstalledComponent,
     feature: Feature,
-    path: str,
-    line: int,
-    symbol: str,
-    text: str,
+    site: FlagSite,
     arch: Arch,
     value: bool | None,
 ) -> Finding:
-    common = dict(arch=str(arch), component=comp.distribution, file=path, line=line, symbol=symbol,
-                  feature=feature.name)  # fmt: skip
-    head = f"feature {feature.name}: `{text}` at {path}:{line} (reads {'/'.join(feature.flags)})"
+    base = Finding("flag", str(arch), comp.distribution, site.path, site.line, site.symbol, "ok", "pass", "",
+                   feature.name)  # fmt: skip
+    head = (
+        f"feature {feature.name}: `{site.text}` at {site.path}:{site.line} (reads {'/'.join(feature.flags)})"
+    )
     if value is not False:
-        return Finding(
-            "flag",
-            **common,
-            verdict="ok",
-            outcome="pass",  # type: ignore[arg-type]
-            message=f"{head} is {'true' if value else 'not decided by the GPU'} on {arch}",
-        )
+        state = "true" if value else "not decided by the GPU"
+        return replace(base, message=f"{head} is {state} on {arch}")
     if arch in feature.off:
-        return Finding(
-            "flag",
-            **common,
-            verdict="gated-off",
-            outcome="pass",  # type: ignore[arg-type]
-            message=f"{head} is false on {arch}, as declared ({feature.off[arch]!r})",
-        )
-    return Finding("flag", **common, verdict="gated-off", outcome="fail",  # type: ignore[arg-type]
-                   message=f"{head} is false on {arch} with the flag set, but not on the reference arch. "
-                   f"Fix: patch the condition at {path}:{line} to accept {arch}, or declare "
-                   f"[features.{feature.name}] off = {{ {arch} = \"why\" }}")  # fmt: skip
+        why = f"{head} is false on {arch}, as declared ({feature.off[arch]!r})"
+        return replace(base, verdict="gated-off", message=why)
+    why = (
+        f"{head} is false on {arch} with the flag set, but not on the reference arch. Fix: patch the condition "
+        f'at {site.path}:{site.line} to accept {arch}, or declare [features.{feature.name}] off = {{ {arch} = "why" }}'
+    )
+    return replace(base, verdict="gated-off", outcome="fail", message=why)
 
 
 def _expectation(
     comp: InstalledComponent, feature: Feature, arch: Arch, judged: list[Finding], out: Analysis
 ) -> Finding:
-    libs = [f for f in out.findings if f.kind in ("binary", "loader") and f.arch == str(arch)
-            and any(fnmatch.fnmatch(f.file, p) for p in feature.libs)]  # fmt: skip
+    libs = [
+        f
+        for f in out.findings
+        if f.kind in ("binary", "loader")
+        and f.arch == str(arch)
+        and any(fnmatch.fnmatch(f.file, p) for p in feature.libs)
+    ]
     evidence = judged + libs
-    common = dict(arch=str(arch), component=comp.distribution, file="matrix.toml", line=0,
-                  symbol=f"features.{feature.name}.off", feature=feature.name)  # fmt: skip
+    base = Finding("expectation", str(arch), comp.distribution, "matrix.toml", 0, f"features.{feature.name}.off",
+                   "gated-off", "pass", "", feature.name)  # fmt: skip
+    reason = feature.off[arch]
     if evidence and all(f.verdict in ("ok", "ptx-jit") for f in evidence):
-        return Finding("expectation", **common, verdict="ok", outcome="fail",  # type: ignore[arg-type]
-                       message=f"[features.{feature.name}] declares it off on {arch} ({feature.off[arch]!r}), "
-                       f"but every gate lets it on and every library it needs has {arch} code: the expectation "
-                       f"is stale, remove off.{arch} from matrix.toml")  # fmt: skip
+        why = (
+            f"[features.{feature.name}] declares it off on {arch} ({reason!r}), but every gate lets it on and "
+            f"every library it needs has {arch} code: the expectation is stale, remove off.{arch} from matrix.toml"
+        )
+        return replace(base, verdict="ok", outcome="fail", message=why)
     off = [f for f in evidence if f.verdict not in ("ok", "ptx-jit")]
     detail = "; ".join(
         f"{f.file}:{f.line} {f.verdict}" if f.line else f"{f.file} {f.verdict}" for f in off[:4]
     )
-    return Finding(
-        "expectation",
-        **common,
-        verdict="gated-off",
-        outcome="pass",  # type: ignore[arg-type]
-        message=f"[features.{feature.name}] is off on {arch} as declared ({feature.off[arch]!r}): "
-        f"{detail or 'no gate or library to check'}",
-    )
+    why = f"[features.{feature.name}] is off on {arch} as declared ({reason!r}): {detail or 'no gate or library to check'}"
+    return replace(base, message=why)
+
+
+def _owner(cell: CellSpec, tree: SourceTree, gate: str, default: InstalledComponent) -> InstalledComponent:
+    """The component whose tree holds the gate's module (flashinfer's JIT gate belongs to flashinfer-python)."""
+    path = tree.path_of(gate.partition(":")[0])
+    for comp in cell.components:
+        if path is not None and path.is_relative_to(comp.root):
+            return comp
+    return default
 
 
 def _exists(tree: SourceTree, gate: str) -> bool:

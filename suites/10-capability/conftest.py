@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from capability_findings import Analysis, Finding, analyse, grid, grid_markdown
 
 from stackfarm.cellspec import load
+
+#: The type of pytest's record_property / record_testsuite_property fixtures.
+RecordProperty = Callable[[str, object], None]
 
 
 @functools.cache
@@ -51,7 +55,7 @@ def _unique(ids: list[str]) -> list[str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _grid_properties(record_testsuite_property: pytest.RecordProperty) -> None:
+def _grid_properties(record_testsuite_property: RecordProperty) -> None:
     for (arch, component), text in sorted(grid(analysis()).items()):
         record_testsuite_property(f"capability.{arch}.{component}", text)
     for name, seconds in analysis().timings.items():

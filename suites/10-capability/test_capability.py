@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -24,10 +25,12 @@ from packaging.version import Version
 from stackfarm.analysis.arch import Arch, parse_target
 from stackfarm.analysis.fatbin import read_binary
 from stackfarm.analysis.kernels import sgl_kernel_loader
-from stackfarm.cellspec import CellSpec
+from stackfarm.cellspec import CellSpec, RecordProperty
+
+#: The type of pytest's record_property / record_testsuite_property fixtures.
 
 
-def _judge(finding: Finding, record_property: pytest.RecordProperty) -> None:
+def _judge(finding: Finding, record_property: RecordProperty) -> None:
     for key in ("arch", "component", "file", "line", "symbol", "verdict"):
         record_property(key, str(getattr(finding, key)))
     if finding.feature:
@@ -39,7 +42,7 @@ def _judge(finding: Finding, record_property: pytest.RecordProperty) -> None:
         pytest.fail(finding.message, pytrace=False)
 
 
-def test_finding(finding: Finding, record_property: pytest.RecordProperty) -> None:
+def test_finding(finding: Finding, record_property: RecordProperty) -> None:
     """One static finding: its id starts with its kind.
 
     binary / loader: a CUDA library (or the one sgl-kernel's loader picks) has code that runs on the arch;
@@ -79,7 +82,7 @@ def _stack_module(cell: CellSpec, module: str, distributions: tuple[str, ...]) -
     return importlib.import_module(module)
 
 
-def _props(record_property: pytest.RecordProperty, **values: Any) -> None:
+def _props(record_property: RecordProperty, **values: Any) -> None:
     for key in ("arch", "component", "file", "line", "symbol", "verdict"):
         record_property(key, str(values.get(key, "")))
 
@@ -95,7 +98,7 @@ def device(cell: CellSpec) -> Arch:
     return Arch(major, minor)
 
 
-def test_gpu_device_is_a_target(cell: CellSpec, device: Arch, record_property: pytest.RecordProperty) -> None:
+def test_gpu_device_is_a_target(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
     """The GPU is one of matrix.toml's target archs, so the static findings above describe it."""
     targets = [parse_target(a) for a in cell.archs]
     ok = device in targets
@@ -106,7 +109,7 @@ def test_gpu_device_is_a_target(cell: CellSpec, device: Arch, record_property: p
     )
 
 
-def test_gpu_torch_kernel(cell: CellSpec, device: Arch, record_property: pytest.RecordProperty) -> None:
+def test_gpu_torch_kernel(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
     """torch runs a kernel on the GPU, and every arch torch says it was built for is in libtorch_cuda's fatbin."""
     import torch
 
@@ -128,13 +131,14 @@ def test_gpu_torch_kernel(cell: CellSpec, device: Arch, record_property: pytest.
     assert torch.allclose(got, want, rtol=1e-3, atol=1e-3), "torch.matmul on the GPU differs from the CPU"
 
 
-def test_gpu_sgl_kernel_loader(cell: CellSpec, device: Arch, record_property: pytest.RecordProperty) -> None:
+def test_gpu_sgl_kernel_loader(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
     """sgl_kernel loads the ops library that the static evaluation of its loader predicts for this GPU."""
     sgl_kernel = _stack_module(cell, "sgl_kernel", ("sglang-kernel", "sgl-kernel"))
     import torch
 
-    package = Path(sgl_kernel.__file__).parent
-    actual = Path(sgl_kernel.common_ops.__file__).resolve().relative_to(package.parent.resolve()).as_posix()
+    package = Path(str(sgl_kernel.__file__)).parent
+    loaded = Path(str(sgl_kernel.common_ops.__file__)).resolve()
+    actual = loaded.relative_to(package.parent.resolve()).as_posix()
     predicted = sgl_kernel_loader(package.parent, device, torch.version.cuda or "")
     _props(record_property, arch=device, component="sgl-kernel", file=actual, symbol="loader",
            verdict="ok" if actual == predicted.chosen else "no-code")  # fmt: skip
@@ -152,7 +156,7 @@ def _rmsnorm_reference(x: Any, w: Any, eps: float) -> Any:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
-def test_gpu_sgl_kernel_rmsnorm(cell: CellSpec, device: Arch, record_property: pytest.RecordProperty) -> None:
+def test_gpu_sgl_kernel_rmsnorm(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
     """One real sgl-kernel call: rmsnorm against a float32 reference."""
     sgl_kernel = _stack_module(cell, "sgl_kernel", ("sglang-kernel", "sgl-kernel"))
     import torch
@@ -166,7 +170,7 @@ def test_gpu_sgl_kernel_rmsnorm(cell: CellSpec, device: Arch, record_property: p
     torch.testing.assert_close(got, _rmsnorm_reference(x, w, 1e-6), rtol=2e-2, atol=2e-2)
 
 
-def test_gpu_flashinfer_rmsnorm(cell: CellSpec, device: Arch, record_property: pytest.RecordProperty) -> None:
+def test_gpu_flashinfer_rmsnorm(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
     """One real flashinfer call (JIT-compiled for this GPU on first use): rmsnorm against a float32 reference."""
     flashinfer = _stack_module(cell, "flashinfer", ("flashinfer-python",))
     import torch

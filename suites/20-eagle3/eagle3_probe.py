@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import re
@@ -233,23 +234,32 @@ class _Probe:
         draft_dir = _write_model(workdir / "draft", draft_config)
         self.stage(_prepare_toolchain(workdir))
 
-        import sglang  # noqa: PLC0415 - only in the child, on the GPU machine
-        import torch  # noqa: PLC0415
+        import sglang
+        import torch
 
         self.result["sglang"] = getattr(sglang, "__version__", "?")
+        # SGLang's registry skips a model module that fails to import and may then build another class for the
+        # architecture (0.5.15 without nvidia-cutlass-dsl builds TransformersMoEForCausalLM for DeepseekV3):
+        # import the modules ourselves, so such a failure is reported as what it is.
+        for module in (args.target_module, args.draft_module):
+            if module:
+                try:
+                    importlib.import_module(module)
+                except Exception as exc:
+                    raise RuntimeError(f"cannot import {module}: {type(exc).__name__}: {exc}") from exc
         self.stage(
             f"sglang {self.result['sglang']} from {Path(sglang.__file__).parent}, torch {torch.__version__}"
         )
         try:
-            from sglang.benchmark import one_batch as bench  # noqa: PLC0415 - 0.5.12+
+            from sglang.benchmark import one_batch as bench
         except ImportError:
-            from sglang import bench_one_batch as bench  # noqa: PLC0415
-        from sglang.srt.configs.device_config import DeviceConfig  # noqa: PLC0415
-        from sglang.srt.configs.load_config import LoadConfig  # noqa: PLC0415
-        from sglang.srt.configs.model_config import ModelConfig  # noqa: PLC0415
-        from sglang.srt.layers.logits_processor import LogitsProcessor  # noqa: PLC0415
-        from sglang.srt.model_loader import get_model  # noqa: PLC0415
-        from sglang.srt.server_args import PortArgs, ServerArgs  # noqa: PLC0415
+            from sglang import bench_one_batch as bench
+        from sglang.srt.configs.device_config import DeviceConfig
+        from sglang.srt.configs.load_config import LoadConfig
+        from sglang.srt.configs.model_config import ModelConfig
+        from sglang.srt.layers.logits_processor import LogitsProcessor
+        from sglang.srt.model_loader import get_model
+        from sglang.srt.server_args import PortArgs, ServerArgs
 
         server_args = ServerArgs(
             model_path=target_dir,
@@ -277,6 +287,8 @@ class _Probe:
         runner = getattr(loaded, "torch_runner", loaded)
         target = runner.model
         self.stage(f"target built: {type(target).__name__}")
+        if type(target).__name__ != args.target:
+            raise RuntimeError(f"SGLang built {type(target).__name__}, not {args.target}")
         needs_target = [n for n in args.target_needs.split(",") if n]
         needs_draft = [n for n in args.draft_needs.split(",") if n]
         tensors: dict[str, Any] = {}
@@ -344,6 +356,8 @@ class _Probe:
             device_config=DeviceConfig("cuda", 0),
         )
         self.stage(f"draft built: {type(draft).__name__}")
+        if type(draft).__name__ != args.draft:
+            raise RuntimeError(f"SGLang built {type(draft).__name__}, not {args.draft}")
 
         def shares(names: tuple[str, ...]) -> tuple[bool, str]:
             if "embed" not in tensors:
@@ -388,6 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--target-needs", default="get_embed_and_head,set_eagle3_layers_to_capture")
     parser.add_argument("--draft-needs", default="set_embed,set_embed_and_head")
+    parser.add_argument("--target-module", default="", help="the module defining --target, imported first")
+    parser.add_argument("--draft-module", default="", help="the module defining --draft, imported first")
     parser.add_argument("--attention-backend", default="triton")  # fa3 is left out of the H200 bundle
     args = parser.parse_args(argv)
     with contextlib.suppress(OSError):  # OSError: already a group leader

@@ -23,6 +23,7 @@ Settings ([suites.20-eagle3.settings], all optional):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -46,15 +47,15 @@ from stackfarm.analysis.eagle3 import (
     diff_contracts,
     format_contract,
     format_diff,
+    locate_class,
 )
 from stackfarm.artifacts import Artifact, Cache, Source, Target, find_artifact
-from stackfarm.cellspec import CellSpec, load
+from stackfarm.cellspec import CellSpec, RecordProperty, load
 from stackfarm.errors import IndexUnreachableError
 from stackfarm.proc import call
 
 SUITE = "20-eagle3"
 #: The type of pytest's `record_property` fixture.
-RecordProperty = Callable[[str, object], None]
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "eagle3_probe.py"
 #: A pure-Python wheel: any platform tag finds it, so the baseline needs no platform from the cell.
@@ -64,6 +65,9 @@ _DEFAULT_RUNTIME_PAIRS = (("LlamaForCausalLM", "LlamaForCausalLMEagle3"),)
 _DEFAULT_MODELS = (
     {"name": "kimi-k2.5", "target": "KimiK25ForConditionalGeneration", "draft": "LlamaForCausalLMEagle3"},
 )
+
+# pytest's default junit_family (xunit2) warns about record_property, yet writes the properties the reports read.
+pytestmark = pytest.mark.filterwarnings("ignore:record_property is incompatible:pytest.PytestWarning")
 
 sys.path.insert(0, str(HERE))  # eagle3_probe: stdlib-only at import, safe on any machine
 import eagle3_probe  # noqa: E402
@@ -193,7 +197,7 @@ def _baseline_root(version: str, python: str) -> Path:
         artifact = find_artifact(source, "sglang", version, Target(python=python, platform=_PURE_PLATFORM))
         memo.parent.mkdir(parents=True, exist_ok=True)
         tmp = memo.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(artifact.__dict__), encoding="utf-8")
+        tmp.write_text(json.dumps(dataclasses.asdict(artifact)), encoding="utf-8")
         tmp.replace(memo)
     return cache.unpack(artifact)
 
@@ -274,11 +278,17 @@ def test_runtime(
     root = _sglang_root(cell)
     contract = _contract(str(root))
     needs = {role: ",".join(r.name for r in contract.for_role(role)) for role in ROLES}
+    modules = {}
+    for role, name in (("target", target), ("draft", draft)):
+        found = locate_class(SourceTree(root), name)
+        assert found is not None, f"no class {name} in the cell's SGLang tree: nothing to build"
+        modules[role] = found[0]
     out = tmp_path / "result.json"
     argv = [
         sys.executable, str(PROBE), "--target", target, "--draft", draft,
         "--workdir", str(tmp_path / "models"), "--out", str(out),
         "--target-needs", needs["target"], "--draft-needs", needs["draft"],
+        "--target-module", modules["target"], "--draft-module", modules["draft"],
         "--attention-backend", str(settings.get("attention_backend", "triton")),
     ]  # fmt: skip
     # The cell's (patched) SGLang tree first, so the code under test is what the child imports.

@@ -26,7 +26,6 @@ import ast
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from stackfarm.analysis.arch import Arch, ArchError, parse_target
@@ -242,7 +241,7 @@ class _Collector:
 
     # ----------------------------------------------------------------------- flows
 
-    def flow(self, node: ast.expr, env: Mapping[str, Flow | None] | None, cls: str | None) -> Flow | None:  # noqa: PLR0911
+    def flow(self, node: ast.expr, env: Mapping[str, Flow | None] | None, cls: str | None) -> Flow | None:
         if isinstance(node, ast.Call):
             func = node.func
             last = (
@@ -306,7 +305,7 @@ class _Collector:
             if exit_guard is not None:
                 guards = (*guards, exit_guard)
 
-    def _statement(  # noqa: PLR0912
+    def _statement(
         self,
         stmt: ast.stmt,
         env: dict[str, Flow | None] | None,
@@ -651,7 +650,7 @@ class _Resolver:
                 return found
         return None
 
-    def kind(self, flow: Flow | None, depth: int = 0) -> str | None:  # noqa: PLR0911
+    def kind(self, flow: Flow | None, depth: int = 0) -> str | None:
         if flow is None or depth > 24:
             return None
         if flow in self._kinds:
@@ -794,7 +793,7 @@ def parse_features(raw: Mapping[str, Any]) -> tuple[Feature, ...]:
                 flags=_strings(name, "flags", entry.get("flags", [])),
                 libs=_strings(name, "libs", entry.get("libs", [])),
                 off=off,
-            )  # fmt: skip
+            )
         )
     return tuple(features)
 

@@ -1315,6 +1315,12 @@ def _lookup(resolver: _Resolver, classes: Sequence[_Class], name: str) -> tuple[
     return None
 
 
+def locate_class(tree: SourceTree, class_name: str) -> tuple[str, str] | None:
+    """(module, "file:line") of the class SGLang's registry would use for this name, or None."""
+    cls = _resolver(tree).find_class(class_name)
+    return None if cls is None else (cls.module, tree.site(cls.file, cls.node.lineno))
+
+
 def check_class(tree: SourceTree, class_name: str, role: Role, contract: Contract) -> tuple[Finding, ...]:
     """A verdict for every required name of `role` in `contract`, on `class_name` as found in `tree`."""
     resolver = _resolver(tree)
@@ -1388,6 +1394,7 @@ __all__ = [
     "diff_contracts",
     "format_contract",
     "format_diff",
+    "locate_class",
     "parse_file",
     "tree_version",
 ]

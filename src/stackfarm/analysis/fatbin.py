@@ -223,9 +223,9 @@ def _read_elf(fh: BinaryIO, path: Path, file_size: int, wanted: frozenset[str]) 
     sections: dict[str, tuple[int, int]] = {}
     if offsets:
         for name_off, sh_type, _, _, offset, size in _SECTION.iter_unpack(table):
-            name = offsets.get(name_off)
-            if name is not None and sh_type != _SHT_NOBITS:
-                sections.setdefault(name, (offset, size))
+            found = offsets.get(name_off)
+            if found is not None and sh_type != _SHT_NOBITS:
+                sections.setdefault(found, (offset, size))
     return _Elf(abi_version=head[8], machine=machine, flags=flags, sections=sections)
 
 
@@ -295,7 +295,7 @@ def _compat_arch_specific(fh: BinaryIO, path: Path, elf: _Elf) -> bool:
         if fmt != 2:
             break
         if attr == _COMPAT_ARCH_SPECIFIC:
-            return value == 1
+            return bool(value == 1)
     return False
 
 
@@ -318,7 +318,7 @@ def read_binary(path: Path | str) -> Binary | None:
     """
     path = Path(path)
     try:
-        with open(path, "rb") as fh:  # noqa: PTH123  # plain open: pathlib costs show with 15 000 cubins
+        with open(path, "rb") as fh:  # plain open: pathlib costs show with 15 000 cubins
             size = os.fstat(fh.fileno()).st_size
             elf = _read_elf(fh, path, size, _WANTED)
             if elf.machine == _EM_CUDA:

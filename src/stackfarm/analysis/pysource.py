@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import Any, Literal
 
 from stackfarm.analysis.arch import Arch
 
@@ -298,7 +298,7 @@ class _Frame:
     self_obj: Instance | None = None
 
 
-_CMP: dict[type[ast.cmpop], Callable[[object, object], object]] = {
+_CMP: dict[type[ast.cmpop], Callable[[Any, Any], object]] = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
     ast.Lt: operator.lt,
@@ -307,8 +307,8 @@ _CMP: dict[type[ast.cmpop], Callable[[object, object], object]] = {
     ast.GtE: operator.ge,
     ast.Is: operator.is_,
     ast.IsNot: operator.is_not,
-    ast.In: lambda a, b: operator.contains(b, a),  # type: ignore[arg-type]
-    ast.NotIn: lambda a, b: not operator.contains(b, a),  # type: ignore[arg-type]
+    ast.In: lambda a, b: operator.contains(b, a),
+    ast.NotIn: lambda a, b: not operator.contains(b, a),
 }
 _BIN: dict[type[ast.operator], Callable[[object, object], object]] = {
     ast.Add: operator.add,
@@ -413,7 +413,7 @@ class Evaluator:
         module, attrs = self.tree.split(qualname)
         value: object = ModuleRef(module)
         for attr in attrs:
-            value = self._getattr(value, attr, module, 0)
+            value = self._getattr(value, attr)
             if value is UNKNOWN:
                 raise SourceError(f"{qualname}: {attr!r} not found in {module}")
         return value
@@ -427,7 +427,7 @@ class Evaluator:
         owner: object = ModuleRef(module)
         value: object = owner
         for attr in attrs:
-            owner, value = value, self._getattr(value, attr, module, 0)
+            owner, value = value, self._getattr(value, attr)
         if not isinstance(value, Function) or isinstance(value.node, ast.Lambda):
             raise SourceError(f"{qualname} is not a function in {module} (found {type(value).__name__})")
         self_obj = Instance(owner) if isinstance(owner, ClassValue) else None
@@ -543,10 +543,14 @@ class Evaluator:
 
     def _branch(self, body: Sequence[ast.stmt], frame: _Frame) -> tuple[list[End], _Frame]:
         # each branch gets its own copies of lists / sets / dicts, since statements like `x.add(v)` change them
-        sub = _Frame(frame.module, {k: _copy(v) for k, v in frame.env.items()}, frame.decision, frame.self_obj)
+        sub = _Frame(
+            frame.module, {k: _copy(v) for k, v in frame.env.items()}, frame.decision, frame.self_obj
+        )
         if frame.self_obj is not None:
             # branches may set different attributes on self: give each its own copy, merged afterwards
-            sub.self_obj = Instance(frame.self_obj.cls, {k: _copy(v) for k, v in frame.self_obj.attrs.items()})
+            sub.self_obj = Instance(
+                frame.self_obj.cls, {k: _copy(v) for k, v in frame.self_obj.attrs.items()}
+            )
             sub.env = {k: (sub.self_obj if v is frame.self_obj else v) for k, v in sub.env.items()}
         return (self._exec_block(body, sub) if body else [End("fall", frame.module, 0)]), sub
 
@@ -573,7 +577,7 @@ class Evaluator:
             frame.decision = Decision(frame.module, node.lineno, _text(node), bool(value))
         return value
 
-    def _exec(self, stmt: ast.stmt, frame: _Frame) -> list[End]:  # noqa: PLR0915  # one branch per statement kind
+    def _exec(self, stmt: ast.stmt, frame: _Frame) -> list[End]:  # one branch per statement kind
         fall = [End("fall", frame.module, stmt.lineno)]
         if isinstance(stmt, ast.If):
             test = self._decide(frame, stmt.test)
@@ -666,25 +670,36 @@ class Evaluator:
         # any other loop is not: what it binds becomes unknown, and a return inside is a possible end.
         if isinstance(stmt, ast.For) and not stmt.orelse and not _jumps(stmt.body):
             items = self._eval(stmt.iter, frame)
-            if isinstance(items, list | tuple | set | frozenset | range | str | dict) and len(items) <= _MAX_UNROLL:
+            if (
+                isinstance(items, list | tuple | set | frozenset | range | str | dict)
+                and len(items) <= _MAX_UNROLL
+            ):
                 failing: list[End] = []
                 for item in list(items):
                     self._bind(stmt.target, item, frame)
-                    ends = self._exec_block(stmt.body, frame)
-                    failing += [e for e in ends if e.kind != "fall"]
-                    if not any(e.kind == "fall" for e in ends):
+                    step = self._exec_block(stmt.body, frame)
+                    failing += [e for e in step if e.kind != "fall"]
+                    if not any(e.kind == "fall" for e in step):
                         return failing
                 return [*failing, End("fall", frame.module, stmt.lineno)]
         ends: list[End] = []
         for node in ast.walk(stmt):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 frame.env[node.id] = UNKNOWN
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and frame.self_obj is not None:
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and frame.self_obj is not None
+            ):
                 frame.self_obj.attrs[node.attr] = UNKNOWN
             elif isinstance(node, ast.Return):
                 ends.append(End("return", frame.module, node.lineno, UNKNOWN, decision=frame.decision))
         for node in ast.walk(stmt):  # containers changed in the loop are unknown after it
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _MUTATORS
+            ):
                 self._bind(node.func.value, UNKNOWN, frame)
         return [*ends, End("fall", frame.module, stmt.lineno)]
 
@@ -775,7 +790,7 @@ class Evaluator:
 
     # ----------------------------------------------------------------------- expressions
 
-    def _eval(self, node: ast.expr, frame: _Frame) -> object:  # noqa: PLR0915  # one branch per node kind
+    def _eval(self, node: ast.expr, frame: _Frame) -> object:  # one branch per node kind
         self._tick()
         if isinstance(node, ast.Constant):
             return node.value
@@ -784,7 +799,7 @@ class Evaluator:
                 return self._deref(frame.env[node.id])
             return self._deref(self._global(frame.module, node.id))
         if isinstance(node, ast.Attribute):
-            return self._getattr(self._eval(node.value, frame), node.attr, frame.module, node.lineno)
+            return self._getattr(self._eval(node.value, frame), node.attr)
         if isinstance(node, ast.BoolOp):
             return self._boolop(node, frame)
         if isinstance(node, ast.UnaryOp):
@@ -835,9 +850,9 @@ class Evaluator:
         if isinstance(node, ast.Lambda):
             return Function(frame.module, node, "<lambda>", closure=dict(frame.env))
         if isinstance(node, ast.NamedExpr):
-            value = self._eval(node.value, frame)
-            self._bind(node.target, value, frame)
-            return value
+            bound = self._eval(node.value, frame)
+            self._bind(node.target, bound, frame)
+            return bound
         return UNKNOWN
 
     def _comprehension(
@@ -879,8 +894,8 @@ class Evaluator:
             return UNKNOWN
         try:
             if isinstance(node, ast.DictComp):
-                return dict(pairs)  # type: ignore[arg-type]  # keys checked hashable by dict() itself
-            return set(values) if isinstance(node, ast.SetComp) else values  # type: ignore[arg-type]
+                return dict(pairs)  # unhashable keys raise TypeError, handled below
+            return set(values) if isinstance(node, ast.SetComp) else values
         except TypeError:
             return UNKNOWN
 
@@ -897,7 +912,7 @@ class Evaluator:
                 continue
             if t is not want_and:  # `and` met a falsy operand / `or` met a truthy one: decided
                 frame.decision = Decision(frame.module, operand.lineno, _text(operand), bool(t))
-                return last if not unknown else (False if want_and else True)
+                return last if not unknown else (not want_and)
         return UNKNOWN if unknown else last
 
     def _compare(self, node: ast.Compare, frame: _Frame) -> object:
@@ -937,8 +952,12 @@ class Evaluator:
         if isinstance(node.slice, ast.Slice):
             lo = self._eval(node.slice.lower, frame) if node.slice.lower else None
             hi = self._eval(node.slice.upper, frame) if node.slice.upper else None
-            if isinstance(container, tuple | list | str) and all(isinstance(v, int | None) for v in (lo, hi)):
-                return container[lo:hi]  # type: ignore[misc]  # ints or None, checked above
+            if (
+                isinstance(container, tuple | list | str)
+                and isinstance(lo, int | None)
+                and isinstance(hi, int | None)
+            ):
+                return container[lo:hi]
             return UNKNOWN
         key = self._eval(node.slice, frame)
         if key is UNKNOWN or container is UNKNOWN:
@@ -961,9 +980,9 @@ class Evaluator:
 
     # ----------------------------------------------------------------------- attributes and calls
 
-    def _getattr(self, obj: object, attr: str, module: str, line: int) -> object:
+    def _getattr(self, obj: object, attr: str) -> object:
         obj = self._deref(obj)
-        if attr in self.assume and (obj is UNKNOWN or isinstance(obj, Instance) and attr not in obj.attrs):
+        if attr in self.assume and (obj is UNKNOWN or (isinstance(obj, Instance) and attr not in obj.attrs)):
             return self.assume[attr]
         if isinstance(obj, ModuleRef):
             if self.tree.path_of(f"{obj.name}.{attr}") and attr not in self.namespace(obj.name):
@@ -980,7 +999,7 @@ class Evaluator:
                     return value
                 bound = Function(value.module, value.node, value.qualname, (obj, *value.args), value.kwargs)
                 if _decorated(value.node, "property"):
-                    return self._call(bound, (), {}, module, line)
+                    return self._call(bound, (), {})
                 return bound
             return value
         if isinstance(obj, ClassValue):
@@ -1036,11 +1055,9 @@ class Evaluator:
             return UNKNOWN
         args = tuple(self._eval(a, frame) for a in node.args)
         kwargs = {k.arg: self._eval(k.value, frame) for k in node.keywords if k.arg}
-        return self._call(func, args, kwargs, frame.module, node.lineno)
+        return self._call(func, args, kwargs)
 
-    def _call(  # noqa: PLR0911  # one return per kind of callee
-        self, func: object, args: tuple[object, ...], kwargs: dict[str, object], module: str, line: int
-    ) -> object:
+    def _call(self, func: object, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
         if isinstance(func, _BoundMethod):
             if any(a is UNKNOWN for a in args):
                 return UNKNOWN
@@ -1071,10 +1088,8 @@ class Evaluator:
 
     def _call_external(self, dotted: str, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
         tail = dotted.rsplit(".", 1)[-1]
-        if (
-            tail == "get_device_capability"
-            and "cuda" in dotted
-            or dotted.endswith("platform.get_device_capability")
+        if (tail == "get_device_capability" and "cuda" in dotted) or dotted.endswith(
+            "platform.get_device_capability"
         ):
             return (self.gpu.major, self.gpu.minor)
         if tail == "get_device_properties" and "cuda" in dotted:
@@ -1111,13 +1126,13 @@ class Evaluator:
         if dotted == "builtins.isinstance":
             return UNKNOWN
         if dotted == "builtins.map" and len(args) == 2:
-            fn, items = args
+            mapper, items = args
             if (
-                isinstance(fn, External)
-                and fn.dotted.startswith("builtins.")
+                isinstance(mapper, External)
+                and mapper.dotted.startswith("builtins.")
                 and isinstance(items, list | tuple)
             ):
-                return [self._call_external(fn.dotted, (i,), {}) for i in items]
+                return [self._call_external(mapper.dotted, (i,), {}) for i in items]
             return UNKNOWN
         if dotted.startswith("builtins.") and tail in _PURE_BUILTINS:
             if any(a is UNKNOWN for a in args) or kwargs:

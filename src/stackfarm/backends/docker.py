@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import filecmp
 import hashlib
-import inspect
 import json
 import os
 import re
@@ -24,7 +23,7 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,11 +35,9 @@ from packaging.version import InvalidVersion, Version
 from ..artifacts import Artifact, Cache, Source, Target, find_artifact
 from ..cellspec import CellSpec, InstalledComponent, load
 from ..errors import CellError, StackfarmError
-from ..matrix import PatchSet
-from ..patches import PatchResult, apply_sets, failure_message
 from ..plan import Cell, Component
 from ..proc import Outcome, call
-from . import Progress
+from . import PATCHED_SGLANG, Progress
 
 #: The repository root, where docker/Dockerfile lives next to src/.
 _REPO = Path(__file__).resolve().parents[3]
@@ -61,8 +58,10 @@ CUDA_IMAGE_VERSIONS = {
     "12.9": "12.9.1",
     "13.0": "13.0.1",
 }
-DEFAULT_SHM_SIZE = "16g"
-#: What SGLang's own docker instructions pass; used for GPU runs only.
+#: /dev/shm for runs without --ipc=host: the size SGLang's own `docker run` example gives.
+DEFAULT_SHM_SIZE = "32g"
+#: NVIDIA's advice for its framework containers (pinned memory, deep stacks); given to GPU runs only, since
+#: raising memlock needs a host that allows it.
 DEFAULT_ULIMITS: Mapping[str, str] = {"memlock": "-1", "stack": "67108864"}
 #: The suites' tools inside the image, pinned (their hashes come from the index) so a verdict does not drift
 #: with whatever pytest is newest: pytest and its dependencies, plus what suites import besides the stack.
@@ -100,7 +99,7 @@ LABEL_RUN = "org.stackfarm.run"
 
 _ARG_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # Build-arg and option values: no whitespace, quotes or shell metacharacters (`;|&$<>()` and backticks).
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:/@+=,{}-]*$")
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:/@+=-]*$")
 # An image reference: [host[:port]/]path[:tag][@sha256:digest], as docker's reference grammar has it.
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _IMAGE_REF = re.compile(
@@ -120,7 +119,6 @@ _WHEEL_FILENAME = re.compile(r"^[A-Za-z0-9_.+-]+\.whl$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _MARKER = ".stackfarm-complete"  # artifacts.Cache's "this tree is whole" file, not part of the wheel
 _TAIL = 25
-_OVERLAYS_KEPT = 4
 
 
 # -- errors --------------------------------------------------------------------------------------------------
@@ -160,9 +158,7 @@ def validate_build_args(args: Mapping[str, str]) -> dict[str, str]:
         if not _ARG_NAME.fullmatch(name):
             raise DockerError(f"build arg name {name!r} must be UPPER_CASE letters, digits and _")
         if not _SAFE_VALUE.fullmatch(value):
-            raise DockerError(
-                f"build arg {name}={value!r} holds a character outside [A-Za-z0-9._:/@+=,{{}}-]"
-            )
+            raise DockerError(f"build arg {name}={value!r} holds a character outside [A-Za-z0-9._:/@+=-]")
     if "BASE" in args:
         validate_image_ref(args["BASE"])
     if "PYTHON" in args and not _PYTHON.fullmatch(args["PYTHON"]):
@@ -268,13 +264,6 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 def _place_local_wheel(blob: Path, dest: Path) -> None:
     # A hard link costs nothing when the cache and the context share a disk; a copy otherwise.
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -292,6 +281,7 @@ def write_context(
     record: CellSpec,
     overlay: Path | None,
     local_blob: Callable[[Artifact], Path],
+    ca_bundle: Path | None = None,
 ) -> None:
     """Lay out the build context docker/Dockerfile expects. Each stage gets its own folder, bind-mounted into
     its RUN step alone, so a stage's cache key is its own wheels and nothing else."""
@@ -318,6 +308,7 @@ def write_context(
         shutil.copytree(overlay / "files", files, dirs_exist_ok=True)
         deleted = (overlay / "deleted").read_text(encoding="utf-8")
     _write(context / "patch" / "deleted", deleted)
+    _write(context / "ca" / "extra.pem", ca_bundle.read_text(encoding="utf-8") if ca_bundle else "")
     _write(context / "cell.json", json.dumps(dataclasses.asdict(record), indent=2, sort_keys=True) + "\n")
 
 
@@ -359,15 +350,6 @@ def make_overlay(pristine: Path, patched: Path, dest: Path) -> tuple[list[str], 
         shutil.copy2(patched / rel, target)
     (dest / "deleted").write_text("".join(f"{f}\n" for f in deleted), encoding="utf-8")
     return changed, deleted
-
-
-def hash_files(paths: Iterable[Path]) -> str:
-    """sha256 over relative names and contents of the files under each path (a patch set's folder)."""
-    digest = hashlib.sha256()
-    for root in paths:
-        for file in sorted(p for p in root.rglob("*") if p.is_file()):
-            digest.update(str(file.relative_to(root.parent)).encode() + b"\0" + file.read_bytes())
-    return digest.hexdigest()
 
 
 # -- reading the engine's output (pure) ----------------------------------------------------------------------
@@ -580,6 +562,8 @@ class DockerEngine:
             raise EngineError("no `docker` command on PATH: install docker.io (Debian) or Docker Engine")
         problems = []
         for exe in candidates:
+            if shutil.which(exe) is None:
+                raise EngineError(f"docker command {exe!r} not found (STACKFARM_DOCKER or PATH)")
             out = call([exe, "version", "--format", "{{json .}}"], timeout=30)
             try:
                 data = json.loads(out.output.strip().splitlines()[0]) if out.output.strip() else {}
@@ -823,19 +807,6 @@ def _version(text: str) -> Version:
 
 # -- the backend ---------------------------------------------------------------------------------------------
 
-#: apply(patch_sets, tree) -> results: applies the series, in order, to the sglang tree in place.
-PatchApplier = Callable[[Sequence[PatchSet], Path], Sequence[PatchResult]]
-
-
-def _identity(fn: Callable[..., object]) -> str:
-    """Name and source hash of the patch applier: a fix in the patch code must not reuse an old overlay."""
-    name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
-    try:
-        source = Path(inspect.getfile(fn)).read_bytes()
-    except (TypeError, OSError):
-        return name
-    return f"{name}:{hashlib.sha256(source).hexdigest()}"
-
 
 @dataclass(frozen=True, kw_only=True)
 class CellImage:
@@ -849,6 +820,7 @@ class DockerBackend:
     """Realises a cell as an image (built once per set of inputs) and runs each suite in a fresh container."""
 
     name = "docker"
+    needs_artifacts = True
 
     def __init__(
         self,
@@ -858,14 +830,13 @@ class DockerBackend:
         shm_size: str = DEFAULT_SHM_SIZE,
         ulimits: Mapping[str, str | int] = DEFAULT_ULIMITS,
         ipc_host: bool = True,
-        patch_sets: Sequence[PatchSet] = (),
-        apply_patches: PatchApplier | None = None,
         engine: DockerEngine | None = None,
         dockerfile: Path = DOCKERFILE,
         stackfarm_src: Path = STACKFARM_SRC,
         tools: Sequence[str] = DEFAULT_TOOLS,
         tools_index: str = TOOLS_INDEX,
         netrc: Path | None = None,
+        ca_bundle: Path | None = None,
         network: str | None = None,
         build_timeout: float = 3600,
     ) -> None:
@@ -874,20 +845,21 @@ class DockerBackend:
         self.shm_size = validate_shm_size(shm_size)
         self.ulimits = validate_ulimits(ulimits)
         self.ipc_host = ipc_host
-        self.patch_sets = tuple(patch_sets)
-        self._apply = apply_patches or apply_sets
         self.engine = engine or DockerEngine()
         self.dockerfile = dockerfile
         self.stackfarm_src = stackfarm_src
         self.tools = tuple(tools)
         self.tools_index = tools_index
         self.netrc = netrc
+        #: Extra CAs the build trusts (a TLS-intercepting proxy's); STACKFARM_CA_BUNDLE names one too.
+        env_ca = os.environ.get("STACKFARM_CA_BUNDLE")
+        self.ca_bundle = ca_bundle or (Path(env_ca) if env_ca else None)
+        if self.ca_bundle is not None and not self.ca_bundle.is_file():
+            raise DockerError(f"CA bundle {self.ca_bundle} does not exist")
         self.network = network
         self.build_timeout = build_timeout
         #: The image of each cell realised by this backend, for run_suite (which is given only the spec path).
         self.images: dict[str, CellImage] = {}
-        #: The patch statuses of each realised cell (the same `apply_sets` results the local tree gets).
-        self.patch_results: dict[str, tuple[PatchResult, ...]] = {}
         self._bases: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
 
@@ -914,13 +886,14 @@ class DockerBackend:
         )
         progress("docker: base image")
         base, base_id = self._base(base_for(self.base, cell.as_dict()))
-        overlay, patch_hashes = self._overlay(cell, artifacts, workdir, progress)
+        overlay, changed = self._overlay(artifacts, workdir, progress)
         record = CellSpec(
             id=cell.id,
             values=cell.as_dict(),
             backend=self.name,
             components=installed,
-            patch_sets=tuple({"name": n, "sha256": h} for n, h in patch_hashes),
+            patch_sets=tuple({"name": name} for name in cell.patch_sets),
+            patched_files=tuple(f for f in changed if not f.startswith(".")),
         )
         context = workdir / "docker-context"
         write_context(
@@ -930,6 +903,7 @@ class DockerBackend:
             record=record,
             overlay=overlay,
             local_blob=self.cache.fetch,
+            ca_bundle=self.ca_bundle,
         )
         build_args = validate_build_args({"BASE": base, "PYTHON": python})
         digest = context_digest(self.dockerfile.read_bytes(), context, build_args, base_id)
@@ -998,58 +972,22 @@ class DockerBackend:
         return found
 
     def _overlay(
-        self, cell: Cell, artifacts: Mapping[Component, Artifact], workdir: Path, progress: Progress
-    ) -> tuple[Path | None, list[tuple[str, str]]]:
-        """The sglang files the cell's patch series changes, once per (sglang wheel, series contents)."""
-        sets = [ps for ps in self.patch_sets if ps.name in cell.patch_sets]
-        missing = sorted(set(cell.patch_sets) - {ps.name for ps in sets})
-        if missing:
-            raise DockerError(
-                f"cell {cell.id} names patch sets the backend was not given: {', '.join(missing)}"
-            )
-        if not sets:
+        self, artifacts: Mapping[Component, Artifact], workdir: Path, progress: Progress
+    ) -> tuple[Path | None, list[str]]:
+        """The files the runner's patch step changed in the cell's sglang tree (workdir/PATCHED_SGLANG, made by
+        the same `patches` code the local backend relies on), as an overlay for the image's patch layer."""
+        patched = workdir / PATCHED_SGLANG
+        if not patched.is_dir():
             return None, []
-        sglang = next((a for c, a in artifacts.items() if c.axis == "sglang"), None)
+        sglang = next((a for c, a in artifacts.items() if c.distribution == "sglang"), None)
         if sglang is None:
-            raise DockerError(f"cell {cell.id} has patch sets but no sglang component")
-        hashes = [(ps.name, hash_files([ps.path])) for ps in sets]
-        key = hashlib.sha256(
-            json.dumps([sglang.sha256, hashes, _identity(self._apply)]).encode()
-        ).hexdigest()[:24]
-        dest = workdir / f"patch-overlay-{key}"
-        if (dest / "results.json").is_file():
-            os.utime(dest)  # recently used: the last to be pruned
-            saved = json.loads((dest / "results.json").read_text(encoding="utf-8"))
-            self.patch_results[cell.id] = tuple(PatchResult(**r) for r in saved)
-            return dest, hashes
-        progress("docker: apply patches")
-        pristine = self.cache.unpack(sglang)
-        tree = workdir / "patched-sglang"
-        shutil.rmtree(tree, ignore_errors=True)
-        # The same code patches the local tree; the image gets the files it changed (its marker file included,
-        # so site-packages records what was applied exactly as the local tree's root does).
-        # Hard links: apply_sets replaces the files it patches instead of writing into them.
-        shutil.copytree(
-            pristine, tree, ignore=shutil.ignore_patterns(_MARKER, "__pycache__"), copy_function=_link_or_copy
-        )
-        try:
-            results = tuple(self._apply(sets, tree))
-            self.patch_results[cell.id] = results
-            if any(not r.ok for r in results):
-                raise DockerError(f"cell {cell.id}: {failure_message(results)}")
-            # A few overlays are kept, so going back to an earlier series (a reverted edit) is no work.
-            kept = sorted(workdir.glob("patch-overlay-*"), key=lambda p: p.stat().st_mtime, reverse=True)
-            for old in kept[_OVERLAYS_KEPT - 1 :]:
-                shutil.rmtree(old, ignore_errors=True)
-            tmp = workdir / f".patch-overlay-{key}.tmp"
-            make_overlay(pristine, tree, tmp)
-            (tmp / "results.json").write_text(
-                json.dumps([dataclasses.asdict(r) for r in results], indent=1), encoding="utf-8"
-            )
-            tmp.replace(dest)
-        finally:
-            shutil.rmtree(tree, ignore_errors=True)
-        return dest, hashes
+            raise DockerError(f"{patched} exists but the cell has no sglang component")
+        progress("docker: patch layer")
+        pristine = self.cache.unpacked(sglang) or self.cache.unpack(sglang)
+        # The patched tree hard-links every file it did not change, so comparing is mostly stat calls (~0.4 s).
+        # Its marker file comes along: site-packages then records what was applied, as the local tree does.
+        changed, _ = make_overlay(pristine, patched, workdir / "docker-patch-overlay")
+        return workdir / "docker-patch-overlay", changed
 
     def _check_space(self, info: EngineInfo, artifacts: Mapping[Component, Artifact]) -> None:
         """Refuse a build that cannot fit before spending minutes on it: wheels unpack to about twice their
@@ -1190,7 +1128,6 @@ __all__ = [
     "EngineError",
     "EngineInfo",
     "Mount",
-    "PatchApplier",
     "base_for",
     "build_argv",
     "bundle",

@@ -1,0 +1,289 @@
+"""Thresholds per runner kind, from matrix.toml's ``[thresholds.<runner-kind>]`` tables.
+
+A runner kind names the machine: ``<count>x-<gpu>``, e.g. ``1x-h200``, ``8x-h200``, ``8x-rtx-pro-6000``
+(`runner_kind` derives it from the GPU names nvidia-smi reports; ``STACKFARM_RUNNER_KIND`` overrides it).
+A table holds three sorts of keys:
+
+- absolute bounds, keyed by the figure's name: a floor for a throughput (``decode_tok_s = 92.6``,
+  ``batch8_tok_s``, ``eagle3_accept_length``), a ceiling for a latency (``ttft_ms``, ``itl_ms``);
+- ``eagle3_over_baseline = k``: EAGLE-3 single-stream decode >= k x baseline, judged on the ratio of each
+  interleaved pair (A B A B), so slow drift of the machine cancels out;
+- ``max_regression_pct = x``: every throughput figure >= (1 - x/100) x its median in the last qualified
+  record (a throughput.json of an earlier run on the same runner kind).
+
+Figure names: ``decode_tok_s``, ``ttft_ms``, ``itl_ms`` (batch 1), ``batch<B>_tok_s``, ``batch<B>_ttft_ms``
+(B > 1); the same with an ``eagle3_`` prefix for the EAGLE-3 configuration; ``eagle3_accept_length`` and
+``eagle3_over_baseline``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..errors import StackfarmError, did_you_mean
+from .stats import Bound
+
+CheckKind = Literal["absolute", "relative", "regression"]
+
+RELATIVE_KEY = "eagle3_over_baseline"
+REGRESSION_KEY = "max_regression_pct"
+
+_FIGURE = re.compile(
+    r"^(?P<prefix>eagle3_)?(?:(?P<b1>decode_tok_s|ttft_ms|itl_ms)|batch(?P<batch>\d+)_(?P<bm>tok_s|ttft_ms))$"
+)
+
+
+class ThresholdError(StackfarmError):
+    """A [thresholds.*] table that cannot be used as written."""
+
+
+def is_figure(name: str) -> bool:
+    return name in ("eagle3_accept_length", RELATIVE_KEY) or _FIGURE.match(name) is not None
+
+
+def unit(figure: str) -> str:
+    if figure.endswith("_tok_s"):
+        return "tok/s"
+    if figure.endswith("_ms"):
+        return "ms"
+    if figure.endswith("accept_length"):
+        return "tokens"
+    return "ratio"
+
+
+def higher_is_better(figure: str) -> bool:
+    return unit(figure) != "ms"
+
+
+def figure_batch(figure: str) -> int | None:
+    """The batch size a figure is measured at (1 for the single-stream ones), None for derived figures."""
+    match = _FIGURE.match(figure)
+    if match is None:
+        return 1 if figure == "eagle3_accept_length" else None
+    return int(match["batch"]) if match["batch"] else 1
+
+
+def figure_config(figure: str) -> str:
+    return "eagle3" if figure.startswith("eagle3_") else "baseline"
+
+
+def figure_names(batch_sizes: Sequence[int], *, eagle3: bool) -> tuple[str, ...]:
+    """Every figure a measurement with these settings produces, in a stable order."""
+    configs = ("", "eagle3_") if eagle3 else ("",)
+    names: list[str] = []
+    for prefix in configs:
+        names += [f"{prefix}decode_tok_s", f"{prefix}ttft_ms", f"{prefix}itl_ms"]
+        for batch in sorted(set(batch_sizes)):
+            if batch > 1:
+                names += [f"{prefix}batch{batch}_tok_s", f"{prefix}batch{batch}_ttft_ms"]
+    if eagle3:
+        names += ["eagle3_accept_length", RELATIVE_KEY]
+    return tuple(names)
+
+
+# ------------------------------------------------------------------------------------------ runner kinds
+
+#: GPU families by the words nvidia-smi uses; the first match names the GPU. Order matters (gb200 > b200).
+_FAMILIES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"rtx pro 6000"), "rtx-pro-6000"),
+    (re.compile(r"\bgb200\b"), "gb200"),
+    (re.compile(r"\bgb300\b"), "gb300"),
+    (re.compile(r"\bb200\b"), "b200"),
+    (re.compile(r"\bb300\b"), "b300"),
+    (re.compile(r"\bh200\b"), "h200"),
+    (re.compile(r"\bh100\b"), "h100"),
+    (re.compile(r"\bh20\b"), "h20"),
+    (re.compile(r"\ba100\b"), "a100"),
+    (re.compile(r"\bl40s\b"), "l40s"),
+)
+
+
+def gpu_slug(name: str) -> str:
+    """'NVIDIA H200' -> 'h200'; 'NVIDIA RTX PRO 6000 Blackwell Server Edition' -> 'rtx-pro-6000'."""
+    text = re.sub(r"\s+", " ", name.lower().replace("nvidia", "")).strip()
+    for pattern, slug in _FAMILIES:
+        if pattern.search(text):
+            return slug
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-") or "unknown-gpu"
+
+
+def runner_kind(gpu_names: Sequence[str]) -> str:
+    """'<count>x-<gpu>' for a machine of one GPU type; mixed machines join their parts with '+'."""
+    if not gpu_names:
+        return "no-gpu"
+    counts: dict[str, int] = {}
+    for name in gpu_names:
+        slug = gpu_slug(name)
+        counts[slug] = counts.get(slug, 0) + 1
+    return "+".join(f"{n}x-{slug}" for slug, n in sorted(counts.items()))
+
+
+# ------------------------------------------------------------------------------------------ resolution
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """One threshold to judge: a figure against a bound, and where the bound came from."""
+
+    #: Unique within a run; the testcase id.
+    name: str
+    figure: str
+    kind: CheckKind
+    bound: Bound
+    #: e.g. "thresholds.1x-h200.decode_tok_s".
+    source: str
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolution:
+    runner_kind: str
+    checks: tuple[Check, ...]
+    #: Why no check could be resolved (an unknown runner kind, an empty table), else None.
+    problem: str | None = None
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ThresholdError(f"{where} = {value!r}: expected a number")
+    if not value > 0:
+        raise ThresholdError(f"{where} = {value!r}: expected a number > 0")
+    return float(value)
+
+
+def _absolute(figure: str, value: Any, where: str, measured: Sequence[str]) -> Check:
+    if figure not in measured:
+        batch = figure_batch(figure)
+        why = "EAGLE-3 is not measured (settings.eagle3 is off)" if figure.startswith("eagle3_") else ""
+        if batch is not None and batch > 1 and f"batch{batch}_tok_s" not in measured:
+            why = f"batch size {batch} is not in settings.batch_sizes"
+        raise ThresholdError(
+            f"{where}: the figure `{figure}` is not measured with these settings"
+            + (f" ({why})" if why else "")
+        )
+    bound = Bound(value=_number(value, where), at_least=higher_is_better(figure))
+    return Check(name=f"{figure}", figure=figure, kind="absolute", bound=bound, source=where)
+
+
+def _regression(
+    pct: Any, where: str, measured: Sequence[str], last: Mapping[str, float] | None, last_origin: str
+) -> list[Check]:
+    limit = _number(pct, where)
+    if limit >= 100:
+        raise ThresholdError(f"{where} = {pct!r}: a regression limit must be below 100 (%)")
+    if last is None:
+        return []
+    checks = []
+    for figure in measured:
+        if unit(figure) != "tok/s" or figure not in last:
+            continue
+        floor = (1 - limit / 100) * float(last[figure])
+        checks.append(
+            Check(
+                name=f"{figure}-regression",
+                figure=figure,
+                kind="regression",
+                bound=Bound(value=floor, at_least=True),
+                source=where,
+                note=f"<= {limit:g} % below {float(last[figure]):.4g} ({last_origin})",
+            )
+        )
+    return checks
+
+
+def resolve(
+    tables: Mapping[str, Any],
+    kind: str,
+    *,
+    measured: Sequence[str],
+    last: Mapping[str, float] | None = None,
+    last_origin: str = "the last qualified record",
+) -> Resolution:
+    """The checks for runner kind `kind` from the [thresholds] tables, validated against `measured`.
+
+    An unknown runner kind (or an empty table) is a Resolution with a `problem`, so the suite reports it as
+    one clear failing check instead of silently checking nothing. A malformed table raises ThresholdError.
+    `last` maps figure names to medians of the last qualified record; without one, no regression checks.
+    """
+    if kind not in tables:
+        known = ", ".join(sorted(tables)) or "none"
+        hint = did_you_mean(kind, tables)
+        return Resolution(
+            runner_kind=kind,
+            checks=(),
+            problem=(
+                f"no [thresholds.{kind}] in matrix.toml for this runner (known runner kinds: {known})"
+                + (f"; {hint}" if hint else "")
+                + f": add a [thresholds.{kind}] table (the measured figures are in throughput.json), or set "
+                "STACKFARM_RUNNER_KIND if the runner was misnamed"
+            ),
+        )
+    table = tables[kind]
+    if not isinstance(table, Mapping):
+        raise ThresholdError(f"thresholds.{kind} must be a table, got {type(table).__name__}")
+    checks: list[Check] = []
+    for key, value in table.items():
+        where = f"thresholds.{kind}.{key}"
+        if key == RELATIVE_KEY:
+            if RELATIVE_KEY not in measured:
+                raise ThresholdError(
+                    f"{where}: EAGLE-3 is not measured with these settings (settings.eagle3)"
+                )
+            checks.append(
+                Check(
+                    name=RELATIVE_KEY,
+                    figure=RELATIVE_KEY,
+                    kind="relative",
+                    bound=Bound(value=_number(value, where), at_least=True),
+                    source=where,
+                    note="EAGLE-3 decode / baseline decode, per interleaved pair",
+                )
+            )
+        elif key == REGRESSION_KEY:
+            checks += _regression(value, where, measured, last, last_origin)
+        elif is_figure(key):
+            checks.append(_absolute(key, value, where, measured))
+        else:
+            hint = did_you_mean(key, [*measured, REGRESSION_KEY])
+            raise ThresholdError(
+                f"{where}: unknown threshold key" + (f"; {hint}" if hint else "") + "; known: a figure name "
+                f"({', '.join(measured)}), {REGRESSION_KEY}"
+            )
+    if not checks and REGRESSION_KEY not in table:
+        return Resolution(
+            runner_kind=kind, checks=(), problem=f"[thresholds.{kind}] sets no thresholds: add at least one"
+        )
+    return Resolution(runner_kind=kind, checks=tuple(checks))
+
+
+def last_medians(record: Mapping[str, Any]) -> dict[str, float]:
+    """Figure -> median from a throughput.json document (see stackfarm.throughput.record)."""
+    figures = record.get("figures", {})
+    return {
+        name: float(fig["median"])
+        for name, fig in figures.items()
+        if isinstance(fig, Mapping) and isinstance(fig.get("median"), int | float)
+    }
+
+
+__all__ = [
+    "REGRESSION_KEY",
+    "RELATIVE_KEY",
+    "Check",
+    "CheckKind",
+    "Resolution",
+    "ThresholdError",
+    "figure_batch",
+    "figure_config",
+    "figure_names",
+    "gpu_slug",
+    "higher_is_better",
+    "is_figure",
+    "last_medians",
+    "resolve",
+    "runner_kind",
+    "unit",
+]
