@@ -71,7 +71,7 @@ def patches(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run stackfarm's own tests: fast unit tests plus the real integration tests."""
-    _install(session)
+    _install(session, "test")
     session.run("pytest", *(session.posargs or ["tests"]))
 
 

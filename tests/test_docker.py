@@ -16,9 +16,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from junitparser import JUnitXml
 
 from stackfarm.artifacts import Artifact, Cache
+from stackfarm.backends import Backend
 from stackfarm.backends import docker as dk
 from stackfarm.backends.docker import (
     BuildError,
@@ -31,12 +31,14 @@ from stackfarm.backends.docker import (
     Mount,
 )
 from stackfarm.backends.local import LocalBackend
-from stackfarm.cellspec import CellSpec, InstalledComponent, load
+from stackfarm.cellspec import CellSpec, InstalledComponent
 from stackfarm.cli import make_plan
-from stackfarm.matrix import Matrix
 from stackfarm.matrix import load as load_matrix
-from stackfarm.plan import Cell, Component
+from stackfarm.plan import Component
+from stackfarm.reports import CellReport
 from stackfarm.resolve import Resolver
+from stackfarm.runner import Runner, RunOptions, gpu_unavailable_reason
+from stackfarm.ui import CellProgress
 
 REPO = Path(__file__).resolve().parent.parent
 CELL = "cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.9"
@@ -137,7 +139,7 @@ def test_each_install_stage_mounts_only_its_own_folder() -> None:
         block = next(b for b in blocks if re.match(rf"\S+ AS {home}$", b.splitlines()[0]))
         binds = re.findall(r"--mount=type=bind,source=(\w+)", block)
         assert stage in binds
-        assert not set(binds) - {stage, "patch"}, block
+        assert not set(binds) - {stage, "ca"}, block
         assert "--no-deps --require-hashes" in block
         assert "--mount=type=cache,target=/root/.cache/pip" in block
         assert "--mount=type=secret,id=netrc" in block
@@ -770,84 +772,104 @@ def test_base_from_tarball_and_from_rootfs(engine: DockerEngine, base: str, tmp_
 # -- one real cell, built and run (the wheels come from PyPI: integration) -----------------------------------
 
 
-RealCell = tuple[Cell, dict[Component, Artifact], Matrix]
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    """The default matrix's real cell run by the real runner, once per backend."""
+
+    local: CellReport
+    docker: CellReport
+    backend: DockerBackend
+
+
+def _run(backend: Backend, reports: Path) -> CellReport:
+    matrix = load_matrix(REPO / "matrix.toml")
+    resolver = Resolver(matrix, Cache())
+    plan, unreachable = make_plan(matrix, resolver, CELL)
+    with CellProgress(live=False) as ui:
+        runner = Runner(
+            matrix,
+            resolver,
+            backend,
+            RunOptions(reports=reports, jobs=1, force=True),
+            ui,
+            unreachable=unreachable,
+            no_gpu_reason=gpu_unavailable_reason(),
+        )
+        (report,) = runner.run(plan)
+    return report
 
 
 @pytest.fixture(scope="module")
-def real_cell(engine: DockerEngine, base: str) -> RealCell:
-    matrix = load_matrix(REPO / "matrix.toml")
-    resolver = Resolver(matrix, Cache())
-    plan, _ = make_plan(matrix, resolver, CELL)
-    (cell,) = plan.cells
-    return cell, {c: resolver.artifact(c, cell["python"]) for c in cell.components}, matrix
-
-
-def _realise(backend: DockerBackend, cell: Cell, arts: dict[Component, Artifact], tmp_path: Path) -> Path:
-    workdir = backend.cache.root / "cells" / cell.id
-    installed = backend.realise(cell, arts, workdir, lambda _: None)
-    spec = CellSpec(
-        id=cell.id,
-        values=cell.as_dict(),
-        backend="docker",
-        components=installed,
-        no_gpu_reason="no NVIDIA GPU in this test",
+def runs(engine: DockerEngine, base: str, tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    docker = DockerBackend(Cache(), base=base, engine=engine)
+    return Runs(
+        local=_run(LocalBackend(Cache()), tmp_path_factory.mktemp("local")),
+        docker=_run(docker, tmp_path_factory.mktemp("docker")),
+        backend=docker,
     )
-    path = tmp_path / "cell.json"
-    spec.dump(path)
-    return path
+
+
+def _outcomes(report: CellReport) -> dict[str, tuple[str, int, int, int, int]]:
+    return {s.suite: (s.outcome, s.tests, s.failures, s.errors, s.skipped) for s in report.suites}
 
 
 @pytest.mark.docker
 @pytest.mark.integration
-def test_real_cell_unpatched_passes_00_stack_like_the_local_backend(
-    engine: DockerEngine, base: str, real_cell: RealCell, tmp_path: Path
-) -> None:
-    cell, arts, matrix = real_cell
-    # The same cell with its patch series left out, so every file is the wheel's and RECORD holds for all.
-    backend = DockerBackend(
-        Cache(), base=base, engine=engine, patch_sets=matrix.patch_sets, apply_patches=lambda sets, tree: []
-    )
-    spec = _realise(backend, cell, arts, tmp_path)
-    junit = tmp_path / "docker.xml"
-    out = backend.run_suite(REPO / "suites" / "00-stack", spec, junit, 900, tmp_path / "docker.log")
-    assert out.returncode == 0, out.output[-2000:]
-    again = _realise(backend, cell, arts, tmp_path)  # a no-op: the tag exists
-    assert not backend.images[cell.id].built
-    assert again == spec
+def test_real_cell_gets_the_local_backends_verdicts(runs: Runs) -> None:
+    """Patches, 00-stack (RECORD hashes of pip-installed files) and the static suites: the same verdicts."""
+    assert runs.docker.status == runs.local.status == "ran"
+    docker, local = _outcomes(runs.docker), _outcomes(runs.local)
+    assert {k: v[0] for k, v in docker.items()} == {k: v[0] for k, v in local.items()}
+    for suite in ("00-patches", "00-stack"):
+        if suite in local:
+            assert docker[suite] == local[suite]
+    assert docker["00-stack"][0] == "passed"
+    assert runs.backend.images[CELL].tag.startswith(f"stackfarm/{CELL}:")
 
-    local = LocalBackend(Cache())
-    installed = local.realise(cell, arts, tmp_path / "local", lambda _: None)
-    local_spec = tmp_path / "local.json"
-    dataclasses.replace(load(spec), backend="local", components=installed).dump(local_spec)
-    local_junit = tmp_path / "local.xml"
-    local.run_suite(REPO / "suites" / "00-stack", local_spec, local_junit, 900, tmp_path / "local.log")
 
-    def verdicts(path: Path) -> dict[str, bool]:
-        return {case.name: not case.result for suite in JUnitXml.fromfile(str(path)) for case in suite}
+@pytest.mark.docker
+@pytest.mark.integration
+@pytest.mark.xfail(
+    strict=True,
+    reason="every component's root is the one site-packages in the image, and 10-capability finds a "
+    "component's libraries by walking its root (analysis.kernels.inventory) and a gate's owner by root prefix "
+    "(_owner): it sees every wheel's files under each component; fixed once files are attributed via RECORD",
+)
+def test_real_cell_testcases_match_local_one_for_one(runs: Runs) -> None:
+    assert _outcomes(runs.docker) == _outcomes(runs.local)
 
-    assert verdicts(junit) == verdicts(local_junit)
-    assert len(verdicts(junit)) >= 10
-    assert all(verdicts(junit).values())
+
+@pytest.mark.docker
+@pytest.mark.integration
+def test_real_cell_rebuild_is_a_no_op(runs: Runs) -> None:
+    matrix = load_matrix(REPO / "matrix.toml")
+    resolver = Resolver(matrix, Cache())
+    plan, _ = make_plan(matrix, resolver, CELL)
+    (cell,) = plan.cells
+    arts = {c: resolver.artifact(c, cell["python"]) for c in cell.components}
+    workdir = Cache().root / "cells" / CELL  # where the runner left the patched sglang tree
+    runs.backend.realise(cell, arts, workdir, lambda _: None)
+    image = runs.backend.images[CELL]
+    assert not image.built
+    assert image.seconds < 5
 
 
 @pytest.mark.docker
 @pytest.mark.integration
 def test_real_cell_patch_layer_reaches_site_packages(
-    engine: DockerEngine, base: str, real_cell: RealCell, tmp_path: Path
+    runs: Runs, engine: DockerEngine, tmp_path: Path
 ) -> None:
-    cell, arts, matrix = real_cell
-    if "sm120-capability" not in cell.patch_sets:
-        pytest.skip("matrix.toml gives this cell no sm120-capability patch set")
-    backend = DockerBackend(Cache(), base=base, engine=engine, patch_sets=matrix.patch_sets)
-    _realise(backend, cell, arts, tmp_path)
-    assert all(r.ok for r in backend.patch_results[CELL])
+    patched = [s for s in runs.docker.suites if s.suite == "00-patches"]
+    if not patched:
+        pytest.skip("matrix.toml gives this cell no patch sets")
     table = f"{dk.site_packages('3.11')}/sglang/srt/distributed/device_communicators/all_reduce_utils.py"
     code = f"import runpy; print(sorted(runpy.run_path({table!r})['TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES']))"
     code += "; import json, os; print(os.getuid(), json.load(open('/stackfarm/cell.json'))['id'])"
-    spec = ContainerSpec(image=backend.images[CELL].tag, argv=("python", "-c", code))
+    spec = ContainerSpec(image=runs.backend.images[CELL].tag, argv=("python", "-c", code))
     out = engine.run(spec, timeout=120, log=tmp_path / "log")
     assert out.returncode == 0, out.output
     keys, who = out.output.strip().splitlines()[-2:]
+    # SM120's key in the capability-keyed table: what the sm120-capability patch adds, now in site-packages.
     assert "12" in keys.strip("[]").split(", ")
     # The image's own user is unprivileged, and its cell record names the cell.
     assert who == f"{dk.USER} {CELL}"

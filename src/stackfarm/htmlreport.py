@@ -60,7 +60,7 @@ e = html.escape
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1f2328;background:#fff}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #d0d7de}
-h3{font-size:15px;margin:18px 0 6px}a{color:#0969da}code,pre{font:12px ui-monospace,SFMono-Regular,monospace}
+h3{font-size:15px;margin:18px 0 6px}h1 code{font-size:19px}a{color:#0969da}code,pre{font:12px ui-monospace,SFMono-Regular,monospace}
 pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:420px;border-radius:6px}
 table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;
 vertical-align:top}thead th{background:#f6f8fa}
@@ -113,12 +113,14 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
-def bar_chart(title: str, bars: Sequence[Bar]) -> str:
-    """Horizontal bars, one per label; a threshold is a black tick, a confidence interval a grey whisker."""
+def bar_chart(title: str, bars: Sequence[Bar], *, top: float | None = None) -> str:
+    """Horizontal bars, one per label; a threshold is a black tick, a confidence interval a grey whisker.
+    `top` fixes the scale's end (1.0 for rates), else it is 10 % past the largest value."""
     label_w, plot_w, row_h, top = 300, 320, 22, 24
     height = top + row_h * len(bars) + 8
     peak = max([b.value for b in bars] + [m for b in bars for m in (b.threshold, b.high) if m is not None])
-    scale = plot_w / (peak * 1.1) if peak > 0 else 0.0
+    end = top if top is not None and top >= peak else peak * 1.1
+    scale = plot_w / end if end > 0 else 0.0
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + plot_w + 70}" height="{height}" '
         f'role="img" aria-label="{e(title)}" class="bars">',
@@ -433,7 +435,7 @@ def _equivalence(cell: CellRun) -> str:
         for _, c in cases
         if (v := as_number(c.properties.get("match_rate", ""))) is not None
     ]
-    return out + (bar_chart("match rate", bars) if bars else "")
+    return out + (bar_chart("match rate", bars, top=1.0) if bars else "")
 
 
 def _throughput(cell: CellRun, trends: Mapping[str, list[tuple[str, float]]]) -> str:

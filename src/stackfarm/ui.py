@@ -9,6 +9,7 @@ from types import TracebackType
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 _ICONS = {"passed": "✅", "failed": "❌", "error": "💥", "conflict": "⚠️", "reused": "♻️", "excluded": "⏭"}
@@ -39,7 +40,7 @@ class CellProgress:
 
     def note(self, text: str) -> None:
         """A one-off line above the progress (warnings, notices)."""
-        self.console.print(text)
+        self.console.print(escape(text))
 
     def update(self, cell: str, text: str) -> None:
         with self._lock:
@@ -51,13 +52,13 @@ class CellProgress:
             stage = text.split(" ", maxsplit=1)[0]
             if self._last_line.get(cell) != stage:
                 self._last_line[cell] = stage
-                self.console.print(f"  {cell}: {text}")
+                self.console.print(f"  {cell}: {escape(text)}")
 
     def done(self, cell: str, verdict: str, detail: str = "") -> None:
         icon = _ICONS.get(verdict, "•")
         with self._lock:
             self._state.pop(cell, None)
-            line = f"{icon} {cell}: {verdict}" + (f" — {detail}" if detail else "")
+            line = f"{icon} {cell}: {verdict}" + (f" — {escape(detail)}" if detail else "")
             if self._live is not None:
                 self._live.console.print(line)
                 self._live.update(self._table())

@@ -287,10 +287,14 @@ def _gate_finding(comp: InstalledComponent, feature: Feature, result: GateResult
     if arch in feature.off:
         why = f"{head} is off as declared ({feature.off[arch]!r}): {result.reason}"
         return replace(base, verdict=verdict, message=why)
+    how = (
+        "a patch set in patches/ (they do this for known SGLang releases)"
+        if comp.distribution == "sglang"
+        else f"a {comp.distribution} release (or a patched build) whose check admits {arch}"
+    )
     fix = (
-        f"Fix: patch the check at {result.path}:{result.line} so that {arch} passes it (the patch sets "
-        f"in patches/ do this for known releases), or declare [features.{feature.name}] "
-        f'off = {{ {arch} = "why" }} if the deployment does without it'
+        f"Fix: make the check at {result.path}:{result.line} pass on {arch} with {how}, or declare "
+        f'[features.{feature.name}] off = {{ {arch} = "why" }} if the deployment does without it'
     )
     what = "crashes" if result.state == "crash" else "turns it off"
     if result.state == "unknown":

@@ -37,6 +37,12 @@ def analysis() -> Analysis:
     return analyse(cell)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest warns that record_property "is incompatible with junit_family xunit2", yet writes the properties
+    # (the runner's reports read them); one warning per finding would bury the real ones.
+    config.addinivalue_line("filterwarnings", "ignore:record_property is incompatible:pytest.PytestWarning")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "finding" not in metafunc.fixturenames:
         return

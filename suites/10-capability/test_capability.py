@@ -25,9 +25,11 @@ from packaging.version import Version
 from stackfarm.analysis.arch import Arch, parse_target
 from stackfarm.analysis.fatbin import read_binary
 from stackfarm.analysis.kernels import sgl_kernel_loader
-from stackfarm.cellspec import CellSpec, RecordProperty
+from stackfarm.cellspec import CellSpec
 
-#: The type of pytest's record_property / record_testsuite_property fixtures.
+#: The type of pytest's record_property fixture.
+RecordProperty = Callable[[str, object], None]
+_KERNELS = ("sglang-kernel", "sgl-kernel")
 
 
 def _judge(finding: Finding, record_property: RecordProperty) -> None:
@@ -84,7 +86,11 @@ def _stack_module(cell: CellSpec, module: str, distributions: tuple[str, ...]) -
 
 def _props(record_property: RecordProperty, **values: Any) -> None:
     for key in ("arch", "component", "file", "line", "symbol", "verdict"):
-        record_property(key, str(values.get(key, "")))
+        record_property(key, str(values.get(key, 0 if key == "line" else "")))
+
+
+def _kernel_distribution(cell: CellSpec) -> str:
+    return next((c.distribution for c in cell.components if c.distribution in _KERNELS), "sglang-kernel")
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +109,7 @@ def test_gpu_device_is_a_target(cell: CellSpec, device: Arch, record_property: R
     targets = [parse_target(a) for a in cell.archs]
     ok = device in targets
     _props(record_property, arch=device, component="torch", file="torch.cuda", symbol="get_device_capability",
-           verdict="ok" if ok else "no-code")  # fmt: skip
+           verdict="ok" if ok else "")  # fmt: skip
     assert ok, (
         f"the GPU is {device}, not one of the cell's targets {list(cell.archs)}: add it to [targets] archs"
     )
@@ -116,10 +122,8 @@ def test_gpu_torch_kernel(cell: CellSpec, device: Arch, record_property: RecordP
     comp = cell.component("torch")
     lib = Path(torch.__file__).parent / "lib" / "libtorch_cuda.so"
     static = read_binary(lib)
-    built = {parse_target(a) for a in torch.cuda.get_arch_list() if a.startswith("sm_")}
-    _props(record_property, arch=device, component=comp.distribution, file="torch/lib/libtorch_cuda.so",
-           symbol="torch.matmul", verdict="ok")  # fmt: skip
     assert static is not None, f"{lib} has no device code"
+    built = {parse_target(a) for a in torch.cuda.get_arch_list() if a.startswith("sm_")}
     sass = {a.device for a in static.sass}
     assert built <= sass, (
         f"torch.cuda.get_arch_list() names {sorted(map(str, built - sass))} missing from {lib}"
@@ -129,19 +133,22 @@ def test_gpu_torch_kernel(cell: CellSpec, device: Arch, record_property: RecordP
     got = (a @ b).cpu().double()
     want = a.cpu().double() @ b.cpu().double()
     assert torch.allclose(got, want, rtol=1e-3, atol=1e-3), "torch.matmul on the GPU differs from the CPU"
+    # recorded once the checks passed: a failing case carries no verdict
+    _props(record_property, arch=device, component=comp.distribution, file="torch/lib/libtorch_cuda.so",
+           symbol="torch.matmul", verdict="ok")  # fmt: skip
 
 
 def test_gpu_sgl_kernel_loader(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
     """sgl_kernel loads the ops library that the static evaluation of its loader predicts for this GPU."""
-    sgl_kernel = _stack_module(cell, "sgl_kernel", ("sglang-kernel", "sgl-kernel"))
+    sgl_kernel = _stack_module(cell, "sgl_kernel", _KERNELS)
     import torch
 
     package = Path(str(sgl_kernel.__file__)).parent
     loaded = Path(str(sgl_kernel.common_ops.__file__)).resolve()
     actual = loaded.relative_to(package.parent.resolve()).as_posix()
     predicted = sgl_kernel_loader(package.parent, device, torch.version.cuda or "")
-    _props(record_property, arch=device, component="sgl-kernel", file=actual, symbol="loader",
-           verdict="ok" if actual == predicted.chosen else "no-code")  # fmt: skip
+    _props(record_property, arch=device, component=_kernel_distribution(cell), file=actual, symbol="loader",
+           verdict="ok" if actual == predicted.chosen else "")  # fmt: skip
     record_property("predicted", str(predicted.chosen))
     assert actual == predicted.chosen, (
         f"sgl_kernel loaded {actual} on {device}, the static loader evaluation predicted {predicted.chosen} "
@@ -158,16 +165,16 @@ def _rmsnorm_reference(x: Any, w: Any, eps: float) -> Any:
 
 def test_gpu_sgl_kernel_rmsnorm(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
     """One real sgl-kernel call: rmsnorm against a float32 reference."""
-    sgl_kernel = _stack_module(cell, "sgl_kernel", ("sglang-kernel", "sgl-kernel"))
+    sgl_kernel = _stack_module(cell, "sgl_kernel", _KERNELS)
     import torch
 
     torch.manual_seed(0)
     x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
     got = sgl_kernel.rmsnorm(x, w, 1e-6)
-    _props(record_property, arch=device, component="sgl-kernel", file="sgl_kernel/elementwise.py",
-           symbol="rmsnorm", verdict="ok")  # fmt: skip
     torch.testing.assert_close(got, _rmsnorm_reference(x, w, 1e-6), rtol=2e-2, atol=2e-2)
+    _props(record_property, arch=device, component=_kernel_distribution(cell), file="sgl_kernel/elementwise.py",
+           symbol="rmsnorm", verdict="ok")  # fmt: skip
 
 
 def test_gpu_flashinfer_rmsnorm(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
@@ -179,6 +186,6 @@ def test_gpu_flashinfer_rmsnorm(cell: CellSpec, device: Arch, record_property: R
     x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
     got = flashinfer.norm.rmsnorm(x, w, 1e-6)
+    torch.testing.assert_close(got, _rmsnorm_reference(x, w, 1e-6), rtol=2e-2, atol=2e-2)
     _props(record_property, arch=device, component="flashinfer-python", file="flashinfer/norm",
            symbol="rmsnorm", verdict="ok")  # fmt: skip
-    torch.testing.assert_close(got, _rmsnorm_reference(x, w, 1e-6), rtol=2e-2, atol=2e-2)

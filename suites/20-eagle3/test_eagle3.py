@@ -28,7 +28,6 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 

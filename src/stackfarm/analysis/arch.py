@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 Variant = Literal["", "a", "f"]
+#: Suffix text -> Variant (the regexes below only ever capture these three).
+VARIANTS: dict[str, Variant] = {"": "", "a": "a", "f": "f"}
 
 _SM = re.compile(r"^(?:sm|compute)_?(\d{1,3})([af]?)$")
 _DOTTED = re.compile(r"^(\d{1,2})\.(\d)([af]?)$")
@@ -57,7 +59,7 @@ def _from_sm(number: int, variant: str, text: str) -> Arch:
     if number < 30:
         hint = f": a bare major is ambiguous, write sm_{number}0 or {number}.0" if number >= 5 else ""
         raise ArchError(f"architecture {text!r} is not a CUDA architecture{hint}")
-    return Arch(number // 10, number % 10, variant)  # type: ignore[arg-type]  # variant is "" / "a" / "f" by regex
+    return Arch(number // 10, number % 10, VARIANTS[variant])
 
 
 def parse_arch(value: object) -> Arch:
@@ -81,7 +83,7 @@ def parse_arch(value: object) -> Arch:
     if match := _SM.match(lowered):
         return _from_sm(int(match.group(1)), match.group(2), text)
     if match := _DOTTED.match(lowered):
-        return Arch(int(match.group(1)), int(match.group(2)), match.group(3))  # type: ignore[arg-type]
+        return Arch(int(match.group(1)), int(match.group(2)), VARIANTS[match.group(3)])
     if match := _PAIR.match(lowered):
         return Arch(int(match.group(1)), int(match.group(2)))
     if match := _BARE.match(lowered):
@@ -112,4 +114,13 @@ def ptx_jits_on(code: Arch, gpu: Arch) -> bool:
     return (code.major, code.minor) <= (gpu.major, gpu.minor)
 
 
-__all__ = ["Arch", "ArchError", "Variant", "parse_arch", "parse_target", "ptx_jits_on", "sass_runs_on"]
+__all__ = [
+    "VARIANTS",
+    "Arch",
+    "ArchError",
+    "Variant",
+    "parse_arch",
+    "parse_target",
+    "ptx_jits_on",
+    "sass_runs_on",
+]

@@ -49,6 +49,7 @@ _SOURCES = (b"get_device_capability", b"get_device_properties")
 
 Flow = tuple[Any, ...]
 KeyKind = Literal["major", "minor", "sm", "pair"]
+_KEY_KINDS: dict[str, KeyKind] = {"major": "major", "minor": "minor", "sm": "sm", "pair": "pair"}
 Style = Literal["subscript", "get", "in", "not in"]
 TableVerdict = Literal["ok", "missing-crash", "missing-graceful"]
 GateState = Literal["on", "off", "crash", "unknown"]
@@ -716,8 +717,8 @@ def scan_tables(tree: SourceTree, packages: Sequence[str], cache: JsonCache | No
         if facts is None:
             continue
         for lookup in facts.lookups:
-            kind = resolver.kind(lookup.key)
-            if kind not in ("major", "minor", "sm", "pair"):
+            kind = _KEY_KINDS.get(resolver.kind(lookup.key) or "")
+            if kind is None:
                 continue
             found = resolver.table(lookup.container)
             if found is None:
@@ -726,7 +727,7 @@ def scan_tables(tree: SourceTree, packages: Sequence[str], cache: JsonCache | No
             table_path = tree.path_of(table_module)
             cap = CapLookup(
                 table=table, table_module=table_module, table_path=tree.relative(table_path) if table_path else "",
-                module=module, path=tree.relative(path), lookup=lookup, kind=kind,  # type: ignore[arg-type]
+                module=module, path=tree.relative(path), lookup=lookup, kind=kind,
             )  # fmt: skip
             out.setdefault((cap.path, lookup.line, lookup.style, table.name), cap)
     lookups = tuple(sorted(out.values(), key=lambda c: (c.path, c.lookup.line, c.lookup.style)))
@@ -823,6 +824,8 @@ def _end_reason(end: End, tree: SourceTree) -> str:
         text = f"returns {_short(end.value)} at {where}"
     else:
         text = f"reaches the end at {where}"
+    if end.via:
+        text += " (reached through " + " <- ".join(_where(tree, m, ln) for m, ln in end.via) + ")"
     if end.decision is not None:
         d = end.decision
         text += f", because `{d.text}` is {d.value} at {_where(tree, d.module, d.line)}"

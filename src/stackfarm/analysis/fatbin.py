@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Literal
 
-from stackfarm.analysis.arch import Arch, ptx_jits_on, sass_runs_on
+from stackfarm.analysis.arch import VARIANTS, Arch, ptx_jits_on, sass_runs_on
 from stackfarm.proc import call
 
 CodeKind = Literal["sass", "ptx", "other"]
@@ -240,7 +240,7 @@ def _entry(header: bytes) -> tuple[int, Code | None]:
     if kind is None or arch_num < 10:
         return kind_num, None
     variant = "a" if flags & _FLAG_ARCH_SPECIFIC else "f" if flags & _FLAG_FAMILY else ""
-    arch = Arch(arch_num // 10, arch_num % 10, variant)  # type: ignore[arg-type]  # "", "a" or "f"
+    arch = Arch(arch_num // 10, arch_num % 10, VARIANTS[variant])
     return kind_num, Code(kind, arch, (major, minor), bool(flags & _FLAG_COMPRESSED))
 
 

@@ -230,6 +230,8 @@ class Crash(Exception):
         self.deliberate = deliberate
         #: The last test decided on the way (inside the called function), for "because ..." in messages.
         self.decision: Decision | None = None
+        #: The calls it came through so far, innermost first.
+        self.via: tuple[tuple[str, int], ...] = ()
 
 
 class _Budget(Exception):
@@ -288,6 +290,8 @@ class End:
     value: object = None
     detail: str = ""
     decision: Decision | None = None
+    #: For an error raised in a called function: the calls it came through, innermost first (module, line).
+    via: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass
@@ -530,7 +534,13 @@ class Evaluator:
             except Crash as crash:
                 kind: EndKind = "raise" if crash.deliberate else "crash"
                 decision = crash.decision or frame.decision
-                ends.append(End(kind, crash.module, crash.line, detail=str(crash), decision=decision))
+                via = crash.via
+                inside = crash.module == frame.module and stmt.lineno <= crash.line <= (stmt.end_lineno or 0)
+                if not inside:  # raised in a called function: remember where we called it
+                    via = (*via, (frame.module, stmt.lineno))
+                ends.append(
+                    End(kind, crash.module, crash.line, detail=str(crash), decision=decision, via=via)
+                )
                 return ends
             falls = [e for e in new_ends if e.kind == "fall"]
             ends.extend(e for e in new_ends if e.kind != "fall")
@@ -1162,6 +1172,7 @@ class Evaluator:
                     else Crash(kind, detail, first.module, first.line, first.detail)
                 )  # fmt: skip
                 crash.decision = first.decision
+                crash.via = first.via
                 raise crash
             return UNKNOWN
         merged = values[0]

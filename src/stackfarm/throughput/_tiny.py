@@ -1,8 +1,8 @@
 """A tiny Llama target and its EAGLE-3 draft, as config files only (SGLang fills dummy weights).
 
-Private to this package: a stand-in until `stackfarm.numerics.tinymodels` (written in parallel) exists;
-`tiny_pair` prefers that module when it is importable. Throughput does not depend on the weights' values,
-so ``--load-format dummy`` is enough here; the numerics suite needs real, peaked weights, and its module.
+Private to this package: a stand-in for `stackfarm.numerics.tinymodels`, which was being written in
+parallel and did not exist yet; switch to it once it does. Throughput does not depend on the weights'
+values, so ``--load-format dummy`` is enough here (the numerics suite needs real, peaked weights).
 
 The shapes are those SGLang 0.5.15 accepts for EAGLE-3 (see ../shared/device/README.md): the target needs
 at least 4 layers, because the draft captures the hidden states after layers [0, 1, 2] (+1 inside SGLang);

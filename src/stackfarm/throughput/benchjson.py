@@ -144,13 +144,20 @@ def parse_bench_serving(text: str, *, origin: str = "bench_serving.jsonl") -> tu
     results = []
     for number, row in _lines(text, origin):
         where = f"{origin}:{number}"
+        completed = _get(row, "completed", int, where)
+        total_output = _get(row, "total_output_tokens", int, where)
+        # First: with every request failed the tool still writes a line (zeros, and NaN latencies).
+        if completed == 0 or total_output == 0:
+            raise ZeroTokensError(
+                f"{where}: the bench returned 0 tokens ({completed} requests completed, {total_output} output tokens)"
+            )
         result = ServingResult(
             backend=_get(row, "backend", str, where),
             dataset_name=_get(row, "dataset_name", str, where),
-            completed=_get(row, "completed", int, where),
+            completed=completed,
             duration_s=_get(row, "duration", float, where),
             total_input_tokens=_get(row, "total_input_tokens", int, where),
-            total_output_tokens=_get(row, "total_output_tokens", int, where),
+            total_output_tokens=total_output,
             request_throughput=_get(row, "request_throughput", float, where),
             input_throughput=_get(row, "input_throughput", float, where),
             output_throughput=_get(row, "output_throughput", float, where),
@@ -167,11 +174,6 @@ def parse_bench_serving(text: str, *, origin: str = "bench_serving.jsonl") -> tu
             if isinstance(row.get("max_concurrency"), int)
             else None,
         )
-        if result.completed == 0 or result.total_output_tokens == 0:
-            raise ZeroTokensError(
-                f"{where}: the bench returned 0 tokens ({result.completed} requests completed, "
-                f"{result.total_output_tokens} output tokens)"
-            )
         results.append(result)
     return tuple(results)
 

@@ -1,0 +1,789 @@
+"""Release qualification: a sign-off record bound to the hashes of what was tested, and its verification.
+
+    python -m stackfarm.qualify --cell ID --release NAME --approver NAME [--reports DIR] [--matrix PATH]
+    python -m stackfarm.qualify --verify reports/qualifications/NAME.json [--matrix PATH]
+
+Qualifying refuses unless the cell's latest run (``reports/<cell>/verdict.json``) passed every suite the matrix
+requires and every step the runner reported, and was made from the inputs the matrix gives now. A skip is not a
+pass, down to single testcases: a skipped testcase refuses too, unless the approver accepts it by name with
+``--allow-skip 'SUITE::TESTCASE-GLOB'`` — and then the record lists it, with its reason, as not verified.
+
+The record (``reports/qualifications/<release>.json`` and ``.md``) holds the cell and its versions, the wheel
+sha256s, the patch-set and patch-file hashes, the image digest when the docker backend ran (null otherwise), the
+suite verdicts with their testcases' properties (values over 200 characters kept as their sha256), the approver,
+the time, the git commit of matrix.toml, the inputs dict whose hash is the cell's input hash, and the sha256 of
+the record itself. ``--verify`` checks that seal, then plans the cell afresh and compares its inputs with the
+recorded ones key by key, naming every input (and every patch file) that changed.
+
+CI helpers for the workflows in .github/workflows/:
+
+    python -m stackfarm plan --json | python -m stackfarm.qualify gha-matrix [--matrix PATH] [--github-output F]
+    python -m stackfarm.qualify gha-annotate [--reports DIR] [--expect FILE]
+
+gha-matrix turns the plan into the nightly's job matrix (``{"include": [{"cell", "runner", "labels", "arch",
+"gpus"}]}``): each cell runs on the first ``[runners.<kind>]`` of matrix.toml whose ``cells`` globs match its
+id. gha-annotate turns the reports into GitHub annotations (an error per failed suite or missing cell, a warning
+per skipped one) and exits 1 when there is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+
+from . import __version__
+from .artifacts import Artifact, Cache
+from .cellspec import InstalledComponent
+from .errors import ConfigError, ExitCode, StackfarmError, did_you_mean
+from .history import CellRun, Difference, Run, diff_inputs, read_run
+from .matrix import Matrix, load, locate
+from .plan import Cell, Component, input_hash
+from .proc import Outcome, call
+from .reports import write_atomic
+from .resolve import Resolver
+from .runner import Runner, RunOptions, gpu_unavailable_reason
+from .ui import CellProgress
+
+#: Bumped when the record's layout changes; --verify reads the versions it knows.
+SCHEMA = 1
+#: Property values longer than this are recorded as their sha256: contracts and logs would swamp the record.
+MAX_VALUE = 200
+_RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
+_SEAL = "record_sha256"
+
+
+# --------------------------------------------------------------------------- the latest run, judged
+
+
+@dataclass(frozen=True, kw_only=True)
+class Judgement:
+    #: What keeps the cell from qualifying, one line each ("20-eagle3: skipped (needs GPU: ...)").
+    missing: tuple[str, ...]
+    #: Skipped testcases the approver accepted: {"case": "suite::name", "reason": ...}.
+    accepted_skips: tuple[dict[str, str], ...]
+
+
+def judge(cell: CellRun, required: Sequence[str], allow_skips: Sequence[str] = ()) -> Judgement:
+    """Every required suite, and every step the run reported, passed; every skipped testcase is accepted."""
+    missing: list[str] = []
+    accepted: list[dict[str, str]] = []
+    if cell.report.status not in ("ran", "reused"):
+        missing.append(f"the cell did not run: {cell.report.status} ({cell.report.reason})")
+    ran = {s.result.suite: s for s in cell.suites}
+    for name in [*required, *(s for s in ran if s not in required)]:
+        suite = ran.get(name)
+        if suite is None:
+            missing.append(f"{name}: not in the latest run")
+            continue
+        res = suite.result
+        if res.outcome != "passed":
+            why = res.first_failure or next((c.message for c in suite.cases if c.outcome != "passed"), "")
+            missing.append(f"{name}: {res.outcome}" + (f" ({why})" if why else ""))
+            continue
+        for case in suite.cases:
+            if case.outcome != "skipped":
+                continue
+            key = f"{name}::{case.name}"
+            if any(fnmatch.fnmatchcase(key, glob) for glob in allow_skips):
+                accepted.append({"case": key, "reason": case.message})
+            else:
+                missing.append(f"{key}: skipped ({case.message})")
+    return Judgement(missing=tuple(missing), accepted_skips=tuple(accepted))
+
+
+# --------------------------------------------------------------------------- inputs of a fresh plan
+
+
+class _InputsOnly:
+    """Stands for the backend a run used: only its name enters the inputs; it never realises anything."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.needs_artifacts = name != "host"
+
+    # The Backend protocol's signatures; the arguments are unused on purpose.
+    def realise(
+        self,
+        cell: Cell,  # noqa: ARG002
+        artifacts: Mapping[Component, Artifact],  # noqa: ARG002
+        workdir: Path,  # noqa: ARG002
+        progress: Any,  # noqa: ARG002
+    ) -> tuple[InstalledComponent, ...]:
+        raise StackfarmError("qualification computes inputs only; it never realises a cell")
+
+    def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:  # noqa: ARG002
+        raise StackfarmError("qualification computes inputs only; it never runs a suite")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Planned:
+    matrix: Matrix
+    cell: Cell
+    artifacts: dict[Component, Artifact]
+    #: JSON-native (a round trip through json), so it compares equal to a recorded one.
+    inputs: dict[str, Any]
+    input_hash: str
+    #: "<set>/<file>" -> sha256 of every file of the cell's patch sets.
+    patch_files: dict[str, str]
+
+
+def plan_cell(matrix_path: Path, cell_id: str, *, backend: str, gpu: bool) -> Planned:
+    """Load the matrix, plan it (sglang's pins from the index), and compute this cell's inputs as the
+    runner does. Raises StackfarmError naming the cell when the plan has no such cell to run."""
+    from .cli import (
+        make_plan,
+    )  # the CLI's planning step (pins, unreachable indexes); imported late: cli is a face
+
+    matrix = load(matrix_path)
+    resolver = Resolver(matrix, Cache())
+    plan, unreachable = make_plan(matrix, resolver, None)
+    cell = next((c for c in plan.cells if c.id == cell_id), None)
+    if cell is None:
+        conflict = next((c for c in plan.conflicts if c.cell.id == cell_id), None)
+        excluded = next((x for x in plan.excluded if x.cell.id == cell_id), None)
+        if conflict is not None:
+            why = f"it is a conflict: {'; '.join(conflict.problems)}"
+        elif excluded is not None:
+            why = f"it is excluded: {excluded.reason}"
+        else:
+            hint = did_you_mean(cell_id, [c.id for c in plan.cells])
+            why = "no such cell" + (f"; {hint}" if hint else "")
+        raise StackfarmError(f"cell {cell_id} is not a cell {matrix_path} runs: {why}")
+    runner = Runner(
+        matrix,
+        resolver,
+        _InputsOnly(backend),
+        RunOptions(reports=Path("reports"), jobs=1),
+        CellProgress(live=False),
+        unreachable=unreachable,
+        no_gpu_reason=None if gpu else "no GPU when the verdict was made",
+    )
+    artifacts: dict[Component, Artifact] = {}
+    if backend != "host":
+        for comp in cell.components:
+            if (comp.distribution, comp.version) in unreachable:
+                raise StackfarmError(unreachable[(comp.distribution, comp.version)])
+            artifacts[comp] = resolver.artifact(comp, cell["python"])
+    raw = runner.inputs(cell, artifacts)
+    inputs = json.loads(json.dumps(raw, default=str))
+    patch_files = {
+        f"{ps.name}/{path.name}": hashlib.sha256(path.read_bytes()).hexdigest()
+        for ps in matrix.patch_sets
+        if ps.name in cell.patch_sets
+        for path in sorted(ps.path.iterdir())
+        if path.is_file()
+    }
+    return Planned(
+        matrix=matrix,
+        cell=cell,
+        artifacts=artifacts,
+        inputs=inputs,
+        input_hash=input_hash(raw),
+        patch_files=patch_files,
+    )
+
+
+# --------------------------------------------------------------------------- the record
+
+
+def _canonical(record: Mapping[str, Any]) -> bytes:
+    body = {k: v for k, v in record.items() if k != _SEAL}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def seal(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with its own sha256 (over its canonical JSON, the seal left out) as the last key."""
+    return {
+        **{k: v for k, v in record.items() if k != _SEAL},
+        _SEAL: hashlib.sha256(_canonical(record)).hexdigest(),
+    }
+
+
+def seal_problem(record: Mapping[str, Any]) -> str | None:
+    """None when the record is as sealed; else what is wrong with it."""
+    stored = record.get(_SEAL)
+    actual = hashlib.sha256(_canonical(record)).hexdigest()
+    if not isinstance(stored, str):
+        return "the record has no record_sha256: it was not written by stackfarm.qualify"
+    if stored != actual:
+        return f"the record was changed after it was sealed: record_sha256 {stored[:16]}…, its contents hash to {actual[:16]}…"
+    if record.get("inputs") is not None and input_hash(record["inputs"]) != record.get("input_hash"):
+        return "the record's inputs do not hash to its input_hash"
+    return None
+
+
+def _value(text: str) -> str:
+    if len(text) <= MAX_VALUE:
+        return text
+    return f"sha256:{hashlib.sha256(text.encode()).hexdigest()} ({len(text)} chars)"
+
+
+def _suites(cell: CellRun) -> list[dict[str, Any]]:
+    out = []
+    for suite in cell.suites:
+        r = suite.result
+        out.append(
+            {
+                "suite": r.suite,
+                "outcome": r.outcome,
+                "tests": r.tests,
+                "passed": r.passed,
+                "failures": r.failures,
+                "errors": r.errors,
+                "skipped": r.skipped,
+                "seconds": r.time,
+                "properties": {k: _value(v) for k, v in sorted(suite.properties.items())},
+                "cases": [
+                    {"name": c.name, "outcome": c.outcome}
+                    | (
+                        {"properties": {k: _value(v) for k, v in c.properties.items()}}
+                        if c.properties
+                        else {}
+                    )
+                    for c in suite.cases
+                ],
+            }
+        )
+    return out
+
+
+def _git(args: Sequence[str], cwd: Path) -> str | None:
+    try:
+        out = call(["git", *args], cwd=cwd, timeout=30)
+    except StackfarmError:  # no git on this machine
+        return None
+    return out.output.strip() if out.returncode == 0 else None
+
+
+def matrix_provenance(path: Path) -> dict[str, Any]:
+    """The matrix file's sha256 and the git commit that last changed it (None outside a git checkout)."""
+    folder, name = path.resolve().parent, path.name
+    commit = _git(["log", "-1", "--format=%H", "--", name], folder) or None
+    status = _git(["status", "--porcelain", "--", name], folder) if commit else None
+    return {
+        "path": str(path),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "commit": commit,
+        "modified_since_commit": None if status is None else bool(status),
+    }
+
+
+def build_record(
+    *,
+    release: str,
+    approver: str,
+    cell: CellRun,
+    planned: Planned,
+    accepted_skips: Sequence[Mapping[str, str]],
+    matrix: Mapping[str, Any],
+    now: datetime,
+) -> dict[str, Any]:
+    props = cell.report.properties
+    record = {
+        "schema": SCHEMA,
+        "release": release,
+        "cell": cell.cell,
+        "values": planned.cell.as_dict(),
+        "components": [
+            {
+                "distribution": c.distribution,
+                "version": props.get(f"{c.distribution}.version", c.version),
+                "sha256": props.get(f"{c.distribution}.sha256"),
+                "source": props.get(f"{c.distribution}.source"),
+                "index": c.index,
+            }
+            for c in planned.cell.components
+        ],
+        "patch_sets": {n: props.get(f"patches.{n}.sha256") for n in planned.cell.patch_sets},
+        "patch_files": planned.patch_files,
+        "patch_statuses": {
+            k.removeprefix("patch.").removesuffix(".status"): v
+            for k, v in sorted(props.items())
+            if k.startswith("patch.") and k.endswith(".status")
+        },
+        # Set by the docker backend (image.digest / image.tag); a local tree has no image.
+        "image_digest": props.get("image.digest"),
+        "image_tag": props.get("image.tag"),
+        "backend": planned.inputs.get("backend"),
+        "gpu": planned.inputs.get("gpu"),
+        "suites": _suites(cell),
+        "accepted_skips": list(accepted_skips),
+        "approver": approver,
+        "approved_at": now.astimezone(timezone.utc).isoformat(timespec="seconds"),
+        "matrix": dict(matrix),
+        "stackfarm": __version__,
+        "input_hash": planned.input_hash,
+        "inputs": planned.inputs,
+    }
+    return seal(record)
+
+
+def _md(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def record_markdown(record: Mapping[str, Any], json_name: str) -> str:
+    m = record["matrix"]
+    commit = m["commit"] or "none (not in a git checkout)"
+    if m.get("modified_since_commit"):
+        commit += " — matrix.toml had uncommitted changes; its sha256 is below"
+    lines = [
+        f"# Qualification: {record['release']}",
+        "",
+        f"- cell: `{record['cell']}`",
+        f"- approved by **{_md(record['approver'])}** at {record['approved_at']}",
+        f"- matrix: `{m['path']}` sha256 `{m['sha256']}`, commit {commit}",
+        f"- backend: {record['backend']}, GPU: {'yes' if record['gpu'] else 'no'}, "
+        f"image digest: {record['image_digest'] or 'none (no docker image)'}",
+        f"- input hash: `{record['input_hash']}`",
+        f"- record sha256: `{record[_SEAL]}`",
+        "",
+        "## Components",
+        "",
+        "| distribution | version | wheel sha256 | index |",
+        "|---|---|---|---|",
+        *(
+            f"| {c['distribution']} | {c['version']} | `{c['sha256']}` | {c['index']} |"
+            for c in record["components"]
+        ),
+        "",
+        "## Patches",
+        "",
+    ]
+    if record["patch_sets"]:
+        lines += ["| patch set | sha256 |", "|---|---|"]
+        lines += [f"| {n} | `{h}` |" for n, h in record["patch_sets"].items()]
+        lines += [""] + [f"- `{p}`: {s}" for p, s in record["patch_statuses"].items()]
+    else:
+        lines.append("none apply to this cell")
+    lines += [
+        "",
+        "## Suites",
+        "",
+        "| suite | outcome | tests | passed | skipped | seconds |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {s['suite']} | {s['outcome']} | {s['tests']} | {s['passed']} | {s['skipped']} | {s['seconds']} |"
+        for s in record["suites"]
+    ]
+    if record["accepted_skips"]:
+        lines += ["", "## Not verified (skips accepted by the approver)", ""]
+        lines += [f"- `{s['case']}`: {_md(s['reason'])}" for s in record["accepted_skips"]]
+    figures = [
+        (s["suite"], c["name"], k, v)
+        for s in record["suites"]
+        for c in s["cases"]
+        for k, v in c.get("properties", {}).items()
+        if _is_number(v)
+    ]
+    if figures:
+        lines += ["", "## Key figures", "", "| suite | testcase | figure | value |", "|---|---|---|---|"]
+        lines += [f"| {s} | {_md(c)} | {_md(k)} | {v} |" for s, c, k, v in figures]
+    lines += ["", f"Check it still holds: `python -m stackfarm.qualify --verify {json_name}`", ""]
+    return "\n".join(lines)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def qualify(
+    *,
+    cell_id: str,
+    release: str,
+    approver: str,
+    reports: Path,
+    matrix_path: Path,
+    backend: str = "local",
+    allow_skips: Sequence[str] = (),
+    replace: bool = False,
+    now: datetime | None = None,
+    gpu: bool | None = None,
+) -> Path:
+    """Write the record of `cell_id` as `release`; raise StackfarmError listing everything that refuses it."""
+    if not _RELEASE.match(release):
+        raise ConfigError(
+            "--release", f"{release!r} is not a release name", fix="letters, digits and ._+- only"
+        )
+    if not approver.strip():
+        raise ConfigError("--approver", "the approver is empty", fix="name the person who signs off")
+    target = reports / "qualifications" / f"{release}.json"
+    if target.exists() and not replace:
+        old = json.loads(target.read_text(encoding="utf-8"))
+        raise StackfarmError(
+            f"{target} exists (cell {old.get('cell')}, approved by {old.get('approver')} at "
+            f"{old.get('approved_at')}): choose another release name, or pass --replace"
+        )
+    verdict = reports / cell_id / "verdict.json"
+    if not verdict.is_file():
+        raise StackfarmError(
+            f"refused: cell {cell_id} has no run in {reports}/ ({verdict} is missing); "
+            f"run `python -m stackfarm run --cells {cell_id}` first"
+        )
+    run = read_run(reports)
+    cell = run.cells.get(cell_id)
+    if cell is None:
+        raise StackfarmError(f"refused: {verdict} is unreadable: {'; '.join(run.problems)}")
+    planned = plan_cell(
+        matrix_path, cell_id, backend=backend, gpu=gpu_unavailable_reason() is None if gpu is None else gpu
+    )
+    judgement = judge(cell, [s.name for s in planned.matrix.suites], allow_skips)
+    missing = list(judgement.missing)
+    if cell.input_hash != planned.input_hash:
+        why = ""
+        if cell.inputs is not None:
+            why = ": " + ", ".join(str(d) for d in diff_inputs(cell.inputs, planned.inputs))
+        missing.append(
+            f"the latest run was made from other inputs than {matrix_path} gives now "
+            f"(input hash {str(cell.input_hash)[:12]}… ≠ {planned.input_hash[:12]}…){why}; "
+            f"re-run `python -m stackfarm run --cells {cell_id}`"
+        )
+    if missing:
+        listing = "\n".join(f"  - {m}" for m in missing)
+        raise StackfarmError(f"refused: {cell_id} cannot be qualified as {release}; not passed:\n{listing}")
+    record = build_record(
+        release=release,
+        approver=approver.strip(),
+        cell=cell,
+        planned=planned,
+        accepted_skips=judgement.accepted_skips,
+        matrix=matrix_provenance(matrix_path),
+        now=now or datetime.now(timezone.utc),
+    )
+    write_atomic(target, json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    write_atomic(target.with_suffix(".md"), record_markdown(record, str(target)))
+    return target
+
+
+# --------------------------------------------------------------------------- verify
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verification:
+    holds: bool
+    #: One line per finding: the seal, then every changed input and patch file.
+    lines: tuple[str, ...]
+    changed: tuple[Difference, ...] = ()
+
+
+def verify(record_path: Path, matrix_path: Path | None = None) -> Verification:
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise StackfarmError(f"{record_path}: not a readable qualification record ({exc})") from None
+    if not isinstance(record, dict):
+        raise StackfarmError(f"{record_path}: not a qualification record (a JSON object)")
+    problem = seal_problem(record)
+    if problem is not None:
+        return Verification(holds=False, lines=(f"TAMPERED: {problem}",))
+    if record.get("schema") != SCHEMA:
+        raise StackfarmError(
+            f"{record_path}: record schema {record.get('schema')!r}; this stackfarm reads {SCHEMA}"
+        )
+    lines = [
+        f"seal ok: {record['release']} = cell {record['cell']}, approved by {record['approver']} "
+        f"at {record['approved_at']}"
+    ]
+    path = matrix_path or Path(record["matrix"]["path"])
+    recorded: dict[str, Any] = record["inputs"]
+    planned = plan_cell(
+        path, record["cell"], backend=str(recorded.get("backend")), gpu=bool(recorded.get("gpu"))
+    )
+    changed = tuple(diff_inputs(recorded, planned.inputs))
+    files = record.get("patch_files", {})
+    moved = [
+        f"patch file {name}: "
+        + ("removed" if name not in planned.patch_files else "added" if name not in files else "changed")
+        for name in sorted(set(files) | set(planned.patch_files))
+        if files.get(name) != planned.patch_files.get(name)
+    ]
+    if not changed and not moved:
+        lines.append(f"the record holds: the inputs of a fresh plan hash to {planned.input_hash}")
+        return Verification(holds=True, lines=tuple(lines))
+    lines.append(f"the record no longer holds: {len(changed)} input(s) changed since it was made")
+    lines += [f"  changed: {d}" for d in changed]
+    lines += [f"  changed: {m}" for m in moved]
+    return Verification(holds=False, lines=tuple(lines), changed=changed)
+
+
+# --------------------------------------------------------------------------- GitHub Actions
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerKind:
+    """A kind of self-hosted runner: the labels a job asks for, and which cells run there."""
+
+    name: str
+    labels: tuple[str, ...]
+    arch: str | None
+    gpus: int
+    #: fnmatch globs on cell ids; the first kind (in file order) that matches a cell runs it.
+    cells: tuple[str, ...]
+
+
+#: Used when matrix.toml has no [runners] table: every cell on one generic GPU runner.
+DEFAULT_RUNNER = RunnerKind(
+    name="gpu", labels=("self-hosted", "linux", "x64", "gpu"), arch=None, gpus=1, cells=("*",)
+)
+_RUNNER_KEYS = ("labels", "arch", "gpus", "cells")
+
+
+def read_runners(matrix_path: Path) -> tuple[tuple[RunnerKind, ...], list[str]]:
+    """The ``[runners.<kind>]`` tables of matrix.toml, validated; and warnings (none when the table is there)."""
+    try:
+        data = tomlkit.parse(matrix_path.read_text(encoding="utf-8")).unwrap()
+    except (OSError, tomlkit.exceptions.TOMLKitError) as exc:
+        raise ConfigError(matrix_path, f"cannot read it: {exc}") from None
+    table = data.get("runners")
+    if table is None:
+        return (DEFAULT_RUNNER,), [
+            f"{matrix_path} has no [runners] table: every cell runs on runs-on {list(DEFAULT_RUNNER.labels)}"
+        ]
+    archs = data.get("targets", {}).get("archs", [])
+    kinds = []
+    for name, entry in table.items():
+        where = f"runners.{name}"
+
+        def bad(message: str, key: str | None = None, fix: str = "", where: str = where) -> ConfigError:
+            return ConfigError(matrix_path, message, line=locate(matrix_path, where, key), fix=fix)
+
+        if not isinstance(entry, dict):
+            raise bad(f"[{where}] must be a table", fix='e.g. labels = ["self-hosted", "gpu"]')
+        for key in entry:
+            if key not in _RUNNER_KEYS:
+                hint = did_you_mean(key, _RUNNER_KEYS)
+                raise bad(f"`{key}` in [{where}] is unknown" + (f"; {hint}" if hint else ""), key,
+                          f"use one of: {', '.join(_RUNNER_KEYS)}")  # fmt: skip
+        labels = entry.get("labels")
+        if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x for x in labels):
+            raise bad(f"labels of [{where}] must be a non-empty list of strings", "labels",
+                      'e.g. labels = ["self-hosted", "linux", "x64", "sm_120", "gpus-8"]')  # fmt: skip
+        arch = entry.get("arch")
+        if arch is not None and arch not in archs:
+            raise bad(f"arch `{arch}` of [{where}] is not in [targets] archs {archs}", "arch", "add it there")
+        gpus = entry.get("gpus", 1)
+        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
+            raise bad(f"gpus of [{where}] must be a whole number >= 1, got {gpus!r}", "gpus")
+        cells = entry.get("cells", ["*"])
+        cells = [cells] if isinstance(cells, str) else cells
+        if not isinstance(cells, list) or not all(isinstance(x, str) for x in cells):
+            raise bad(
+                f"cells of [{where}] must be a list of cell-id globs", "cells", 'e.g. cells = ["*-sgl0.5.9"]'
+            )
+        kinds.append(
+            RunnerKind(
+                name=name, labels=tuple(labels), arch=arch, gpus=gpus, cells=tuple(str(c) for c in cells)
+            )
+        )
+    if not kinds:
+        raise ConfigError(matrix_path, "[runners] lists no runner", fix="add a [runners.<kind>] table")
+    return tuple(kinds), []
+
+
+def job_matrix(plan: Mapping[str, Any], runners: Sequence[RunnerKind], matrix_path: Path) -> dict[str, Any]:
+    """The plan's cells as a GitHub Actions matrix: one entry per cell, on the first runner kind matching it."""
+    include = []
+    for cell in plan.get("cells", []):
+        cell_id = str(cell["id"])
+        kind = next((k for k in runners if any(fnmatch.fnmatchcase(cell_id, g) for g in k.cells)), None)
+        if kind is None:
+            raise ConfigError(
+                matrix_path,
+                f"cell {cell_id} matches no [runners.*] cells glob: it would never run",
+                line=locate(matrix_path, "runners"),
+                fix='add a catch-all kind last (cells = ["*"]) or a glob for it',
+            )
+        include.append(
+            {"cell": cell_id, "runner": kind.name, "labels": list(kind.labels), "arch": kind.arch or "",
+             "gpus": kind.gpus}
+        )  # fmt: skip
+    return {"include": include}
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def annotation(level: str, title: str, message: str) -> str:
+    """A GitHub workflow command (``::error title=...::message``), escaped as the runner expects."""
+    return f"::{level} title={_escape_property(title)}::{_escape_data(message)}"
+
+
+def gha_annotations(run: Run, expected: Sequence[str] = ()) -> list[str]:
+    out = [
+        annotation("error", cell, f"{cell}: no report; its job ended before the run wrote one")
+        for cell in expected
+        if cell not in run.cells
+    ]
+    for cell_id, cell in run.cells.items():
+        if cell.report.status in ("conflict", "error"):
+            out.append(annotation("error", cell_id, f"{cell.report.status}: {cell.report.reason}"))
+            continue
+        for suite in cell.suites:
+            res = suite.result
+            if res.outcome in ("failed", "error"):
+                out.append(annotation("error", f"{cell_id} {res.suite}", res.first_failure or res.outcome))
+            elif res.outcome == "skipped":
+                why = next((c.message for c in suite.cases if c.message), "skipped")
+                out.append(annotation("warning", f"{cell_id} {res.suite}", f"skipped: {why}"))
+    out += [annotation("warning", "unreadable report", p) for p in run.problems]
+    return out
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m stackfarm.qualify", description=__doc__.split("\n")[0])
+    parser.add_argument("--cell", help="the cell id to qualify")
+    parser.add_argument("--release", help="the release name (the record's file name)")
+    parser.add_argument("--approver", help="who signs off")
+    parser.add_argument("--reports", type=Path, default=Path("reports"), help="the reports folder (reports/)")
+    parser.add_argument("--matrix", type=Path, default=None, help="the matrix file (matrix.toml)")
+    parser.add_argument("--backend", choices=("local", "docker", "host"), default="local",
+                        help="the backend the run used (it is one of the inputs)")  # fmt: skip
+    parser.add_argument("--allow-skip", action="append", default=[], metavar="GLOB",
+                        help="accept skipped testcases matching SUITE::TESTCASE glob (recorded as not verified)")  # fmt: skip
+    parser.add_argument("--replace", action="store_true", help="overwrite an existing record of this release")
+    parser.add_argument("--verify", type=Path, metavar="RECORD", help="check a record against a fresh plan")
+    return parser
+
+
+def _cmd_qualify(args: argparse.Namespace) -> int:
+    missing = [f"--{k}" for k in ("cell", "release", "approver") if not getattr(args, k)]
+    if missing:
+        raise ConfigError(
+            "command line", f"{', '.join(missing)} missing", fix="give --cell, --release and --approver"
+        )
+    target = qualify(
+        cell_id=args.cell,
+        release=args.release,
+        approver=args.approver,
+        reports=args.reports,
+        matrix_path=args.matrix or Path("matrix.toml"),
+        backend=args.backend,
+        allow_skips=args.allow_skip,
+        replace=args.replace,
+    )
+    record = json.loads(target.read_text(encoding="utf-8"))
+    print(f"qualified {record['cell']} as {record['release']} (approved by {record['approver']})")
+    for skip in record["accepted_skips"]:
+        print(f"  not verified (accepted): {skip['case']}: {skip['reason']}")
+    if record["matrix"].get("modified_since_commit"):
+        print(f"  note: {record['matrix']['path']} has uncommitted changes; the record keeps its sha256")
+    print(f"{target} and {target.with_suffix('.md')}; record sha256 {record[_SEAL]}")
+    return int(ExitCode.OK)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    result = verify(args.verify, args.matrix)
+    print("\n".join(result.lines))
+    return int(ExitCode.OK if result.holds else ExitCode.CELLS_FAILED)
+
+
+def _read_json(source: str) -> Any:
+    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise StackfarmError(f"{source}: not JSON ({exc})") from None
+
+
+def _cmd_gha_matrix(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stackfarm.qualify gha-matrix")
+    parser.add_argument("--plan", default="-", help="`stackfarm plan --json` output (a file, or - for stdin)")
+    parser.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
+    parser.add_argument("--github-output", type=Path, default=None,
+                        help="also append matrix=<json> and count=<n> to this file ($GITHUB_OUTPUT)")  # fmt: skip
+    args = parser.parse_args(argv)
+    plan = _read_json(args.plan)
+    runners, warnings = read_runners(args.matrix)
+    matrix = job_matrix(plan, runners, args.matrix)
+    for warning in warnings:
+        print(annotation("warning", "runners", warning), file=sys.stderr)
+    for conflict in plan.get("conflicts", []):
+        print(
+            annotation("warning", f"{conflict['id']} conflict", "; ".join(conflict["problems"])),
+            file=sys.stderr,
+        )
+    text = json.dumps(matrix, separators=(",", ":"))
+    if args.github_output is not None:
+        with args.github_output.open("a", encoding="utf-8") as out:
+            out.write(f"matrix={text}\ncount={len(matrix['include'])}\n")
+    print(text)
+    return int(ExitCode.OK)
+
+
+def _cmd_gha_annotate(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stackfarm.qualify gha-annotate")
+    parser.add_argument("--reports", type=Path, default=Path("reports"))
+    parser.add_argument(
+        "--expect", default=None, help="the gha-matrix JSON (a file, or -): cells that must have a report"
+    )
+    args = parser.parse_args(argv)
+    expected = [str(e["cell"]) for e in _read_json(args.expect).get("include", [])] if args.expect else []
+    lines = gha_annotations(read_run(args.reports), expected)
+    print("\n".join(lines))
+    return int(ExitCode.CELLS_FAILED if any(line.startswith("::error") for line in lines) else ExitCode.OK)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args_list[:1] == ["gha-matrix"]:
+            return _cmd_gha_matrix(args_list[1:])
+        if args_list[:1] == ["gha-annotate"]:
+            return _cmd_gha_annotate(args_list[1:])
+        args = _parser().parse_args(args_list)
+        return _cmd_verify(args) if args.verify else _cmd_qualify(args)
+    except StackfarmError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+
+
+__all__ = [
+    "DEFAULT_RUNNER",
+    "SCHEMA",
+    "Judgement",
+    "Planned",
+    "RunnerKind",
+    "Verification",
+    "annotation",
+    "build_record",
+    "gha_annotations",
+    "job_matrix",
+    "judge",
+    "main",
+    "matrix_provenance",
+    "plan_cell",
+    "qualify",
+    "read_runners",
+    "record_markdown",
+    "seal",
+    "seal_problem",
+    "verify",
+]
+
+if __name__ == "__main__":
+    sys.exit(main())

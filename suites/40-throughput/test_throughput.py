@@ -1,0 +1,422 @@
+"""40-throughput: the cell's SGLang measured on this GPU, judged against thresholds per runner kind.
+
+Two servers (``python -m sglang.launch_server``) share the GPU: the baseline and EAGLE-3, started in that
+order, each health-checked with a timeout. After a warm-up that lasts until the single-stream rate is stable,
+requests alternate A B A B: single-stream decode (the seeds' tok/s figure), TTFT, ITL, batch throughput at
+the configured batch sizes, EAGLE-3's accept length (stackfarm.throughput.measure).
+
+Testcases, every figure in their JUnit properties:
+
+- test_gpu: name, clocks, driver, power limit of each GPU (nvidia-smi), and the runner kind;
+- test_figures: per figure the samples, median, bootstrap interval, CV; the warm-up; the server arguments;
+- test_threshold[<check>]: one per threshold of [thresholds.<runner kind>] (absolute, EAGLE-3 relative,
+  regression against the last qualified record): pass / fail / inconclusive after re-measures (see
+  stackfarm.throughput.stats). An unknown runner kind is one failing testcase saying what to add;
+- test_bench_tool: SGLang's own bench_one_batch_server and its JSON, when settings.bench_tool is set.
+
+The figures also go to ``$STACKFARM_SUITE_OUT/throughput.json`` (stackfarm.throughput.record), with the
+server logs beside it. Settings: ``[suites.40-throughput.settings]``, see stackfarm.throughput.measure.Settings.
+The runner kind comes from nvidia-smi (``1x-h200``...) unless ``$STACKFARM_RUNNER_KIND`` names it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stackfarm.cellspec import CellSpec, load
+from stackfarm.errors import StackfarmError
+from stackfarm.proc import call
+from stackfarm.throughput import benchjson, record
+from stackfarm.throughput._tiny import write_tiny_pair
+from stackfarm.throughput.measure import (
+    BASELINE,
+    GpuInfo,
+    Measurement,
+    ModelPaths,
+    ServerConfig,
+    ServerSpec,
+    Settings,
+    free_ports,
+    launch,
+    query_gpus,
+    server_configs,
+    server_env,
+    sglang_server_argv,
+    tail,
+)
+from stackfarm.throughput.stats import RemeasureFailed, classify, decide
+from stackfarm.throughput.thresholds import (
+    Check,
+    figure_names,
+    last_medians,
+    resolve,
+    runner_kind,
+)
+
+SUITE = "40-throughput"
+HOST = "127.0.0.1"
+RUNNER_KIND_ENV = "STACKFARM_RUNNER_KIND"
+#: The type of pytest's `record_property` fixture.
+RecordProperty = Callable[[str, object], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Planned:
+    """A threshold testcase as planned at collection: a check, or why there is none to run."""
+
+    id: str
+    check: Check | None = None
+    problem: str | None = None
+    skip: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    cell: CellSpec | None
+    settings: Settings | None
+    runner_kind: str
+    gpus: tuple[GpuInfo, ...]
+    planned: tuple[Planned, ...]
+
+
+def _fail_plan(cell: CellSpec | None, why: str) -> Plan:
+    return Plan(
+        cell=cell, settings=None, runner_kind="unknown", gpus=(), planned=(Planned(id="setup", problem=why),)
+    )
+
+
+def _baseline(settings: Settings, kind: str) -> tuple[dict[str, float] | None, str, str | None]:
+    """(medians of the last qualified record or None, where it came from, a problem or None)."""
+    path = os.environ.get(record.BASELINE_ENV) or settings.baseline_record
+    if not path:
+        return None, "", None
+    doc = record.load(Path(path))
+    if doc.get("runner_kind") != kind:
+        return (
+            None,
+            path,
+            f"the baseline record {path} is from runner kind {doc.get('runner_kind')!r}, not {kind!r}",
+        )
+    return last_medians(doc), path, None
+
+
+@functools.cache
+def plan() -> Plan:
+    """Everything decided before any server starts, once per session (collection and fixtures share it)."""
+    path = os.environ.get("STACKFARM_CELL")
+    if not path:
+        return _fail_plan(None, "STACKFARM_CELL is not set: suites are run by stackfarm, not by hand")
+    cell = load(path)
+    if cell.no_gpu_reason is not None:
+        skip = Planned(id="thresholds", skip=f"needs GPU: {cell.no_gpu_reason}")
+        return Plan(cell=cell, settings=None, runner_kind="no-gpu", gpus=(), planned=(skip,))
+    try:
+        settings = Settings.from_mapping(cell.settings.get(SUITE, {}))
+        gpus = query_gpus()
+        kind = os.environ.get(RUNNER_KIND_ENV) or runner_kind([g.name for g in gpus])
+        last, origin, problem = _baseline(settings, kind)
+        if problem:
+            return Plan(cell=cell, settings=settings, runner_kind=kind, gpus=gpus,
+                        planned=(Planned(id="baseline-record", problem=problem),))  # fmt: skip
+        measured = figure_names(settings.batch_sizes, eagle3=settings.eagle3)
+        resolution = resolve(cell.thresholds, kind, measured=measured, last=last, last_origin=origin)
+    except StackfarmError as exc:
+        return _fail_plan(cell, str(exc))
+    if resolution.problem is not None:
+        planned: tuple[Planned, ...] = (Planned(id=f"runner-{kind}", problem=resolution.problem),)
+    else:
+        planned = tuple(Planned(id=c.name, check=c) for c in resolution.checks)
+    return Plan(cell=cell, settings=settings, runner_kind=kind, gpus=gpus, planned=planned)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "planned" in metafunc.fixturenames:
+        items = plan().planned or (Planned(id="none", skip="no thresholds to check"),)
+        metafunc.parametrize("planned", items, ids=[p.id for p in items])
+
+
+# ------------------------------------------------------------------------------------------ the run
+
+
+def _gpu_dicts(gpus: tuple[GpuInfo, ...]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(g) for g in gpus]
+
+
+class Run:
+    """The servers' measurement and everything throughput.json will hold; shared by the testcases."""
+
+    def __init__(
+        self, the_plan: Plan, cell: CellSpec, settings: Settings, configs: tuple[ServerConfig, ...]
+    ) -> None:
+        self.plan = the_plan
+        self.cell = cell
+        self.settings = settings
+        self.configs = configs
+        self.measurement: Measurement | None = None
+        self.endpoints: dict[str, str] = {}
+        self.env: dict[str, str] = {}
+        self.logs: dict[str, Path] = {}
+        self.checks: list[dict[str, Any]] = []
+        self.problems: list[str] = [p.problem for p in the_plan.planned if p.problem]
+        self.gpus_after: tuple[GpuInfo, ...] = ()
+        self.bench: dict[str, Any] | None = None
+
+    def sglang_version(self) -> str:
+        try:
+            return self.cell.component("sglang").version
+        except KeyError:
+            return "unknown"
+
+    def figures(self) -> dict[str, dict[str, Any]]:
+        samples = self.measurement.figures() if self.measurement is not None else {}
+        s = self.settings
+        return {
+            name: record.summarise_figure(
+                name, values, confidence=s.confidence, resamples=s.resamples, seed=s.seed
+            )
+            for name, values in samples.items()
+        }
+
+    def write(self) -> Path | None:
+        folder = record.out_dir()
+        if folder is None:
+            return None
+        m = self.measurement
+        doc = record.document(
+            cell=self.cell.id,
+            runner_kind=self.plan.runner_kind,
+            sglang=self.sglang_version(),
+            gpus=_gpu_dicts(self.plan.gpus),
+            gpus_after=_gpu_dicts(self.gpus_after),
+            settings=self.settings.as_dict(),
+            configs={
+                c.label: {"args": list(c.args), "cuda_graph": c.cuda_graph, "note": c.note}
+                for c in self.configs
+            },
+            warmup={k: dataclasses.asdict(w) for k, w in (m.warmups.items() if m else ())},
+            figures=self.figures(),
+            checks=self.checks,
+            problems=self.problems,
+            bench_tool=self.bench,
+        )
+        return record.write(folder, doc)
+
+
+def _models(settings: Settings, scratch: Path) -> ModelPaths:
+    if settings.model_path:
+        return ModelPaths(target=settings.model_path, draft=settings.draft_model_path, load_format=None)
+    target, draft = write_tiny_pair(scratch / "models")
+    return ModelPaths(target=str(target), draft=str(draft), load_format="dummy")
+
+
+@pytest.fixture(scope="session")
+def run(cell: CellSpec, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    if cell.no_gpu_reason is not None:
+        pytest.skip(f"needs GPU: {cell.no_gpu_reason}")
+    the_plan = plan()
+    if the_plan.settings is None:
+        pytest.fail(the_plan.planned[0].problem or "no settings")
+    settings = the_plan.settings
+    scratch = tmp_path_factory.mktemp("throughput")
+    configs = server_configs(settings, _models(settings, scratch))
+    state = Run(the_plan, cell, settings, configs)
+    try:
+        sglang_root = cell.component("sglang").root
+    except KeyError:
+        sglang_root = None
+    state.env = server_env(sglang_root, scratch)
+    logs = record.out_dir() or scratch
+    with contextlib.ExitStack() as servers:
+        try:
+            ports = free_ports(HOST, len(configs), start=settings.port)
+            for config, port in zip(configs, ports, strict=True):
+                spec = ServerSpec(
+                    label=config.label,
+                    argv=sglang_server_argv(sys.executable, config, HOST, port),
+                    host=HOST,
+                    port=port,
+                    env=state.env,
+                    log=logs / f"throughput-{config.label}.log",
+                    health_timeout=settings.health_timeout,
+                )
+                state.logs[config.label] = spec.log
+                server = launch(spec)
+                servers.callback(server.stop)
+                state.endpoints[config.label] = server.base_url
+            state.measurement = Measurement(state.endpoints, settings)
+            state.measurement.warm_up()
+            state.measurement.run_rounds(settings.repeats)
+        except StackfarmError as exc:
+            kind = classify(str(exc))
+            state.problems.append(f"[{kind.value}, not retried] {exc}")
+            state.write()
+            pytest.fail(f"[{kind.value}, not retried] {exc}", pytrace=False)
+        state.write()
+        try:
+            yield state
+        finally:
+            with contextlib.suppress(StackfarmError):
+                state.gpus_after = query_gpus()
+            state.write()
+
+
+# ------------------------------------------------------------------------------------------ testcases
+
+
+def test_gpu(cell: CellSpec, record_property: RecordProperty) -> None:
+    if cell.no_gpu_reason is not None:
+        pytest.skip(f"needs GPU: {cell.no_gpu_reason}")
+    the_plan = plan()
+    gpus = the_plan.gpus or query_gpus()
+    record_property("runner_kind", the_plan.runner_kind)
+    record_property(
+        "runner_kind.source", RUNNER_KIND_ENV if os.environ.get(RUNNER_KIND_ENV) else "nvidia-smi"
+    )
+    for gpu in gpus:
+        for key, value in dataclasses.asdict(gpu).items():
+            record_property(f"gpu{gpu.index}.{key}", value)
+    assert gpus, "nvidia-smi listed no GPU"
+
+
+def test_figures(run: Run, record_property: RecordProperty) -> None:
+    assert run.measurement is not None
+    settings = run.settings
+    record_property("sglang", run.sglang_version())
+    record_property("runner_kind", run.plan.runner_kind)
+    record_property("rounds", run.measurement.rounds)
+    for config in run.configs:
+        record_property(f"config.{config.label}.args", " ".join(config.args))
+        record_property(f"config.{config.label}.cuda_graph", config.cuda_graph)
+        if config.note:
+            record_property(f"config.{config.label}.note", config.note)
+    for label, warm in run.measurement.warmups.items():
+        record_property(f"warmup.{label}.stable", warm.stable)
+        record_property(f"warmup.{label}.rates", json.dumps([round(r, 2) for r in warm.rates]))
+    figures = run.figures()
+    for name, fig in figures.items():
+        for key in ("unit", "n", "median", "ci_low", "ci_high", "cv"):
+            record_property(f"{name}.{key}", fig[key])
+        record_property(f"{name}.samples", json.dumps([round(x, 4) for x in fig["samples"]]))
+    written = run.write()
+    record_property(
+        "throughput_json", str(written) if written else f"not written: ${record.OUT_ENV} is not set"
+    )
+    expected = figure_names(settings.batch_sizes, eagle3=settings.eagle3)
+    missing = [f for f in expected if f not in figures]
+    assert not missing, f"figures not measured: {missing} (the EAGLE-3 server reports no spec_accept_length?)"
+    short = {n: f["n"] for n, f in figures.items() if f["n"] < settings.repeats}
+    assert not short, f"fewer samples than repeats = {settings.repeats}: {short}"
+    bad = {n: f["samples"] for n, f in figures.items() if any(x <= 0 for x in f["samples"])}
+    assert not bad, f"non-positive samples: {bad}"
+
+
+def _check_row(check: Check, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": check.name,
+        "figure": check.figure,
+        "kind": check.kind,
+        "bound": check.bound.describe(),
+        "threshold": check.bound.value,
+        "at_least": check.bound.at_least,
+        "source": check.source,
+        "note": check.note,
+        **extra,
+    }
+
+
+def test_threshold(planned: Planned, request: pytest.FixtureRequest, record_property: RecordProperty) -> None:
+    if planned.skip:
+        pytest.skip(planned.skip)
+    if planned.problem or planned.check is None:
+        record_property("problem", planned.problem)
+        pytest.fail(planned.problem or "no check", pytrace=False)
+    check = planned.check
+    run: Run = request.getfixturevalue("run")
+    assert run.measurement is not None
+    for key, value in _check_row(check).items():
+        record_property(key, value)
+    samples = run.measurement.figures().get(check.figure)
+    if not samples:
+        run.checks.append(_check_row(check, verdict="error", detail="not measured"))
+        pytest.fail(f"{check.figure} was not measured", pytrace=False)
+    s = run.settings
+    try:
+        judgement = decide(
+            samples,
+            check.bound,
+            more=run.measurement.remeasure(check.figure),
+            max_remeasures=s.max_remeasures,
+            confidence=s.confidence,
+            resamples=s.resamples,
+            seed=s.seed,
+        )
+    except RemeasureFailed as exc:
+        run.checks.append(_check_row(check, verdict="error", detail=str(exc)))
+        run.write()
+        logs = "\n".join(f"--- last lines of {path} ---\n{tail(path)}" for path in run.logs.values())
+        pytest.fail(f"{exc}\n{logs}", pytrace=False)
+    row = _check_row(
+        check,
+        verdict=judgement.verdict,
+        median=judgement.median,
+        ci_low=judgement.interval.low,
+        ci_high=judgement.interval.high,
+        n=len(judgement.samples),
+        remeasures=judgement.remeasures,
+        detail=judgement.explain(),
+    )
+    run.checks.append(row)
+    run.write()
+    for key in ("verdict", "median", "ci_low", "ci_high", "n", "remeasures"):
+        record_property(key, row[key])
+    record_property("history", json.dumps([[round(i.low, 4), round(i.high, 4)] for i in judgement.history]))
+    record_property("samples", json.dumps([round(x, 4) for x in judgement.samples]))
+    assert judgement.verdict == "pass", (
+        f"{check.figure} {check.bound.describe()} ({check.source}): {judgement.explain()}"
+    )
+
+
+def test_bench_tool(run: Run, record_property: RecordProperty, tmp_path: Path) -> None:
+    settings = run.settings
+    if settings.bench_tool is None:
+        pytest.skip(
+            "settings.bench_tool is not set: SGLang's bench tools draw prompts through a tokenizer, which the tiny "
+            "random model has none of; the figures above come from the suite's own /generate client"
+        )
+    result = tmp_path / "one_batch_server.jsonl"
+    argv = benchjson.one_batch_server_argv(
+        sys.executable,
+        run.endpoints[BASELINE],
+        batch_sizes=sorted({1, *settings.batch_sizes}),
+        input_len=settings.input_tokens,
+        output_len=settings.output_tokens,
+        result_file=str(result),
+        tokenizer=settings.model_path,
+    )
+    outcome = call(argv, env=run.env, timeout=settings.request_timeout * 4, log=tmp_path / "bench.log")
+    record_property("command", " ".join(argv))
+    assert result.is_file(), (
+        f"bench_one_batch_server wrote no {result.name} (exit {outcome.returncode}, "
+        f"{classify(outcome.output).value}): {outcome.output[-2000:]}"
+    )
+    cases = benchjson.parse_one_batch_server(result.read_text(encoding="utf-8"), origin=str(result))
+    figures = benchjson.one_batch_figures(cases)
+    run.bench = {
+        "tool": "one_batch_server",
+        "cases": [dataclasses.asdict(c) for c in cases],
+        "figures": figures,
+    }
+    run.write()
+    for name, value in figures.items():
+        record_property(f"bench.{name}", value)

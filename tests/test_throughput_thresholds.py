@@ -1,0 +1,156 @@
+"""stackfarm.throughput.thresholds: runner kinds from GPU names, and [thresholds.*] tables resolved per kind.
+
+The GPU names are nvidia-smi's own spellings (the H200 one as read on the lent H200 machines, the RTX PRO
+6000 one as the seeds' server reports it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stackfarm.matrix import load
+from stackfarm.throughput.thresholds import (
+    ThresholdError,
+    figure_batch,
+    figure_names,
+    gpu_slug,
+    higher_is_better,
+    is_figure,
+    last_medians,
+    resolve,
+    runner_kind,
+    unit,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+MEASURED = figure_names([1, 8], eagle3=True)
+SEEDS = {"8x-rtx-pro-6000": {"decode_tok_s": 92.6, "eagle3_over_baseline": 1.0}}
+
+
+@pytest.mark.parametrize(
+    ("names", "kind"),
+    [
+        (["NVIDIA H200"], "1x-h200"),
+        (["NVIDIA H200"] * 8, "8x-h200"),
+        (["NVIDIA RTX PRO 6000 Blackwell Server Edition"] * 8, "8x-rtx-pro-6000"),
+        (["NVIDIA H100 80GB HBM3"] * 2, "2x-h100"),
+        (["NVIDIA GB200"] * 4, "4x-gb200"),
+        (["NVIDIA A100-SXM4-80GB", "NVIDIA H200"], "1x-a100+1x-h200"),
+        (["Tesla T4"], "1x-tesla-t4"),
+        ([], "no-gpu"),
+    ],
+)
+def test_runner_kind(names: list[str], kind: str) -> None:
+    assert runner_kind(names) == kind
+
+
+def test_gpu_slug_prefers_the_longer_family() -> None:
+    assert gpu_slug("NVIDIA GB200") == "gb200"
+    assert gpu_slug("NVIDIA B200") == "b200"
+    assert gpu_slug("NVIDIA H20") == "h20"
+
+
+def test_figure_names_and_units() -> None:
+    assert MEASURED[:3] == ("decode_tok_s", "ttft_ms", "itl_ms")
+    assert "eagle3_batch8_tok_s" in MEASURED
+    assert "batch1_tok_s" not in MEASURED
+    assert figure_names([1], eagle3=False) == ("decode_tok_s", "ttft_ms", "itl_ms")
+    assert (unit("batch8_tok_s"), unit("itl_ms"), unit("eagle3_accept_length")) == ("tok/s", "ms", "tokens")
+    assert higher_is_better("decode_tok_s")
+    assert not higher_is_better("eagle3_ttft_ms")
+    assert figure_batch("eagle3_batch16_tok_s") == 16
+    assert figure_batch("eagle3_over_baseline") is None
+    assert is_figure("batch32_ttft_ms")
+    assert not is_figure("decode_tokens")
+
+
+def test_seed_thresholds_resolve_for_the_seed_runner() -> None:
+    resolution = resolve(SEEDS, "8x-rtx-pro-6000", measured=MEASURED)
+    assert resolution.problem is None
+    by_name = {c.name: c for c in resolution.checks}
+    decode = by_name["decode_tok_s"]
+    assert (decode.kind, decode.bound.value, decode.bound.at_least) == ("absolute", 92.6, True)
+    assert decode.source == "thresholds.8x-rtx-pro-6000.decode_tok_s"
+    relative = by_name["eagle3_over_baseline"]
+    assert (relative.kind, relative.figure, relative.bound.value) == ("relative", "eagle3_over_baseline", 1.0)
+
+
+def test_the_repository_matrix_keeps_the_seed_thresholds() -> None:
+    matrix = load(REPO / "matrix.toml")
+    assert matrix.thresholds["8x-rtx-pro-6000"] == SEEDS["8x-rtx-pro-6000"]
+    resolution = resolve(matrix.thresholds, "8x-rtx-pro-6000", measured=MEASURED)
+    assert {c.name for c in resolution.checks} == {"decode_tok_s", "eagle3_over_baseline"}
+
+
+def test_unknown_runner_kind_is_a_clear_problem() -> None:
+    resolution = resolve(SEEDS, "1x-h200", measured=MEASURED)
+    assert resolution.checks == ()
+    assert resolution.problem is not None
+    assert "no [thresholds.1x-h200]" in resolution.problem
+    assert "8x-rtx-pro-6000" in resolution.problem  # the known kinds are named
+    assert "STACKFARM_RUNNER_KIND" in resolution.problem
+    near = resolve(SEEDS, "8x-rtx-pro-600", measured=MEASURED)
+    assert near.problem is not None
+    assert "did you mean `8x-rtx-pro-6000`" in near.problem
+
+
+def test_empty_table_is_a_problem() -> None:
+    resolution = resolve({"1x-h200": {}}, "1x-h200", measured=MEASURED)
+    assert resolution.problem is not None
+    assert "sets no thresholds" in resolution.problem
+
+
+def test_latency_figures_are_ceilings() -> None:
+    resolution = resolve({"1x-h200": {"ttft_ms": 40.0, "batch8_tok_s": 3000}}, "1x-h200", measured=MEASURED)
+    by_name = {c.name: c for c in resolution.checks}
+    assert by_name["ttft_ms"].bound.at_least is False
+    assert by_name["batch8_tok_s"].bound.at_least is True
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"decode_toks": 90}, "unknown threshold key; did you mean `decode_tok_s`?"),
+        ({"decode_tok_s": "fast"}, "expected a number"),
+        ({"decode_tok_s": True}, "expected a number"),
+        ({"decode_tok_s": -1}, "expected a number > 0"),
+        ({"batch16_tok_s": 100}, "batch size 16 is not in settings.batch_sizes"),
+        ({"max_regression_pct": 150}, "must be below 100"),
+    ],
+)
+def test_bad_tables_name_the_key(table: dict[str, object], message: str) -> None:
+    with pytest.raises(ThresholdError, match=r"thresholds\.1x-h200") as info:
+        resolve({"1x-h200": table}, "1x-h200", measured=MEASURED)
+    assert message in str(info.value)
+
+
+def test_relative_threshold_needs_eagle3() -> None:
+    with pytest.raises(ThresholdError, match="EAGLE-3 is not measured"):
+        resolve(SEEDS, "8x-rtx-pro-6000", measured=figure_names([1, 8], eagle3=False))
+
+
+def test_regression_against_the_last_qualified_record() -> None:
+    last = last_medians(
+        {
+            "figures": {
+                "decode_tok_s": {"median": 100.0},
+                "batch8_tok_s": {"median": 800.0},
+                "ttft_ms": {"median": 9},
+            }
+        }
+    )
+    table = {"1x-h200": {"max_regression_pct": 5}}
+    resolution = resolve(table, "1x-h200", measured=MEASURED, last=last, last_origin="run-41/throughput.json")
+    by_figure = {c.figure: c for c in resolution.checks}
+    # only throughput figures the record has; latencies are too noisy at this scale to gate on
+    assert set(by_figure) == {"decode_tok_s", "batch8_tok_s"}
+    assert by_figure["decode_tok_s"].bound.value == pytest.approx(95.0)
+    assert by_figure["batch8_tok_s"].bound.value == pytest.approx(760.0)
+    assert by_figure["decode_tok_s"].kind == "regression"
+    assert "run-41/throughput.json" in by_figure["decode_tok_s"].note
+    # no record yet: nothing to regress against, and that is not an empty-table problem
+    first = resolve(table, "1x-h200", measured=MEASURED, last=None)
+    assert first.checks == ()
+    assert first.problem is None
