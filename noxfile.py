@@ -92,7 +92,14 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def qualify(session: nox.Session) -> None:
+    """Release sign-off: --cell ID --release NAME --approver NAME, or --verify RECORD."""
+    _install(session)
+    session.run("python", "-m", "stackfarm.qualify", *session.posargs)
+
+
+@nox.session
 def report(session: nox.Session) -> None:
-    """Rebuild reports/junit.xml and the summaries from the stored verdicts."""
+    """Rebuild reports/ (junit.xml, summaries, index.html) from stored verdicts; --history DIR adds trends."""
     _install(session)
     session.run("python", "-m", "stackfarm", "report", *session.posargs)

@@ -161,7 +161,7 @@ def test_runner_list_shows_cells_that_never_ran(reports: Path) -> None:
 def test_history_trends_appear_on_the_cell_page(reports: Path, tmp_path: Path) -> None:
     runs = tmp_path / "history"
     for night, value in (("n1", "92.6"), ("n2", "89.5")):
-        suites = {
+        suites: dict[str, list[CaseSpec]] = {
             **PASSING,
             "40-throughput": [("test_decode[baseline]", "passed", "", {"decode_tok_s": value})],
         }

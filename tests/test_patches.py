@@ -8,7 +8,9 @@ The integration tests take the real sglang wheels from PyPI through the artifact
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
+import shutil
 import tempfile
 import textwrap
 from collections.abc import Callable, Mapping
@@ -606,8 +608,31 @@ def wheel() -> Callable[[str], Path]:
 
 
 @pytest.fixture(scope="module")
-def shipped() -> dict[str, PatchSet]:
-    return {ps.name: ps for ps in matrix_mod.load(REPO / "matrix.toml").patch_sets}
+def shipped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, PatchSet]:
+    """Every shipped set with its opt-in patches too (series lines commented out by default, e.g. the
+    fusion auto-enable), so that each shipped patch file is tested, not only the default series."""
+    sets = {}
+    for ps in matrix_mod.load(REPO / "matrix.toml").patch_sets:
+        lines = (ps.path / "series").read_text(encoding="utf-8").splitlines()
+        opt_in = [
+            ln[1:].strip() for ln in lines if ln.startswith("#") and (ps.path / ln[1:].strip()).is_file()
+        ]
+        if opt_in:
+            copy = tmp_path_factory.mktemp("sets") / ps.name
+            shutil.copytree(ps.path, copy)
+            names = [ln[1:].strip() if ln[1:].strip() in opt_in else ln for ln in lines]
+            (copy / "series").write_text("\n".join(names) + "\n", encoding="utf-8")
+            sets[ps.name] = dataclasses.replace(ps, path=copy)
+        else:
+            sets[ps.name] = ps
+    return sets
+
+
+def test_fusion_autoenable_is_opt_in_by_default() -> None:
+    """stock flashinfer builds the fused allreduce for sm_90/sm_100 only: auto-enabling it on sm_120 crashes."""
+    for name in ("sm120-fusion-gates", "sm120-fusion-gates-0.5.10"):
+        series = P.read_series(_set_named(name))
+        assert [p.name for p in series] == ["0001-communicator-fusion-gate-sm120.patch"]
 
 
 @pytest.fixture(scope="module")
@@ -638,7 +663,7 @@ def _find_def(module: ast.Module, *names: str) -> ast.AST:
 
 @pytest.mark.integration
 def test_every_059_patch_applies_and_every_patched_file_compiles(
-    patched_059: tuple[Path, Path, list[P.PatchResult]],
+    patched_059: tuple[Path, Path, list[P.PatchResult]], shipped: dict[str, PatchSet]
 ) -> None:
     pristine, tree, results = patched_059
     assert [(r.set, r.status) for r in results] == [
@@ -648,7 +673,7 @@ def test_every_059_patch_applies_and_every_patched_file_compiles(
         ("sm120-fusion-gates", "applied"),
         ("kimi-k25-eagle3", "applied"),
     ]
-    touched = {fp.path for r in results for p in P.load_series(_set_named(r.set)) for fp in p.files}
+    touched = {fp.path for r in results for p in P.load_series(shipped[r.set]) for fp in p.files}
     assert len(touched) == 5
     for rel in touched:
         compile((tree / rel).read_text(encoding="utf-8"), rel, "exec", dont_inherit=True)

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from . import history, htmlreport
 from .artifacts import Cache
 from .backends import NAMES, get_backend
 from .backends.host import HostBackend
@@ -48,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     p_run.add_argument("--python", default=None, help="the host backend's Python (default: this one)")
     p_report = sub.add_parser("report", help="rebuild junit.xml and the summaries from stored verdicts")
     p_report.add_argument("--reports", type=Path, default=Path("reports"))
+    p_report.add_argument(
+        "--history", type=Path, default=None, help="a folder of past reports/ copies: trends"
+    )
     return parser
 
 
@@ -120,18 +124,24 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             reports = runner.run(p)
         except KeyboardInterrupt:
             done = [runner.finished[k] for k in sorted(runner.finished)]
-            write_summaries(done, args.reports)
+            _write_reports(done, args.reports)
             console.print(
                 f"interrupted: kept {len(done)} finished cells in {args.reports}/; a re-run resumes"
             )
             return ExitCode.INTERRUPTED
-    write_summaries(reports, args.reports)
+    _write_reports(reports, args.reports)
     _print_summary(reports, args.reports, console)
     return (
         ExitCode.OK
         if all(cell_passed(r) or r.status == "excluded" for r in reports)
         else ExitCode.CELLS_FAILED
     )
+
+
+def _write_reports(reports: Sequence[CellReport], where: Path) -> None:
+    """junit.xml, summary.md/.html, then the browsable report (index.html and a page per cell)."""
+    write_summaries(reports, where)
+    htmlreport.write(where, reports)
 
 
 def _print_summary(reports: Sequence[CellReport], where: Path, console: Console) -> None:
@@ -142,7 +152,7 @@ def _print_summary(reports: Sequence[CellReport], where: Path, console: Console)
     console.print(
         f"{len(reports)} cells: "
         + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-        + f" — {where}/summary.md, {where}/summary.html, {where}/junit.xml"
+        + f" — {where}/index.html, {where}/summary.md, {where}/junit.xml"
     )
 
 
@@ -152,7 +162,9 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
         reports.append(_report_from_json(json.loads(verdict.read_text(encoding="utf-8"))["report"]))
     if not reports:
         raise StackfarmError(f"no verdicts under {args.reports}/: run `nox -s matrix` first")
-    write_summaries(reports, args.reports)
+    if args.history is not None:
+        history.write(args.history, args.reports)
+    _write_reports(reports, args.reports)
     _print_summary(reports, args.reports, console)
     return 0
 

@@ -39,6 +39,7 @@ _TOP_KEYS = (
     "suites",
     "features",
     "thresholds",
+    "runners",
 )
 _ARCH = re.compile(r"^sm_\d{2,3}[af]?$")
 

@@ -433,6 +433,8 @@ def qualify(
         )
     verdict = reports / cell_id / "verdict.json"
     if not verdict.is_file():
+        # A conflict, an excluded or unknown cell, or an unreachable index: say that, not "run it first".
+        plan_cell(matrix_path, cell_id, backend=backend, gpu=True)
         raise StackfarmError(
             f"refused: cell {cell_id} has no run in {reports}/ ({verdict} is missing); "
             f"run `python -m stackfarm run --cells {cell_id}` first"

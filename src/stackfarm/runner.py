@@ -194,7 +194,8 @@ class Runner:
         verdict_file = cell_reports / "verdict.json"
         self.ui.update(cell.id, "resolve")
         artifacts = self._artifacts(cell)
-        digest = input_hash(self.inputs(cell, artifacts))
+        inputs = self.inputs(cell, artifacts)
+        digest = input_hash(inputs)
         properties = {**_values(cell), **_artifact_properties(artifacts), "stackfarm.input_hash": digest}
         for ps in self.matrix.patch_sets:
             if ps.name in cell.patch_sets:
@@ -213,7 +214,8 @@ class Runner:
                     properties=report.properties,
                     suites=report.suites,
                 )
-        workdir = self.cache.root / "cells" / cell.id
+        # Keyed by the input hash too: runs of one cell id from different checkouts never share a tree.
+        workdir = self.cache.root / "cells" / f"{cell.id}-{digest[:12]}"
         workdir.mkdir(parents=True, exist_ok=True)
         patch_step = self._patch(cell, artifacts, workdir, cell_reports)
         if patch_step is not None:
@@ -243,7 +245,10 @@ class Runner:
             cell=cell.id, status="ran", reason="", properties=properties, suites=tuple(suites)
         )
         write_atomic(
-            verdict_file, json.dumps({"input_hash": digest, "report": asdict(report)}, default=str, indent=1)
+            verdict_file,
+            json.dumps(
+                {"input_hash": digest, "inputs": inputs, "report": asdict(report)}, default=str, indent=1
+            ),
         )
         verdict = "passed" if cell_passed(report) else "failed"
         first = next(
@@ -256,7 +261,9 @@ class Runner:
         self, cell: Cell, artifacts: dict[Component, Artifact], workdir: Path, out: Path
     ) -> tuple[SuiteResult, dict[str, str]] | None:
         """Apply the cell's patch sets to a copy of its sglang tree (the `patches` step, reported as JUnit)."""
-        shutil.rmtree(workdir / PATCHED_SGLANG, ignore_errors=True)  # never a stale tree from earlier patch sets
+        shutil.rmtree(
+            workdir / PATCHED_SGLANG, ignore_errors=True
+        )  # never a stale tree from earlier patch sets
         if not cell.patch_sets or not self.backend.needs_artifacts:
             return None  # a host's installation is qualified as it is: nothing is patched there
         self.ui.update(cell.id, "patch sglang")

@@ -38,7 +38,7 @@ from stackfarm.cellspec import CellSpec, load
 from stackfarm.errors import StackfarmError
 from stackfarm.proc import call
 from stackfarm.throughput import benchjson, record
-from stackfarm.throughput._tiny import write_tiny_pair
+from stackfarm.throughput._tiny import check_models, write_tiny_pair
 from stackfarm.throughput.measure import (
     BASELINE,
     GpuInfo,
@@ -46,6 +46,7 @@ from stackfarm.throughput.measure import (
     ModelPaths,
     ServerConfig,
     ServerSpec,
+    ServerStartError,
     Settings,
     free_ports,
     launch,
@@ -72,28 +73,18 @@ RecordProperty = Callable[[str, object], None]
 
 
 @dataclass(frozen=True, kw_only=True)
-class Planned:
-    """A threshold testcase as planned at collection: a check, or why there is none to run."""
-
-    id: str
-    check: Check | None = None
-    problem: str | None = None
-    skip: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
 class Plan:
+    """Everything decided before any server starts: the settings, the runner kind and the checks."""
+
     cell: CellSpec | None
     settings: Settings | None
     runner_kind: str
     gpus: tuple[GpuInfo, ...]
-    planned: tuple[Planned, ...]
-
-
-def _fail_plan(cell: CellSpec | None, why: str) -> Plan:
-    return Plan(
-        cell=cell, settings=None, runner_kind="unknown", gpus=(), planned=(Planned(id="setup", problem=why),)
-    )
+    checks: tuple[Check, ...] = ()
+    #: Why checks are missing (an unknown runner kind, a bad table, a record from another runner).
+    problems: tuple[str, ...] = ()
+    #: Why nothing runs at all (no GPU).
+    skip: str | None = None
 
 
 def _baseline(settings: Settings, kind: str) -> tuple[dict[str, float] | None, str, str | None]:
@@ -113,37 +104,44 @@ def _baseline(settings: Settings, kind: str) -> tuple[dict[str, float] | None, s
 
 @functools.cache
 def plan() -> Plan:
-    """Everything decided before any server starts, once per session (collection and fixtures share it)."""
+    """Decided once per session: collection (the check ids) and the fixtures share it."""
     path = os.environ.get("STACKFARM_CELL")
     if not path:
-        return _fail_plan(None, "STACKFARM_CELL is not set: suites are run by stackfarm, not by hand")
+        why = "STACKFARM_CELL is not set: suites are run by stackfarm, not by hand"
+        return Plan(cell=None, settings=None, runner_kind="unknown", gpus=(), problems=(why,))
     cell = load(path)
     if cell.no_gpu_reason is not None:
-        skip = Planned(id="thresholds", skip=f"needs GPU: {cell.no_gpu_reason}")
-        return Plan(cell=cell, settings=None, runner_kind="no-gpu", gpus=(), planned=(skip,))
+        return Plan(
+            cell=cell, settings=None, runner_kind="no-gpu", gpus=(), skip=f"needs GPU: {cell.no_gpu_reason}"
+        )
     try:
         settings = Settings.from_mapping(cell.settings.get(SUITE, {}))
+    except StackfarmError as exc:
+        return Plan(cell=cell, settings=None, runner_kind="unknown", gpus=(), problems=(str(exc),))
+    gpus: tuple[GpuInfo, ...] = ()
+    kind = os.environ.get(RUNNER_KIND_ENV, "")
+    try:
         gpus = query_gpus()
-        kind = os.environ.get(RUNNER_KIND_ENV) or runner_kind([g.name for g in gpus])
+        kind = kind or runner_kind([g.name for g in gpus])
         last, origin, problem = _baseline(settings, kind)
         if problem:
-            return Plan(cell=cell, settings=settings, runner_kind=kind, gpus=gpus,
-                        planned=(Planned(id="baseline-record", problem=problem),))  # fmt: skip
+            return Plan(cell=cell, settings=settings, runner_kind=kind, gpus=gpus, problems=(problem,))
         measured = figure_names(settings.batch_sizes, eagle3=settings.eagle3)
         resolution = resolve(cell.thresholds, kind, measured=measured, last=last, last_origin=origin)
     except StackfarmError as exc:
-        return _fail_plan(cell, str(exc))
-    if resolution.problem is not None:
-        planned: tuple[Planned, ...] = (Planned(id=f"runner-{kind}", problem=resolution.problem),)
-    else:
-        planned = tuple(Planned(id=c.name, check=c) for c in resolution.checks)
-    return Plan(cell=cell, settings=settings, runner_kind=kind, gpus=gpus, planned=planned)
+        return Plan(
+            cell=cell, settings=settings, runner_kind=kind or "unknown", gpus=gpus, problems=(str(exc),)
+        )
+    problems = (resolution.problem,) if resolution.problem else ()
+    return Plan(
+        cell=cell, settings=settings, runner_kind=kind, gpus=gpus, checks=resolution.checks, problems=problems
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "planned" in metafunc.fixturenames:
-        items = plan().planned or (Planned(id="none", skip="no thresholds to check"),)
-        metafunc.parametrize("planned", items, ids=[p.id for p in items])
+    if "check" in metafunc.fixturenames:
+        checks: list[Check | None] = list(plan().checks) or [None]
+        metafunc.parametrize("check", checks, ids=[c.name if c else "none" for c in checks])
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -168,7 +166,7 @@ class Run:
         self.env: dict[str, str] = {}
         self.logs: dict[str, Path] = {}
         self.checks: list[dict[str, Any]] = []
-        self.problems: list[str] = [p.problem for p in the_plan.planned if p.problem]
+        self.problems: list[str] = list(the_plan.problems)
         self.gpus_after: tuple[GpuInfo, ...] = ()
         self.bench: dict[str, Any] | None = None
 
@@ -215,7 +213,11 @@ class Run:
 
 def _models(settings: Settings, scratch: Path) -> ModelPaths:
     if settings.model_path:
-        return ModelPaths(target=settings.model_path, draft=settings.draft_model_path, load_format=None)
+        draft = settings.draft_model_path if settings.eagle3 else None
+        check_models(
+            settings.model_path, draft
+        )  # a missing folder or a misfit draft, before any server starts
+        return ModelPaths(target=settings.model_path, draft=draft, load_format=None)
     target, draft = write_tiny_pair(scratch / "models")
     return ModelPaths(target=str(target), draft=str(draft), load_format="dummy")
 
@@ -226,10 +228,13 @@ def run(cell: CellSpec, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
         pytest.skip(f"needs GPU: {cell.no_gpu_reason}")
     the_plan = plan()
     if the_plan.settings is None:
-        pytest.fail(the_plan.planned[0].problem or "no settings")
+        pytest.fail("; ".join(the_plan.problems) or "no settings", pytrace=False)
     settings = the_plan.settings
     scratch = tmp_path_factory.mktemp("throughput")
-    configs = server_configs(settings, _models(settings, scratch))
+    try:
+        configs = server_configs(settings, _models(settings, scratch))
+    except StackfarmError as exc:
+        pytest.fail(str(exc), pytrace=False)
     state = Run(the_plan, cell, settings, configs)
     try:
         sglang_root = cell.component("sglang").root
@@ -257,11 +262,14 @@ def run(cell: CellSpec, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
             state.measurement = Measurement(state.endpoints, settings)
             state.measurement.warm_up()
             state.measurement.run_rounds(settings.repeats)
-        except StackfarmError as exc:
-            kind = classify(str(exc))
-            state.problems.append(f"[{kind.value}, not retried] {exc}")
+        except Exception as exc:  # whatever broke, it is recorded, classified, and not retried
+            text = f"{type(exc).__name__}: {exc}"
+            if not isinstance(exc, ServerStartError):  # a start failure shows its log already
+                text += "".join(f"\n--- last lines of {p} ---\n{tail(p, 20)}" for p in state.logs.values())
+            kind = classify(text)
+            state.problems.append(f"[{kind.value}, not retried] {text}")
             state.write()
-            pytest.fail(f"[{kind.value}, not retried] {exc}", pytrace=False)
+            pytest.fail(f"[{kind.value}, not retried] {text}", pytrace=False)
         state.write()
         try:
             yield state
@@ -335,14 +343,21 @@ def _check_row(check: Check, **extra: Any) -> dict[str, Any]:
     }
 
 
-def test_threshold(planned: Planned, request: pytest.FixtureRequest, record_property: RecordProperty) -> None:
-    if planned.skip:
-        pytest.skip(planned.skip)
-    if planned.problem or planned.check is None:
-        record_property("problem", planned.problem)
-        pytest.fail(planned.problem or "no check", pytrace=False)
-    check = planned.check
-    run: Run = request.getfixturevalue("run")
+def test_thresholds_resolved(cell: CellSpec, record_property: RecordProperty) -> None:
+    """The runner kind has a [thresholds] table that resolves into checks against measured figures."""
+    if cell.no_gpu_reason is not None:
+        pytest.skip(f"needs GPU: {cell.no_gpu_reason}")
+    the_plan = plan()
+    record_property("runner_kind", the_plan.runner_kind)
+    record_property("checks", ", ".join(f"{c.name} {c.bound.describe()}" for c in the_plan.checks) or "none")
+    if the_plan.problems:
+        record_property("problem", "; ".join(the_plan.problems))
+        pytest.fail("; ".join(the_plan.problems), pytrace=False)
+
+
+def test_threshold(check: Check | None, run: Run, record_property: RecordProperty) -> None:
+    if check is None:
+        pytest.skip("no threshold checks for this runner: see test_thresholds_resolved")
     assert run.measurement is not None
     for key, value in _check_row(check).items():
         record_property(key, value)

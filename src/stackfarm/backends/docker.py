@@ -1027,6 +1027,7 @@ class DockerBackend:
         inside.dump(container_spec)
         project = suite_dir.resolve().parent.parent
         suite = f"{PROJECT}/{suite_dir.resolve().relative_to(project)}"
+        user = run_as()
         run = ContainerSpec(
             image=image.tag,
             argv=(
@@ -1044,14 +1045,15 @@ class DockerBackend:
                 Mount(source=self.stackfarm_src, target=SRC),
                 Mount(source=container_spec, target=RUN_SPEC),
             ),
-            env=(("STACKFARM_CELL", RUN_SPEC), ("PYTHONPATH", SRC)),
+            # A host uid has no home in the image: caches (pytest's, flashinfer's JIT) then go to /tmp.
+            env=(("STACKFARM_CELL", RUN_SPEC), ("PYTHONPATH", SRC), *((("HOME", "/tmp"),) if user else ())),
             gpus=inside.no_gpu_reason is None,
             ipc_host=self.ipc_host,
             shm_size=self.shm_size,
             ulimits=self.ulimits,
             network=self.network,
             labels=((LABEL_CELL, host.id),),
-            user=run_as(),
+            user=user,
         )
         return self.engine.run(run, timeout=timeout, log=log, copy_out={f"{OUT}/junit.xml": junit})
 

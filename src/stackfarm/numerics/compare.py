@@ -96,6 +96,9 @@ class Comparison:
     min_gap: float | None
     #: Baseline steps whose gap is within the tolerance: where a divergence would be excused.
     tie_steps: int
+    #: The largest |baseline - candidate| top-1 logprob over the steps both ran on the same prefix: how far the
+    #: two numerical paths drift apart where they agree on the token. None when no step has logprobs.
+    max_logprob_err: float | None = None
 
     @property
     def match_rate(self) -> float:
@@ -133,6 +136,7 @@ class Comparison:
             "median_gap": _fmt(self.median_gap),
             "min_gap": _fmt(self.min_gap),
             "tie_steps": f"{self.tie_steps}/{self.total_tokens}",
+            "max_abs_err": _fmt(self.max_logprob_err),
             "tolerance": f"near_tie_tol={self.near_tie_tol:g}",
         }
 
@@ -155,7 +159,9 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def classify(prompt_index: int, baseline: Generation, candidate: Generation, near_tie_tol: float) -> Divergence | None:
+def classify(
+    prompt_index: int, baseline: Generation, candidate: Generation, near_tie_tol: float
+) -> Divergence | None:
     """The candidate's first divergence from the baseline on one prompt, classified; None when identical."""
     position = first_difference(baseline.tokens, candidate.tokens)
     if position is None:
@@ -166,10 +172,15 @@ def classify(prompt_index: int, baseline: Generation, candidate: Generation, nea
     cand_token = None if cand is None else cand.token
     if base is None or cand is None:
         return Divergence(
-            prompt_index=prompt_index, position=position, kind="real", baseline_token=base_token,
-            candidate_token=cand_token, gap=None, runner_up=None,
+            prompt_index=prompt_index,
+            position=position,
+            kind="real",
+            baseline_token=base_token,
+            candidate_token=cand_token,
+            gap=None,
+            runner_up=None,
             reason=f"lengths differ ({len(baseline.steps)} vs {len(candidate.steps)} tokens)",
-        )  # fmt: skip
+        )
     gap = base.gap
     runner_up = base.top[1][0] if len(base.top) >= 2 else None
     if gap is None:
@@ -183,25 +194,47 @@ def classify(prompt_index: int, baseline: Generation, candidate: Generation, nea
     else:
         kind, reason = "near-tie", f"gap {gap:.4g} <= {near_tie_tol:g}, candidate took the runner-up"
     return Divergence(
-        prompt_index=prompt_index, position=position, kind=kind, baseline_token=base.token,
-        candidate_token=cand.token, gap=gap, runner_up=runner_up, reason=reason,
-    )  # fmt: skip
+        prompt_index=prompt_index,
+        position=position,
+        kind=kind,
+        baseline_token=base.token,
+        candidate_token=cand.token,
+        gap=gap,
+        runner_up=runner_up,
+        reason=reason,
+    )
 
 
-def compare(baseline: Sequence[Generation], candidate: Sequence[Generation], *, near_tie_tol: float) -> Comparison:
+def _logprob_errors(base: Generation, cand: Generation, upto: int) -> list[float]:
+    """|top-1 logprob difference| at the shared-prefix steps where both report the same top-1 token."""
+    return [
+        abs(b.top[0][1] - c.top[0][1])
+        for b, c in zip(base.steps[:upto], cand.steps[:upto], strict=False)
+        if b.top and c.top and b.top[0][0] == c.top[0][0]
+    ]
+
+
+def compare(
+    baseline: Sequence[Generation], candidate: Sequence[Generation], *, near_tie_tol: float
+) -> Comparison:
     """Compare two runs over the same prompts, prompt by prompt."""
     if not math.isfinite(near_tie_tol) or near_tie_tol < 0:
         raise ValueError(f"near_tie_tol must be a finite number >= 0, not {near_tie_tol!r}")
     if len(baseline) != len(candidate):
         raise ValueError(f"the runs cover {len(baseline)} and {len(candidate)} prompts: not the same prompts")
     divergences: list[Divergence] = []
+    errors: list[float] = []
     prefix = total = 0
     for i, (base, cand) in enumerate(zip(baseline, candidate, strict=True)):
         if base.prompt != cand.prompt:
-            raise ValueError(f"prompt {i} differs between the runs: {base.prompt[:8]}... vs {cand.prompt[:8]}...")
+            raise ValueError(
+                f"prompt {i} differs between the runs: {base.prompt[:8]}... vs {cand.prompt[:8]}..."
+            )
         found = classify(i, base, cand, near_tie_tol)
         total += len(base.steps)
-        prefix += len(base.steps) if found is None else found.position
+        upto = len(base.steps) if found is None else found.position
+        prefix += upto
+        errors += _logprob_errors(base, cand, upto)
         if found is not None:
             divergences.append(found)
     gaps = [g for gen in baseline for s in gen.steps if (g := s.gap) is not None]
@@ -217,6 +250,7 @@ def compare(baseline: Sequence[Generation], candidate: Sequence[Generation], *, 
         median_gap=statistics.median(gaps) if gaps else None,
         min_gap=min(gaps) if gaps else None,
         tie_steps=sum(1 for g in gaps if g <= near_tie_tol),
+        max_logprob_err=max(errors) if errors else None,
     )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
 import random
@@ -113,24 +114,43 @@ class HFEngine:
             raise EngineError(f"the HF engine needs torch and transformers: {exc}") from exc
         dtype = getattr(torch, self.dtype)
         torch.manual_seed(0)
-        target = AutoModelForCausalLM.from_pretrained(str(self.model), dtype=dtype).eval()
-        draft = None
+        target: Any = AutoModelForCausalLM.from_pretrained(str(self.model), dtype=dtype)
+        target.eval()
+        draft: Any = None
         if self.assistant is not None:
-            draft = AutoModelForCausalLM.from_pretrained(str(self.assistant), dtype=dtype).eval()
+            draft = AutoModelForCausalLM.from_pretrained(str(self.assistant), dtype=dtype)
+            draft.eval()
             draft.generation_config.num_assistant_tokens = self.num_assistant_tokens
             draft.generation_config.num_assistant_tokens_schedule = "constant"
         calls = [0]
         hook = target.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
         try:
             return tuple(
-                self._one(torch, target, draft, index, prompt, max_new_tokens, calls)
+                self._one(
+                    torch,
+                    target,
+                    draft,
+                    index=index,
+                    prompt=prompt,
+                    max_new_tokens=max_new_tokens,
+                    calls=calls,
+                )
                 for index, prompt in enumerate(prompts)
             )
         finally:
             hook.remove()
 
-    def _one(self, torch: Any, target: Any, draft: Any, index: int, prompt: Sequence[int], max_new_tokens: int,
-             calls: list[int]) -> Generation:  # fmt: skip
+    def _one(
+        self,
+        torch: Any,
+        target: Any,
+        draft: Any,
+        *,
+        index: int,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        calls: list[int],
+    ) -> Generation:
         from transformers import LogitsProcessorList
 
         ids = torch.tensor([list(prompt)], dtype=torch.long)
@@ -168,7 +188,7 @@ def _planted_processor(length: int) -> Any:
     import torch
     from transformers import LogitsProcessor
 
-    class _ForceLeastLikely(LogitsProcessor):  # type: ignore[misc]
+    class _ForceLeastLikely(LogitsProcessor):
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
             if input_ids.shape[-1] != length:
                 return scores
@@ -205,8 +225,10 @@ class SGLangEngine:
     workdir: Path
     draft: Path | None = None
     dtype: str = "bfloat16"
-    #: More sglang.Engine keyword arguments (ServerArgs fields); unknown ones are dropped and reported.
+    #: More sglang.Engine keyword arguments (ServerArgs fields); unknown ones are dropped and reported...
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: ...except these: the configuration means nothing without them, so the child stops before starting.
+    required: tuple[str, ...] = ()
     attention_backend: str = "triton"
     mem_fraction_static: float = 0.3
     timeout: float = 600.0
@@ -244,7 +266,12 @@ class SGLangEngine:
         folder.mkdir(parents=True, exist_ok=True)
         request, result, log = folder / "request.json", folder / "result.json", folder / "child.log"
         result.unlink(missing_ok=True)
-        payload = {"kwargs": self.engine_kwargs(), "prompts": [list(p) for p in prompts], "max_new_tokens": max_new_tokens}
+        payload = {
+            "kwargs": self.engine_kwargs(),
+            "required": list(self.required),
+            "prompts": [list(p) for p in prompts],
+            "max_new_tokens": max_new_tokens,
+        }
         request.write_text(json.dumps(payload, indent=2), encoding="utf-8")
         env = {**os.environ, **self.env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_SRC), env.get("PYTHONPATH", "")) if p)
@@ -263,13 +290,20 @@ class SGLangEngine:
         if asked is not None:
             raise EngineOutOfMemory(asked, tail)
         if timed_out:
-            raise EngineError(f"{self.label}: the engine did not finish within {self.timeout:.0f} s (log {log})", tail)
-        reason = data.get("error") or f"the child exited {code} without a result (SGLang kills its tree on failure)"
+            raise EngineError(
+                f"{self.label}: the engine did not finish within {self.timeout:.0f} s (log {log})", tail
+            )
+        reason = (
+            data.get("error")
+            or f"the child exited {code} without a result (SGLang kills its tree on failure)"
+        )
         raise EngineError(f"{self.label}: {reason} (log {log})", tail)
 
     @staticmethod
     def _note(folder: Path, data: Mapping[str, Any], elapsed: float) -> None:
-        summary = {k: data.get(k) for k in ("timings", "versions", "ignored_options")} | {"wall_s": round(elapsed, 1)}
+        summary = {k: data.get(k) for k in ("timings", "versions", "ignored_options")} | {
+            "wall_s": round(elapsed, 1)
+        }
         (folder / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
 
 
@@ -279,10 +313,14 @@ def _generation(prompt: Sequence[int], output: Mapping[str, Any]) -> Generation:
         for tok, top in zip(output["output_ids"], output["top"], strict=True)
     )
     accept = output.get("accept_length")
-    return Generation(prompt=tuple(prompt), steps=steps, accept_length=None if accept is None else float(accept))
+    return Generation(
+        prompt=tuple(prompt), steps=steps, accept_length=None if accept is None else float(accept)
+    )
 
 
-_OOM = re.compile(r"out of memory|OutOfMemoryError|Not enough memory|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
+_OOM = re.compile(
+    r"out of memory|OutOfMemoryError|Not enough memory|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE
+)
 _TRIED = re.compile(r"Tried to allocate ([\d.]+ [KMGT]?i?B)")
 
 
@@ -295,7 +333,9 @@ def out_of_memory(text: str, asked: str | None = None) -> str | None:
     return "; ".join(parts) or "an unknown amount (the log names none)"
 
 
-def run_child(argv: Sequence[str], *, env: Mapping[str, str], timeout: float, log: Path) -> tuple[int, bool, float]:
+def run_child(
+    argv: Sequence[str], *, env: Mapping[str, str], timeout: float, log: Path
+) -> tuple[int, bool, float]:
     """Run `argv` in a new process group, output to `log`; always kill the group afterwards.
 
     stackfarm.proc.call cannot be used here: it waits on the direct child only, while SGLang leaves scheduler
@@ -306,7 +346,9 @@ def run_child(argv: Sequence[str], *, env: Mapping[str, str], timeout: float, lo
     with log.open("w", encoding="utf-8") as out:
         out.write(f"+ {' '.join(argv)}\n")
         out.flush()
-        proc = subprocess.Popen(list(argv), env=dict(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            list(argv), env=dict(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -335,13 +377,21 @@ def cuda_toolchain_env(scratch: Path) -> tuple[dict[str, str], str]:
             text = Path(nvcc).read_bytes()[:8192].decode("utf-8", errors="ignore")
             candidates += [str(Path(m).parents[1]) for m in re.findall(r"(/[^\s'\"]+/bin/nvcc)\b", text)]
     candidates += sorted((str(p) for p in Path("/usr/local").glob("cuda*")), reverse=True)
-    home = next((Path(c) for c in candidates if c and (Path(c) / "bin/nvcc").is_file()
-                 and (Path(c) / "include/cuda_runtime.h").is_file()), None)  # fmt: skip
+    home = next(
+        (
+            Path(c)
+            for c in candidates
+            if c and (Path(c) / "bin/nvcc").is_file() and (Path(c) / "include/cuda_runtime.h").is_file()
+        ),
+        None,
+    )
     if home is None:
         return {}, "no CUDA toolkit (bin/nvcc + include/cuda_runtime.h) found: SGLang's JIT kernels will fail"
     root = home
     if not any((home / d / "libcudart.so").exists() for d in ("lib64", "lib")):
-        found = sorted(p for d in ("lib64", "lib", "targets/x86_64-linux/lib") for p in (home / d).glob("libcudart.so.*"))
+        found = sorted(
+            p for d in ("lib64", "lib", "targets/x86_64-linux/lib") for p in (home / d).glob("libcudart.so.*")
+        )
         if found:
             root = scratch / "cuda-home"
             (root / "lib64").mkdir(parents=True, exist_ok=True)
@@ -378,11 +428,17 @@ def _child(request_path: Path, result_path: Path) -> int:
                 f"({free / 2**30:.1f} GiB free at start)"
             )
             _say(asked=result["asked"])
-        import sglang
-        from sglang.srt.server_args import ServerArgs
+        # Imported by name: sglang is only on the GPU machine, and has no type information.
+        sglang = importlib.import_module("sglang")
+        server_args = importlib.import_module("sglang.srt.server_args")
 
-        known = {f.name for f in dataclasses.fields(ServerArgs)}
+        known = {f.name for f in dataclasses.fields(server_args.ServerArgs)}
         result["ignored_options"] = sorted(k for k in kwargs if k not in known)
+        missing = sorted(k for k in request.get("required", ()) if k not in known)
+        if missing:
+            raise ValueError(
+                f"SGLang {getattr(sglang, '__version__', '?')} has no option {', '.join(missing)}"
+            )
         kwargs = {k: v for k, v in kwargs.items() if k in known}
         result["versions"] = {"sglang": getattr(sglang, "__version__", "?"), "torch": torch.__version__}
         _say(stage="engine", kwargs=kwargs, ignored=result["ignored_options"])
@@ -392,7 +448,11 @@ def _child(request_path: Path, result_path: Path) -> int:
             t0 = time.monotonic()
             outputs = engine.generate(
                 input_ids=request["prompts"],
-                sampling_params={"temperature": 0.0, "max_new_tokens": request["max_new_tokens"], "ignore_eos": True},
+                sampling_params={
+                    "temperature": 0.0,
+                    "max_new_tokens": request["max_new_tokens"],
+                    "ignore_eos": True,
+                },
                 return_logprob=True,
                 top_logprobs_num=2,
             )
@@ -416,7 +476,9 @@ def _sglang_output(output: Mapping[str, Any]) -> dict[str, Any]:
     if ids is None:
         ids = output.get("token_ids", [])
     # output_top_logprobs: per step, a list of (logprob, token_id, text) or None.
-    top = [[(int(t), float(lp)) for lp, t, *_ in (step or ())] for step in meta.get("output_top_logprobs", [])]
+    top = [
+        [(int(t), float(lp)) for lp, t, *_ in (step or ())] for step in meta.get("output_top_logprobs", [])
+    ]
     top += [[] for _ in range(len(ids) - len(top))]
     accept = meta.get("spec_accept_length")
     if accept is None and meta.get("spec_verify_ct"):
@@ -445,10 +507,17 @@ def _selftest(args: argparse.Namespace) -> int:
         vocab = GPU_TARGET.vocab
         env, note = cuda_toolchain_env(work)
         print(f"toolchain: {note}", flush=True)
-        common = {"workdir": work / "runs", "timeout": args.timeout, "env": env, "dtype": args.dtype or "bfloat16"}
+        common = {
+            "workdir": work / "runs",
+            "timeout": args.timeout,
+            "env": env,
+            "dtype": args.dtype or "bfloat16",
+        }
         lm_head = {"enable_fp32_lm_head": True} if args.fp32_lm_head else {}
         base = SGLangEngine(model=target, name="baseline", options=lm_head, **common)
-        cand = SGLangEngine(model=target, draft=draft, name="eagle3", options={**EAGLE3_CHAIN, **lm_head}, **common)
+        cand = SGLangEngine(
+            model=target, draft=draft, name="eagle3", options={**EAGLE3_CHAIN, **lm_head}, **common
+        )
     prompts = make_prompts(args.prompts, args.prompt_len, vocab)
     try:
         runs = []
@@ -463,13 +532,18 @@ def _selftest(args: argparse.Namespace) -> int:
     verdict = judge(comparison, max_near_tie_rate=args.max_near_tie_rate)
     for key, value in comparison.properties().items():
         print(f"  {key}: {value}")
-    print(f"RESULT {'PASS' if verdict.ok else 'FAIL'} in {time.monotonic() - started:.0f} s: {verdict.message}")
+    print(
+        f"RESULT {'PASS' if verdict.ok else 'FAIL'} in {time.monotonic() - started:.0f} s: {verdict.message}"
+    )
     return 0 if verdict.ok else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stackfarm.numerics.engines", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="python -m stackfarm.numerics.engines",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     child = sub.add_parser("child", help="(internal) run one SGLang engine configuration")
     child.add_argument("request", type=Path)

@@ -121,7 +121,9 @@ _KNOWN = (*_NUMBERS, *_INTEGERS, *_STRINGS, "tolerance", "cpu_dtypes", "fp32_lm_
 def _number(key: str, value: Any, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         kind = "a string" if isinstance(value, str) else type(value).__name__
-        raise SettingsError(key, f"must be a number, got {value!r} ({kind})", "write a bare number, e.g. 1e-2")
+        raise SettingsError(
+            key, f"must be a number, got {value!r} ({kind})", "write a bare number, e.g. 1e-2"
+        )
     number = float(value)
     if not math.isfinite(number) or not low <= number <= high:
         raise SettingsError(key, f"{number!r} is outside [{low:g}, {high:g}]")
@@ -139,7 +141,9 @@ def _integer(key: str, value: Any, low: int, high: int) -> int:
 def _dtype(key: str, value: Any) -> str:
     if value not in DTYPES:
         hint = did_you_mean(str(value), DTYPES)
-        raise SettingsError(key, f"unknown dtype {value!r}" + (f"; {hint}" if hint else ""), f"one of {DTYPES}")
+        raise SettingsError(
+            key, f"unknown dtype {value!r}" + (f"; {hint}" if hint else ""), f"one of {DTYPES}"
+        )
     return str(value)
 
 
@@ -148,7 +152,9 @@ def _tolerances(raw: Any) -> dict[str, Tolerance]:
     if raw is None:
         return out
     if not isinstance(raw, Mapping):
-        raise SettingsError("tolerance", f"must be a table of dtypes, got {raw!r}", "[...settings.tolerance.bfloat16]")
+        raise SettingsError(
+            "tolerance", f"must be a table of dtypes, got {raw!r}", "[...settings.tolerance.bfloat16]"
+        )
     for dtype, entry in raw.items():
         key = f"tolerance.{dtype}"
         _dtype(key, dtype)
@@ -171,7 +177,9 @@ def parse(raw: Mapping[str, Any] | None) -> Settings:
     for key in raw:
         if key not in _KNOWN:
             hint = did_you_mean(key, _KNOWN)
-            raise SettingsError(key, "unknown setting" + (f"; {hint}" if hint else ""), f"known: {', '.join(_KNOWN)}")
+            raise SettingsError(
+                key, "unknown setting" + (f"; {hint}" if hint else ""), f"known: {', '.join(_KNOWN)}"
+            )
     values: dict[str, Any] = {}
     for key, (low, high) in _NUMBERS.items():
         if key in raw:
@@ -196,7 +204,9 @@ def parse(raw: Mapping[str, Any] | None) -> Settings:
             raise SettingsError("fp32_lm_head", f"must be true or false, got {raw['fp32_lm_head']!r}")
         values["fp32_lm_head"] = raw["fp32_lm_head"]
     if "draft_path" in values and "model_path" not in values:
-        raise SettingsError("draft_path", "is set without model_path", "set model_path too, or remove draft_path")
+        raise SettingsError(
+            "draft_path", "is set without model_path", "set model_path too, or remove draft_path"
+        )
     values["tolerances"] = _tolerances(raw.get("tolerance"))
     return Settings(**values)
 

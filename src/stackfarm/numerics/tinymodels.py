@@ -58,8 +58,13 @@ GPU_TARGET = LlamaShape()
 CPU_TARGET = LlamaShape(hidden=64, intermediate=128, vocab=256, max_positions=512)
 
 
-def llama_config(shape: LlamaShape, *, architecture: str = "LlamaForCausalLM", layers: int | None = None,
-                 dtype: str = "bfloat16") -> dict[str, Any]:  # fmt: skip
+def llama_config(
+    shape: LlamaShape,
+    *,
+    architecture: str = "LlamaForCausalLM",
+    layers: int | None = None,
+    dtype: str = "bfloat16",
+) -> dict[str, Any]:
     """A Llama config.json as HF transformers and SGLang read it."""
     return {
         "architectures": [architecture],
@@ -101,8 +106,11 @@ def _write(folder: Path, config: Mapping[str, Any], tensors: Mapping[str, torch.
     (folder / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
     generation = {"bos_token_id": 1, "pad_token_id": 0, "do_sample": False}
     (folder / "generation_config.json").write_text(json.dumps(generation, indent=2), encoding="utf-8")
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"),
-              metadata={"format": "pt"})  # fmt: skip
+    save_file(
+        {k: v.contiguous() for k, v in tensors.items()},
+        str(folder / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     return folder
 
 
@@ -135,8 +143,14 @@ def _generators(seed: int) -> tuple[Any, Any, Any]:
     return gen, rnd, ones
 
 
-def write_target(folder: Path, shape: LlamaShape = GPU_TARGET, *, seed: int = 1234, logit_std: float = 2.0,
-                 dtype: str = "bfloat16") -> Path:  # fmt: skip
+def write_target(
+    folder: Path,
+    shape: LlamaShape = GPU_TARGET,
+    *,
+    seed: int = 1234,
+    logit_std: float = 2.0,
+    dtype: str = "bfloat16",
+) -> Path:
     """A seeded random LlamaForCausalLM (float32 weights on disk; engines cast to their dtype)."""
     _, rnd, ones = _generators(seed)
     tensors: dict[str, torch.Tensor] = {"model.embed_tokens.weight": rnd(shape.vocab, shape.hidden)}
@@ -156,14 +170,23 @@ def eagle3_config(target: LlamaShape, *, dtype: str = "bfloat16") -> dict[str, A
             "draft_vocab_size": target.vocab,
             # fc's input is target_hidden_size x number of aux layers
             "target_hidden_size": target.hidden,
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(AUX_LAYERS), "use_aux_hidden_state": True},
+            "eagle_config": {
+                "eagle_aux_hidden_state_layer_ids": list(AUX_LAYERS),
+                "use_aux_hidden_state": True,
+            },
         }
     )
     return config
 
 
-def write_eagle3_draft(folder: Path, target: LlamaShape = GPU_TARGET, *, seed: int = 4321, logit_std: float = 2.0,
-                       dtype: str = "bfloat16") -> Path:  # fmt: skip
+def write_eagle3_draft(
+    folder: Path,
+    target: LlamaShape = GPU_TARGET,
+    *,
+    seed: int = 4321,
+    logit_std: float = 2.0,
+    dtype: str = "bfloat16",
+) -> Path:
     """A seeded random EAGLE-3 draft (checkpoint names without "model.": SGLang's loader adds it)."""
     if target.layers < max(AUX_LAYERS) + 2:
         raise ModelInputError(
@@ -190,11 +213,15 @@ def write_assistant(folder: Path, target_folder: Path, *, layers: int = 1) -> Pa
 
     config = read_config(target_folder)
     if layers > int(config["num_hidden_layers"]):
-        raise ModelInputError(f"{target_folder} has {config['num_hidden_layers']} layers, cannot keep {layers}")
+        raise ModelInputError(
+            f"{target_folder} has {config['num_hidden_layers']} layers, cannot keep {layers}"
+        )
     weights = load_file(str(target_folder / "model.safetensors"))
     keep = {f"model.layers.{i}." for i in range(layers)}
     tensors = {
-        name: t for name, t in weights.items() if not name.startswith("model.layers.") or any(name.startswith(k) for k in keep)
+        name: t
+        for name, t in weights.items()
+        if not name.startswith("model.layers.") or any(name.startswith(k) for k in keep)
     }
     return _write(folder, {**config, "num_hidden_layers": layers}, tensors)
 
@@ -215,7 +242,9 @@ def read_config(folder: Path | str) -> dict[str, Any]:
         raise ModelInputError(f"{config} is not readable JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise ModelInputError(f"{config} is not a JSON object")
-    missing = [k for k in ("hidden_size", "vocab_size", "num_hidden_layers") if not isinstance(data.get(k), int)]
+    missing = [
+        k for k in ("hidden_size", "vocab_size", "num_hidden_layers") if not isinstance(data.get(k), int)
+    ]
     if missing:
         raise ModelInputError(f"{config} lacks integer {', '.join(missing)}")
     return data
@@ -239,7 +268,9 @@ def check_draft(target: Mapping[str, Any], draft: Mapping[str, Any], *, role: st
             )
         d_vocab = draft.get("draft_vocab_size") or draft["vocab_size"]
         if d_vocab > target["vocab_size"]:
-            raise ModelInputError(f"draft_vocab_size {d_vocab} exceeds the target's vocab_size {target['vocab_size']}")
+            raise ModelInputError(
+                f"draft_vocab_size {d_vocab} exceeds the target's vocab_size {target['vocab_size']}"
+            )
         layers = target["num_hidden_layers"]
         aux = (draft.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or list(AUX_LAYERS)
         if max(aux) + 1 >= layers:

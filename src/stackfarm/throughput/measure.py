@@ -374,7 +374,8 @@ def cuda_home() -> str | None:
     """A CUDA toolkit folder holding bin/nvcc and include/cuda_runtime.h, for SGLang's JIT kernels.
 
     tvm-ffi (SGLang's JIT) guesses the toolkit as the folder above `which nvcc`; on the H200 machines nvcc
-    is a wrapper script in /usr/local/bin, so also look at the nvcc the wrapper names and /usr/local/cuda*.
+    is a wrapper script in /usr/local/bin, so also look at the nvcc the wrapper names, /usr/local/cuda*,
+    and the toolkit pip installs (nvidia/cu13 in site-packages).
     """
     candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
     nvcc = shutil.which("nvcc")
@@ -382,8 +383,10 @@ def cuda_home() -> str | None:
         candidates.append(str(Path(nvcc).resolve().parents[1]))
         with contextlib.suppress(OSError):
             script = Path(nvcc).read_bytes()[:4096].decode("utf-8", errors="ignore")
-            candidates += [str(Path(w).parents[1]) for w in script.split() if w.endswith("/bin/nvcc")]
+            words = (w.strip("'\"") for w in script.split())
+            candidates += [str(Path(w).parents[1]) for w in words if w.endswith("/bin/nvcc")]
     candidates += sorted((str(p) for p in Path("/usr/local").glob("cuda*")), reverse=True)
+    candidates += [str(Path(entry or ".") / "nvidia" / "cu13") for entry in sys.path]
     for candidate in candidates:
         if candidate and all((Path(candidate) / f).is_file() for f in ("bin/nvcc", "include/cuda_runtime.h")):
             return candidate

@@ -1,0 +1,629 @@
+"""30-numerics: after the upgrade, does the model still compute the same thing? Every divergence explained.
+
+Testcases (JUnit properties on each: max_abs_err, tolerance, match_rate, first_divergence, near_ties; "n/a" where
+one does not apply):
+
+- test_settings / test_model_inputs: [suites.30-numerics.settings] and the model folders it names, checked on
+  every machine, so bad input is reported as a failing testcase with the key and the fix, never as a crash.
+- test_e2e_cpu[assisted-<dtype>]: HF transformers on CPU, a tiny random Llama written here, plain greedy vs
+  assisted generation with a layer-skipping draft; the comparison below runs end to end without a GPU.
+- test_e2e_cpu_planted[...]: the same with a planted divergence (the speculative path emits its least likely
+  token once): an expected failure (strict xfail), so the suite fails if the comparison stops catching it.
+- test_kernel[<op>-<dtype>] (GPU): the cell's sgl-kernel ops (rmsnorm, fused_add_rmsnorm, silu_and_mul, rotary
+  embedding, top-k / top-p renorm; the norms and renorms run flashinfer's kernels when sgl_kernel finds it)
+  against float32 references, within the per-dtype tolerance.
+- test_sampling[top_k_top_p_sampling_from_probs-float32] (GPU): flashinfer's fused sampling with a fixed seed,
+  judged statistically (chi-square against the renormalised distribution).
+- test_tree_kernel[<kernel>-<dtype>] (GPU): build_tree_kernel_efficient, verify_tree_greedy and
+  tree_speculative_sampling_target_only against the reference tree acceptance, on hypothesis-generated trees.
+- test_e2e_gpu[<config>-<dtype>] (GPU): SGLang's offline Engine, one child process per configuration, greedy on
+  a tiny peaked Llama (or settings.model_path): baseline vs EAGLE-3 (chain and tree drafting), and flashinfer
+  allreduce fusion / torch symmetric memory on vs off (those need 2+ GPUs: tensor parallelism; skipped below).
+
+A divergence is judged where it first happens: a near-tie (the baseline's top-1/top-2 logprob gap <= near_tie_tol
+and the candidate took the runner-up) is tolerated up to max_near_tie_rate of the prompts; anything else fails.
+See stackfarm.numerics.settings for every setting and the tolerances' reasoning.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from packaging.version import Version
+
+from stackfarm.cellspec import CellSpec, load
+from stackfarm.numerics.compare import Comparison, Generation, compare, judge
+from stackfarm.numerics.engines import (
+    EAGLE3_CHAIN,
+    EAGLE3_TREE,
+    Engine,
+    EngineError,
+    EngineOutOfMemory,
+    HFEngine,
+    Plant,
+    SGLangEngine,
+    cuda_toolchain_env,
+    make_prompts,
+)
+from stackfarm.numerics.settings import SUITE, Settings, SettingsError, parse
+from stackfarm.numerics.tinymodels import (
+    CPU_TARGET,
+    GPU_TARGET,
+    ModelInputError,
+    check_draft,
+    read_config,
+    write_assistant,
+    write_eagle3_draft,
+    write_target,
+)
+
+# pytest's default junit_family (xunit2) warns about record_property, yet writes the properties the reports read.
+pytestmark = pytest.mark.filterwarnings("ignore:record_property is incompatible:pytest.PytestWarning")
+
+#: The type of pytest's record_property fixture.
+RecordProperty = Callable[[str, object], None]
+#: Every testcase carries these, "n/a" when one does not apply.
+STANDARD = ("max_abs_err", "tolerance", "match_rate", "first_divergence", "near_ties")
+
+
+def _record(record_property: RecordProperty, **values: object) -> None:
+    for key in STANDARD:
+        record_property(key, str(values.pop(key, "n/a")))
+    for key, value in values.items():
+        record_property(key, str(value))
+
+
+@functools.cache
+def _parsed(cell_path: str) -> Settings | SettingsError:
+    try:
+        return parse(load(cell_path).settings.get(SUITE))
+    except SettingsError as exc:
+        return exc
+
+
+def _collection_settings() -> Settings:
+    """Settings for parametrising at collection: the defaults when the cell or its settings are unusable
+    (test_settings then reports why)."""
+    path = os.environ.get("STACKFARM_CELL")
+    found = _parsed(path) if path else None
+    return found if isinstance(found, Settings) else Settings()
+
+
+@pytest.fixture(scope="session")
+def settings(cell: CellSpec) -> Settings:
+    path = os.environ.get("STACKFARM_CELL", "")
+    found = _parsed(path) if path else parse(cell.settings.get(SUITE))
+    if isinstance(found, SettingsError):
+        pytest.fail(str(found), pytrace=False)
+    return found
+
+
+@pytest.fixture(scope="session")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("numerics")
+
+
+def test_settings(cell: CellSpec, record_property: RecordProperty) -> None:
+    """The settings parse; the effective values (defaults filled in) are recorded."""
+    try:
+        found = parse(cell.settings.get(SUITE))
+    except SettingsError as exc:
+        _record(record_property, detail=str(exc))
+        pytest.fail(str(exc), pytrace=False)
+    tolerances = "; ".join(f"{dtype}: {tol.describe()}" for dtype, tol in found.tolerances.items())
+    _record(
+        record_property,
+        tolerance=tolerances,
+        near_tie_tol=found.near_tie_tol,
+        max_near_tie_rate=found.max_near_tie_rate,
+        prompts=found.prompts,
+        prompt_len=found.prompt_len,
+        max_new_tokens=found.max_new_tokens,
+        model_path=found.model_path or "tiny (written by the suite)",
+        logit_std=found.logit_std,
+        fp32_lm_head=found.fp32_lm_head,
+    )
+
+
+def test_model_inputs(settings: Settings, record_property: RecordProperty) -> None:
+    """A configured model_path / draft_path exists, has a config, and the draft fits the target."""
+    if settings.model_path is None:
+        _record(record_property, model="tiny random Llama written by the suite")
+        return
+    try:
+        target = read_config(settings.model_path)
+        _record(
+            record_property,
+            model=settings.model_path,
+            hidden_size=target["hidden_size"],
+            vocab_size=target["vocab_size"],
+        )
+        if settings.draft_path is not None:
+            check_draft(target, read_config(settings.draft_path), role="eagle3")
+            record_property("draft", settings.draft_path)
+    except ModelInputError as exc:
+        pytest.fail(f"[suites.{SUITE}.settings]: {exc}", pytrace=False)
+
+
+# --------------------------------------------------------------------------- end to end, shared
+
+
+def _generate(
+    engine: Engine, prompts: tuple[tuple[int, ...], ...], max_new_tokens: int
+) -> tuple[Generation, ...]:
+    """Generations, or a skip (GPU out of memory, with the size asked for) or a failure with the engine's log."""
+    try:
+        return engine.generate(prompts, max_new_tokens)
+    except EngineOutOfMemory as exc:
+        pytest.skip(f"{engine.label}: {exc}")
+    except EngineError as exc:
+        pytest.fail(f"{exc}\n--- end of the engine's output ---\n{exc.log_tail[-2500:]}", pytrace=False)
+
+
+def _judge_runs(
+    settings: Settings,
+    baseline: tuple[Generation, ...],
+    candidate: tuple[Generation, ...],
+    record_property: RecordProperty,
+    **extra: object,
+) -> Comparison:
+    comparison = compare(baseline, candidate, near_tie_tol=settings.near_tie_tol)
+    verdict = judge(comparison, max_near_tie_rate=settings.max_near_tie_rate)
+    props = comparison.properties()
+    props["tolerance"] = (
+        f"near_tie_tol={settings.near_tie_tol:g} max_near_tie_rate={settings.max_near_tie_rate:g}"
+    )
+    _record(record_property, **props, verdict=verdict.message, **extra)
+    assert verdict.ok, verdict.message
+    return comparison
+
+
+# --------------------------------------------------------------------------- end to end, CPU (HF transformers)
+
+
+@dataclass(frozen=True)
+class CpuModels:
+    target: Path
+    assistant: Path
+
+
+@pytest.fixture(scope="session")
+def cpu_models(settings: Settings, workdir: Path) -> CpuModels:
+    pytest.importorskip("torch", reason="the CPU engine needs torch (CPU build) in the suite's Python")
+    pytest.importorskip("transformers", reason="the CPU engine needs transformers in the suite's Python")
+    pytest.importorskip("safetensors", reason="the tiny models are written as safetensors")
+    target = write_target(
+        workdir / "cpu-target",
+        CPU_TARGET,
+        seed=settings.seed + 1234,
+        logit_std=settings.logit_std,
+        dtype="float32",
+    )
+    return CpuModels(target=target, assistant=write_assistant(workdir / "cpu-assistant", target))
+
+
+@functools.cache
+def _cpu_baseline(
+    target: Path, dtype: str, prompts: tuple[tuple[int, ...], ...], max_new: int
+) -> tuple[Generation, ...]:
+    return _generate(HFEngine(model=target, dtype=dtype), prompts, max_new)
+
+
+def _cpu_prompts(settings: Settings) -> tuple[tuple[int, ...], ...]:
+    return make_prompts(settings.prompts, settings.prompt_len, CPU_TARGET.vocab, seed=settings.seed)
+
+
+@pytest.mark.parametrize("dtype", _collection_settings().cpu_dtypes, ids=lambda d: f"assisted-{d}")
+def test_e2e_cpu(
+    dtype: str, settings: Settings, cpu_models: CpuModels, record_property: RecordProperty
+) -> None:
+    """HF greedy vs HF assisted generation (multi-token verify with a draft) on CPU."""
+    prompts = _cpu_prompts(settings)
+    baseline = _cpu_baseline(cpu_models.target, dtype, prompts, settings.max_new_tokens)
+    candidate = _generate(
+        HFEngine(model=cpu_models.target, assistant=cpu_models.assistant, dtype=dtype),
+        prompts,
+        settings.max_new_tokens,
+    )
+    _judge_runs(settings, baseline, candidate, record_property, engine="hf-transformers (CPU)", dtype=dtype)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="planted divergence: the comparison must report it as real and fail",
+)
+@pytest.mark.parametrize("dtype", ["float32"], ids=lambda d: f"assisted-{d}")
+def test_e2e_cpu_planted(
+    dtype: str, settings: Settings, cpu_models: CpuModels, record_property: RecordProperty
+) -> None:
+    """The speculative path emits its least likely token at step 3 of prompt 0: a real divergence."""
+    prompts = _cpu_prompts(settings)
+    baseline = _cpu_baseline(cpu_models.target, dtype, prompts, settings.max_new_tokens)
+    planted = HFEngine(
+        model=cpu_models.target,
+        assistant=cpu_models.assistant,
+        dtype=dtype,
+        plant=Plant(position=min(3, settings.max_new_tokens - 1), prompts=(0,)),
+    )
+    candidate = _generate(planted, prompts, settings.max_new_tokens)
+    _judge_runs(
+        settings, baseline, candidate, record_property, engine="hf-transformers (CPU), planted", dtype=dtype
+    )
+
+
+# --------------------------------------------------------------------------- GPU: the cell's stack
+
+
+def _need_gpu(cell: CellSpec) -> None:
+    if cell.no_gpu_reason is not None:
+        pytest.skip(f"needs GPU: {cell.no_gpu_reason}")
+
+
+def _check_version(cell: CellSpec, distributions: tuple[str, ...]) -> None:
+    """Fail unless the suite's Python has the version of one of `distributions` that the cell describes."""
+    comp = next((c for c in cell.components if c.distribution in distributions), None)
+    if comp is None:
+        pytest.skip(f"the cell has no {' / '.join(distributions)}")
+    installed = None
+    for dist in distributions:
+        try:
+            installed = importlib.metadata.version(dist)
+            break
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    if installed is None:
+        pytest.fail(
+            f"{comp.distribution} is not installed in the Python running this suite: install "
+            f"{comp.distribution}=={comp.version} there (or put its tree on PYTHONPATH)",
+            pytrace=False,
+        )
+    if Version(Version(installed).base_version) != Version(Version(comp.version).base_version):
+        pytest.fail(
+            f"the suite's Python has {comp.distribution} {installed}, the cell is {comp.version}: "
+            "the GPU checks would describe another stack",
+            pytrace=False,
+        )
+
+
+def _stack_module(cell: CellSpec, module: str, distributions: tuple[str, ...]) -> ModuleType:
+    """Import `module` from the suite's Python after checking it is the version the cell describes."""
+    _check_version(cell, distributions)
+    return importlib.import_module(module)
+
+
+def _torch_cuda(cell: CellSpec) -> Any:
+    _need_gpu(cell)
+    torch = _stack_module(cell, "torch", ("torch",))
+    if not torch.cuda.is_available():
+        pytest.fail(
+            f"a GPU was reported but torch.cuda.is_available() is False ({torch.__version__})", pytrace=False
+        )
+    return torch
+
+
+def _oom_skip(exc: BaseException, asked: str) -> None:
+    tried = re.search(r"Tried to allocate ([\d.]+ [KMGT]?i?B)", str(exc))
+    pytest.skip(
+        f"GPU out of memory: asked for {tried.group(1) if tried else asked} ({str(exc).splitlines()[0]})"
+    )
+
+
+# --------------------------------------------------------------------------- GPU: kernels vs references
+
+#: Which op runs in which dtypes (the cases live in numerics_cases.py; kept here as data so collection does
+#: not import torch).
+KERNEL_DTYPES: Mapping[str, tuple[str, ...]] = {
+    "rmsnorm": ("bfloat16", "float16"),
+    "fused_add_rmsnorm": ("bfloat16", "float16"),
+    "silu_and_mul": ("bfloat16", "float16"),
+    "rotary_embedding_neox": ("bfloat16", "float16"),
+    "rotary_embedding_gptj": ("bfloat16", "float16"),
+    "top_k_renorm_prob": ("float32",),
+    "top_p_renorm_prob": ("float32",),
+}
+
+
+@pytest.mark.parametrize(("op", "dtype"), [(op, d) for op, ds in KERNEL_DTYPES.items() for d in ds], ids=str)
+def test_kernel(
+    cell: CellSpec, settings: Settings, op: str, dtype: str, record_property: RecordProperty
+) -> None:
+    """One sgl-kernel op in one dtype against its float32 reference (several deployment shapes, worst kept)."""
+    torch = _torch_cuda(cell)
+    sgl = _stack_module(cell, "sgl_kernel", ("sglang-kernel", "sgl-kernel"))
+    import numerics_cases
+
+    _, case = numerics_cases.ELEMENTWISE[op]
+    tol = settings.tolerances[dtype]
+    try:
+        result = case(sgl, torch, getattr(torch, dtype), tol, settings.seed, "cuda")
+    except torch.cuda.OutOfMemoryError as exc:
+        _oom_skip(exc, "the case's inputs (a few hundred MiB at most)")
+    stats = result.stats
+    _record(
+        record_property,
+        max_abs_err=f"{stats.max_abs_err:.4g}",
+        tolerance=tol.describe(),
+        match_rate=f"{stats.match_rate:.6f}",
+        first_divergence="none" if stats.ok else stats.describe(),
+        near_ties="n/a",
+        impl=result.impl,
+        worst_ratio=f"{stats.worst_ratio:.3f}",
+        **result.notes,
+    )
+    assert stats.ok, f"{op} ({result.impl}) vs the float32 reference, {tol.describe()}: {stats.describe()}"
+
+
+@pytest.mark.parametrize("case", ["top_k_top_p_sampling_from_probs-float32"])
+def test_sampling(cell: CellSpec, settings: Settings, case: str, record_property: RecordProperty) -> None:
+    """flashinfer's fused top-k/top-p sampling, seeded, judged by a chi-square test (p >= 1e-4)."""
+    torch = _torch_cuda(cell)
+    flashinfer = _stack_module(cell, "flashinfer", ("flashinfer-python",))
+    import numerics_cases
+
+    try:
+        result = numerics_cases.top_k_top_p_sampling(flashinfer, torch, settings.seed, "cuda")
+    except torch.cuda.OutOfMemoryError as exc:
+        _oom_skip(exc, "65536 samples of a 64-token distribution")
+    notes = result.notes
+    _record(
+        record_property,
+        max_abs_err=f"{result.stats.max_abs_err:.4g}",
+        tolerance="chi-square p >= 1e-4, no sample outside the top-k/top-p set",
+        match_rate=f"{result.stats.match_rate:.6f}",
+        first_divergence="none"
+        if result.stats.ok
+        else f"p={notes['pvalue']}, outside={notes['outside_kept_set']}",
+        near_ties="n/a",
+        impl=result.impl,
+        **notes,
+    )
+    assert result.stats.ok, (
+        f"{case}: chi2 {notes['chi2']} on {notes['dof']} dof (p {notes['pvalue']}), "
+        f"{notes['outside_kept_set']} samples outside the kept set"
+    )
+
+
+TREE_KERNELS = (
+    ("build_tree_kernel_efficient", "int64"),
+    ("verify_tree_greedy", "int64"),
+    ("tree_speculative_sampling_target_only", "float32"),
+)
+
+
+@pytest.mark.parametrize(("kernel", "dtype"), TREE_KERNELS, ids=str)
+def test_tree_kernel(
+    cell: CellSpec, settings: Settings, kernel: str, dtype: str, record_property: RecordProperty
+) -> None:
+    """An EAGLE tree kernel against the reference tree acceptance, on hypothesis-generated trees."""
+    torch = _torch_cuda(cell)
+    sgl = _stack_module(cell, "sgl_kernel", ("sglang-kernel", "sgl-kernel"))
+    hypothesis = pytest.importorskip(
+        "hypothesis", reason="the tree checks are property-based (pip install hypothesis)"
+    )
+    import numerics_cases
+    import numerics_strategies
+
+    stats = {"examples": 0, "failed": 0, "ties": 0}
+    first: list[str] = []
+
+    def check(case: Any) -> None:
+        stats["examples"] += 1
+        if kernel == "build_tree_kernel_efficient":
+            problems = [
+                f"mode {m}: {p}"
+                for m in (0, 1)
+                for p in numerics_cases.build_tree(sgl, torch, case, m, "cuda")
+            ]
+        elif kernel == "verify_tree_greedy":
+            problems = numerics_cases.verify_greedy(sgl, torch, case, "cuda")
+        else:
+            problems, ties = numerics_cases.verify_sampling(sgl, torch, case, "cuda")
+            stats["ties"] += ties
+        if problems:
+            stats["failed"] += 1
+            if not first:
+                first.append(
+                    f"{problems[0]} (topk {case.trees[0].topk}, depth {case.trees[0].depth}, "
+                    f"{case.trees[0].num_draft} draft tokens, batch {len(case.trees)})"
+                )
+        assert not problems, "; ".join(problems[:5])
+
+    run = hypothesis.settings(
+        max_examples=settings.tree_examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(hypothesis.HealthCheck),
+    )(hypothesis.given(numerics_strategies.tree_cases(sampling=kernel.startswith("tree_speculative")))(check))
+    try:
+        run()
+    finally:
+        examples = max(stats["examples"], 1)
+        _record(
+            record_property,
+            max_abs_err="0" if not stats["failed"] else "n/a",
+            tolerance="exact (index outputs); bonus token within 1e-5 of its cumulative interval",
+            match_rate=f"{1 - stats['failed'] / examples:.4f}",
+            first_divergence=first[0] if first else "none",
+            near_ties=stats["ties"],
+            examples=stats["examples"],
+        )
+
+
+# --------------------------------------------------------------------------- GPU: SGLang end to end
+
+
+@dataclass(frozen=True, kw_only=True)
+class E2EConfig:
+    """A candidate configuration and the reference it must reproduce."""
+
+    name: str
+    reference: Mapping[str, Any]
+    candidate: Mapping[str, Any]
+    needs_draft: bool = False
+    #: GPUs needed (tensor parallelism: the allreduce features only act on a cross-GPU sum).
+    gpus: int = 1
+
+
+_TP2 = {"tp_size": 2}
+E2E = (
+    E2EConfig(name="eagle3", reference={}, candidate=EAGLE3_CHAIN, needs_draft=True),
+    E2EConfig(name="eagle3-tree", reference={}, candidate=EAGLE3_TREE, needs_draft=True),
+    # Off means off: SGLang >= 0.5.15 may switch the fusion on by itself (options a release lacks are dropped).
+    E2EConfig(
+        name="allreduce-fusion",
+        reference={**_TP2, "enforce_disable_flashinfer_allreduce_fusion": True},
+        candidate={**_TP2, "enable_flashinfer_allreduce_fusion": True},
+        gpus=2,
+    ),
+    E2EConfig(
+        name="symm-mem",
+        reference={**_TP2, "enforce_disable_flashinfer_allreduce_fusion": True},
+        candidate={
+            **_TP2,
+            "enforce_disable_flashinfer_allreduce_fusion": True,
+            "enable_torch_symm_mem": True,
+        },
+        gpus=2,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class GpuModels:
+    target: Path
+    draft: Path | None
+    vocab: int
+
+
+@pytest.fixture(scope="session")
+def gpu_models(settings: Settings, workdir: Path) -> GpuModels:
+    if settings.model_path is not None:
+        try:
+            target = read_config(settings.model_path)
+            if settings.draft_path is not None:
+                check_draft(target, read_config(settings.draft_path), role="eagle3")
+        except ModelInputError as exc:
+            pytest.fail(f"[suites.{SUITE}.settings]: {exc}", pytrace=False)
+        draft = Path(settings.draft_path) if settings.draft_path else None
+        return GpuModels(target=Path(settings.model_path), draft=draft, vocab=int(target["vocab_size"]))
+    pytest.importorskip("safetensors", reason="the tiny models are written as safetensors")
+    target_dir = write_target(
+        workdir / "gpu-target",
+        GPU_TARGET,
+        seed=settings.seed + 1234,
+        logit_std=settings.logit_std,
+        dtype=settings.dtype,
+    )
+    draft_dir = write_eagle3_draft(
+        workdir / "gpu-eagle3",
+        GPU_TARGET,
+        seed=settings.seed + 4321,
+        logit_std=settings.logit_std,
+        dtype=settings.dtype,
+    )
+    return GpuModels(target=target_dir, draft=draft_dir, vocab=GPU_TARGET.vocab)
+
+
+_RUNS: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Generation, ...]] = {}
+
+
+@functools.cache
+def _toolchain(workdir: Path) -> tuple[tuple[tuple[str, str], ...], str]:
+    env, note = cuda_toolchain_env(workdir)
+    return tuple(env.items()), note
+
+
+def _sglang_run(
+    settings: Settings,
+    models: GpuModels,
+    workdir: Path,
+    name: str,
+    options: Mapping[str, Any],
+    draft: bool,
+    required: tuple[str, ...] = (),
+) -> tuple[Generation, ...]:
+    """One engine configuration's generations, each configuration run once per session (baselines are shared)."""
+    opts = dict(options)
+    if settings.fp32_lm_head:
+        opts["enable_fp32_lm_head"] = True
+    key = (name if draft else "reference", tuple(sorted((k, repr(v)) for k, v in opts.items())))
+    if key not in _RUNS:
+        env, _ = _toolchain(workdir)
+        engine = SGLangEngine(
+            model=models.target,
+            draft=models.draft if draft else None,
+            workdir=workdir / "runs",
+            dtype=settings.dtype,
+            options=opts,
+            required=required,
+            attention_backend=settings.attention_backend,
+            mem_fraction_static=settings.mem_fraction_static,
+            timeout=settings.engine_timeout,
+            name=f"{name}-{len(_RUNS)}",
+            env=dict(env),
+        )
+        prompts = make_prompts(settings.prompts, settings.prompt_len, models.vocab, seed=settings.seed)
+        _RUNS[key] = _generate(engine, prompts, settings.max_new_tokens)
+    return _RUNS[key]
+
+
+@pytest.mark.parametrize("config", E2E, ids=lambda c: f"{c.name}-{_collection_settings().dtype}")
+def test_e2e_gpu(
+    cell: CellSpec,
+    settings: Settings,
+    config: E2EConfig,
+    gpu_models: GpuModels,
+    workdir: Path,
+    record_property: RecordProperty,
+) -> None:
+    """SGLang greedy: the candidate configuration against its reference, token for token, divergences explained."""
+    torch = _torch_cuda(cell)
+    _check_version(cell, ("sglang",))  # the engines import it, in their own processes
+    torch.cuda.empty_cache()  # give the kernel checks' cached blocks back before the engines size their pools
+    if torch.cuda.device_count() < config.gpus:
+        pytest.skip(
+            f"needs {config.gpus}+ GPUs: {config.name} acts on the tensor-parallel all-reduce, which a "
+            f"world size of {torch.cuda.device_count()} does not have (the 8-GPU issue runs it)"
+        )
+    if config.needs_draft and gpu_models.draft is None:
+        pytest.skip(
+            f"{config.name} needs a draft: set draft_path next to model_path in [suites.{SUITE}.settings]"
+        )
+    reference = _sglang_run(
+        settings, gpu_models, workdir, f"{config.name}-reference", config.reference, draft=False
+    )
+    switches = tuple(
+        k for k in config.candidate if k not in config.reference and not k.startswith("enforce_")
+    )
+    candidate = _sglang_run(
+        settings,
+        gpu_models,
+        workdir,
+        config.name,
+        config.candidate,
+        draft=config.needs_draft,
+        required=switches,
+    )
+    _judge_runs(
+        settings,
+        reference,
+        candidate,
+        record_property,
+        engine=f"sglang {importlib.metadata.version('sglang')}",
+        dtype=settings.dtype,
+        options=dict(config.candidate),
+        fp32_lm_head=settings.fp32_lm_head,
+        toolchain=_toolchain(workdir)[1],
+    )

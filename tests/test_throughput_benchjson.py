@@ -1,0 +1,181 @@
+"""stackfarm.throughput.benchjson and .record: SGLang's bench output read into figures; throughput.json.
+
+The bench files in tests/test_throughput_fixtures/ are constructed from the sglang 0.5.15 wheel's code (key
+names, order, rounding, json.dumps), not captured from a run: see that folder's README.md. The last test
+checks them against the wheel itself, when the artifact cache holds it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from stackfarm.throughput import record
+from stackfarm.throughput.benchjson import (
+    one_batch_figures,
+    one_batch_server_argv,
+    parse_bench_serving,
+    parse_one_batch_server,
+)
+from stackfarm.throughput.measure import BenchError, ZeroTokensError
+from stackfarm.throughput.stats import cv
+
+FIXTURES = Path(__file__).resolve().parent / "test_throughput_fixtures"
+
+
+def test_one_batch_server_result_file() -> None:
+    text = (FIXTURES / "one_batch_server_result.jsonl").read_text(encoding="utf-8")
+    base1, base8, spec1 = parse_one_batch_server(text, origin="result.jsonl")
+    assert (base1.batch_size, base1.input_len, base1.output_len) == (1, 16, 128)
+    assert base1.output_throughput == 642.44
+    assert base1.last_ttft_s == 0.0121
+    assert base1.acc_length is None  # -1: no speculative decoding on the baseline
+    assert base1.cache_hit_rate is None
+    assert base8.cache_hit_rate == 0.0
+    assert spec1.acc_length == 1.37
+    # the tool's own arithmetic: output_throughput = batch * output_len / (latency - last_ttft)
+    assert base8.output_throughput == pytest.approx(8 * 128 / (0.30652 - 0.01893), rel=1e-3)
+    figures = one_batch_figures([base1, base8])
+    assert figures == {
+        "decode_tok_s": 642.44,
+        "ttft_ms": pytest.approx(12.1),
+        "batch8_tok_s": 3560.62,
+        "batch8_ttft_ms": pytest.approx(18.9),
+    }
+
+
+def test_bench_serving_result_file() -> None:
+    text = (FIXTURES / "bench_serving_result.jsonl").read_text(encoding="utf-8")
+    (result,) = parse_bench_serving(text, origin="serving.jsonl")
+    assert (result.backend, result.dataset_name, result.completed) == ("sglang", "random", 16)
+    assert result.total_output_tokens == 2048
+    assert result.output_throughput == pytest.approx(2048 / 3.4119)
+    assert (result.median_ttft_ms, result.median_itl_ms, result.p99_itl_ms) == (12.02, 1.521, 2.303)
+    assert result.accept_length is None
+    assert result.max_concurrency == 1
+
+
+def test_bench_that_returned_zero_tokens() -> None:
+    failed = (FIXTURES / "bench_serving_all_failed.jsonl").read_text(encoding="utf-8")
+    assert "NaN" in failed
+    assert "Infinity" in failed
+    with pytest.raises(ZeroTokensError, match=r"0 tokens \(0 requests completed, 0 output tokens\)"):
+        parse_bench_serving(failed, origin="serving.jsonl")
+    # bench_one_batch_server divides by last_ttft, so with no first token it writes nothing at all
+    with pytest.raises(ZeroTokensError, match="wrote no results"):
+        parse_one_batch_server("", origin="result.jsonl")
+    zero = json.loads(
+        (FIXTURES / "one_batch_server_result.jsonl").read_text(encoding="utf-8").splitlines()[0]
+    )
+    zero.update(output_throughput=0.0, last_ttft=0.0)
+    with pytest.raises(ZeroTokensError, match=r"result\.jsonl:1: the bench returned 0 tokens"):
+        parse_one_batch_server(json.dumps(zero), origin="result.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "result.jsonl:1: not JSON"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"batch_size": 1}', "no `input_len`"),
+        ('{"batch_size": "one"}', "`batch_size` = 'one' is not a int"),
+    ],
+)
+def test_malformed_bench_lines_name_the_line(line: str, message: str) -> None:
+    with pytest.raises(BenchError, match=message):
+        parse_one_batch_server(line, origin="result.jsonl")
+
+
+def test_one_batch_server_command_line() -> None:
+    argv = one_batch_server_argv(
+        "/py", "http://127.0.0.1:31000", batch_sizes=[1, 8], input_len=16, output_len=128,
+        result_file="/r.jsonl", tokenizer="/models/m",
+    )  # fmt: skip
+    assert argv[:3] == ["/py", "-m", "sglang.bench_one_batch_server"]
+    assert argv[argv.index("--batch-size") + 1 : argv.index("--input-len")] == ["1", "8"]
+    assert argv[argv.index("--model") + 1] == "None"  # connect to --base-url, launch nothing
+    assert argv[-2:] == ["--local-tokenizer-path", "/models/m"]
+
+
+def _sglang_0_5_15_bench_sources() -> tuple[Path, Path] | None:
+    for tree in (Path.home() / ".cache" / "stackfarm" / "trees").glob("*"):
+        if (tree / "sglang-0.5.15.dist-info").is_dir():
+            base = tree / "sglang" / "benchmark"
+            return base / "one_batch_server.py", base / "serving.py"
+    return None
+
+
+def _dict_keys(path: Path, where: str) -> list[str]:
+    """The string keys of the dict literal assigned to `res` / `result` in function `where` of `path`."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == where:
+            for sub in ast.walk(node):
+                if (
+                    isinstance(sub, ast.Assign)
+                    and isinstance(sub.value, ast.Dict)
+                    and any(isinstance(t, ast.Name) and t.id in ("res", "result") for t in sub.targets)
+                ):
+                    return [
+                        k.value
+                        for k in sub.value.keys
+                        if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                    ]
+    raise AssertionError(f"no result dict in {path}:{where}")
+
+
+def test_fixtures_carry_the_keys_sglang_0_5_15_writes() -> None:
+    sources = _sglang_0_5_15_bench_sources()
+    if sources is None:
+        pytest.skip("the sglang 0.5.15 wheel is not unpacked in ~/.cache/stackfarm/trees")
+    one_batch, serving = sources
+    line = json.loads(
+        (FIXTURES / "one_batch_server_result.jsonl").read_text(encoding="utf-8").splitlines()[0]
+    )
+    assert list(line) == _dict_keys(one_batch, "dump_to_jsonl")
+    doc = json.loads((FIXTURES / "bench_serving_result.jsonl").read_text(encoding="utf-8"))
+    assert list(doc) == _dict_keys(serving, "benchmark")
+
+
+# ------------------------------------------------------------------------------------------ throughput.json
+
+
+def test_record_round_trip(tmp_path: Path) -> None:
+    figure = record.summarise_figure(
+        "decode_tok_s", [497.0, 515.0, 374.0, 501.0, 760.0], confidence=0.95, resamples=2000, seed=0
+    )
+    assert (figure["unit"], figure["n"], figure["median"]) == ("tok/s", 5, 501.0)
+    assert (figure["ci_low"], figure["ci_high"]) == (374.0, 760.0)
+    assert figure["cv"] == pytest.approx(
+        cv([497.0, 515.0, 374.0, 501.0, 760.0])
+    )  # 27 %: the H200 run's noise
+    doc = record.document(
+        cell="cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15", runner_kind="1x-h200", sglang="0.5.15",
+        gpus=[], gpus_after=[], settings={"repeats": 5}, configs={}, warmup={},
+        figures={"decode_tok_s": figure}, checks=[], problems=[],
+    )  # fmt: skip
+    path = record.write(tmp_path / "reports" / "cell", doc)
+    assert path.name == "throughput.json"
+    loaded = record.load(path)
+    assert loaded["schema"] == record.SCHEMA
+    assert loaded["figures"]["decode_tok_s"]["median"] == 501.0
+    assert not math.isnan(loaded["figures"]["decode_tok_s"]["cv"])
+
+
+def test_record_load_rejects_other_files(tmp_path: Path) -> None:
+    other = tmp_path / "throughput.json"
+    other.write_text('{"schema": "something/9", "figures": {}}', encoding="utf-8")
+    with pytest.raises(record.RecordError, match=r"expected 'stackfarm\.throughput/1'"):
+        record.load(other)
+    with pytest.raises(record.RecordError, match="cannot read"):
+        record.load(tmp_path / "missing.json")
+
+
+def test_out_dir_comes_only_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(record.OUT_ENV, raising=False)
+    assert record.out_dir() is None  # never the CWD
+    monkeypatch.setenv(record.OUT_ENV, str(tmp_path))
+    assert record.out_dir() == tmp_path
