@@ -92,6 +92,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def bundle(session: nox.Session) -> None:
+    """Save a cell's Docker image as a tarball for an air-gapped runner: -- CELL [--out PATH]."""
+    _install(session)
+    session.run("python", "-m", "stackfarm", "bundle", *session.posargs)
+
+
+@nox.session
 def qualify(session: nox.Session) -> None:
     """Release sign-off: --cell ID --release NAME --approver NAME, or --verify RECORD."""
     _install(session)

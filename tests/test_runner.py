@@ -49,7 +49,8 @@ def _project(tmp_path: Path, extra: str = "", *, real_stack_suite: bool = False)
 
 
 def _run(matrix: Path, *args: str) -> int:
-    return main(["run", "--matrix", str(matrix), "--reports", str(matrix.parent / "reports"), *args])
+    # The local backend explicitly: `auto` would pick Docker where CI started an engine.
+    return main(["run", "--matrix", str(matrix), "--reports", str(matrix.parent / "reports"), "--backend", "local", *args])
 
 
 def _suites(reports: Path) -> dict[str, tuple[str, str]]:

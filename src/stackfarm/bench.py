@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="stackfarm-bench-") as tmp:
         reports = Path(tmp) / "reports"
-        run = ["run", "--matrix", str(args.matrix), "--reports", str(reports)]
+        run = ["run", "--matrix", str(args.matrix), "--reports", str(reports), "--backend", "local"]
         _timed(lambda: cli_main(run))  # fills the verdicts (and the cache if needed)
         seconds, code = _timed(lambda: cli_main(run))
         rows.append(("warm no-op re-run, default matrix", seconds, f"target <= 2 s (exit {code})"))

@@ -11,7 +11,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 #: The type of pytest's `record_property` fixture (pytest exports no name for it).
 RecordProperty = Callable[[str, object], None]
 

@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     p_run.add_argument("--force", action="store_true", help="re-run cells whose inputs are unchanged")
     p_run.add_argument("--backend", choices=("auto", *NAMES), default="auto", help="how cells are realised")
     p_run.add_argument("--python", default=None, help="the host backend's Python (default: this one)")
+    p_bundle = sub.add_parser("bundle", help="write a cell's Docker image as a tarball for an offline runner")
+    p_bundle.add_argument("cell", help="a cell id (or an image tag) built by --backend docker")
+    p_bundle.add_argument("--out", type=Path, default=None, help="the tarball (default: reports/<cell>.tar)")
     p_report = sub.add_parser("report", help="rebuild junit.xml and the summaries from stored verdicts")
     p_report.add_argument("--reports", type=Path, default=Path("reports"))
     p_report.add_argument(
@@ -95,11 +98,25 @@ def cmd_plan(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def choose_backend(name: str, console: Console) -> str:
+    """`auto`: Docker when an engine answers, else the local backend, said in one line."""
+    if name != "auto":
+        return name
+    from .backends.docker import engine_unavailable_reason  # the docker CLI is probed only for `auto`
+
+    reason = engine_unavailable_reason()
+    if reason is None:
+        return "docker"
+    console.print(f"backend: local ({escape(reason.splitlines()[0])})")
+    return "local"
+
+
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     matrix = load(args.matrix)
     cache = Cache()
     resolver = Resolver(matrix, cache)
-    backend = get_backend("local" if args.backend == "auto" else args.backend, cache, python=args.python)
+    name = choose_backend(args.backend, console)
+    backend = get_backend(name, cache, python=args.python, docker=matrix.docker)
     if isinstance(backend, HostBackend):
         # The stack is already installed (and the host may have no network): its own sglang gives the pins.
         p, unreachable = select(plan(matrix, backend.pins()), args.cells), dict[tuple[str, str], str]()
@@ -169,10 +186,18 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_bundle(args: argparse.Namespace, console: Console) -> int:
+    from .backends.docker import bundle
+
+    out = args.out or Path("reports") / f"{args.cell.replace('/', '_').replace(':', '_')}.tar"
+    console.print(f"wrote {bundle(args.cell, out)} (load it with `docker load -i`)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     console = Console(highlight=False)
-    commands = {"plan": cmd_plan, "run": cmd_run, "report": cmd_report}
+    commands = {"plan": cmd_plan, "run": cmd_run, "report": cmd_report, "bundle": cmd_bundle}
     try:
         return int(commands[args.command](args, console))
     except StackfarmError as exc:

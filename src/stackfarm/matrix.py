@@ -40,7 +40,10 @@ _TOP_KEYS = (
     "features",
     "thresholds",
     "runners",
+    "docker",
 )
+#: Keys of [docker]; their values are validated by the docker backend, which owns their meaning.
+DOCKER_KEYS = ("base", "shm_size", "ulimits", "ipc_host", "ca_bundle", "network")
 _ARCH = re.compile(r"^sm_\d{2,3}[af]?$")
 
 
@@ -130,6 +133,7 @@ class Matrix:
     suites: tuple[Suite, ...]
     features: Mapping[str, Any]
     thresholds: Mapping[str, Mapping[str, Any]]
+    docker: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
@@ -301,7 +305,13 @@ def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
         suites=_suites(doc, _table(doc, data, "suites")),
         features=_table(doc, data, "features"),
         thresholds=_table(doc, data, "thresholds"),
+        docker=_docker(doc, _table(doc, data, "docker")),
     )
+
+
+def _docker(doc: _Doc, table: dict[str, Any]) -> dict[str, Any]:
+    _check_keys(doc, "docker", table, DOCKER_KEYS)
+    return table
 
 
 def _axes(doc: _Doc, table: dict[str, Any]) -> dict[str, tuple[str, ...]]:

@@ -45,16 +45,14 @@ import tomlkit.exceptions
 
 from . import __version__
 from .artifacts import Artifact, Cache
-from .cellspec import InstalledComponent
 from .errors import ConfigError, ExitCode, StackfarmError, did_you_mean
 from .history import CellRun, Difference, Run, diff_inputs, read_run
 from .matrix import Matrix, load, locate
 from .plan import Cell, Component, input_hash
-from .proc import Outcome, call
+from .proc import call
 from .reports import write_atomic
 from .resolve import Resolver
-from .runner import Runner, RunOptions, gpu_unavailable_reason
-from .ui import CellProgress
+from .runner import cell_inputs, gpu_unavailable_reason
 
 #: Bumped when the record's layout changes; --verify reads the versions it knows.
 SCHEMA = 1
@@ -106,27 +104,6 @@ def judge(cell: CellRun, required: Sequence[str], allow_skips: Sequence[str] = (
 # --------------------------------------------------------------------------- inputs of a fresh plan
 
 
-class _InputsOnly:
-    """Stands for the backend a run used: only its name enters the inputs; it never realises anything."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.needs_artifacts = name != "host"
-
-    # The Backend protocol's signatures; the arguments are unused on purpose.
-    def realise(
-        self,
-        cell: Cell,  # noqa: ARG002
-        artifacts: Mapping[Component, Artifact],  # noqa: ARG002
-        workdir: Path,  # noqa: ARG002
-        progress: Any,  # noqa: ARG002
-    ) -> tuple[InstalledComponent, ...]:
-        raise StackfarmError("qualification computes inputs only; it never realises a cell")
-
-    def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:  # noqa: ARG002
-        raise StackfarmError("qualification computes inputs only; it never runs a suite")
-
-
 @dataclass(frozen=True, kw_only=True)
 class Planned:
     matrix: Matrix
@@ -161,22 +138,13 @@ def plan_cell(matrix_path: Path, cell_id: str, *, backend: str, gpu: bool) -> Pl
             hint = did_you_mean(cell_id, [c.id for c in plan.cells])
             why = "no such cell" + (f"; {hint}" if hint else "")
         raise StackfarmError(f"cell {cell_id} is not a cell {matrix_path} runs: {why}")
-    runner = Runner(
-        matrix,
-        resolver,
-        _InputsOnly(backend),
-        RunOptions(reports=Path("reports"), jobs=1),
-        CellProgress(live=False),
-        unreachable=unreachable,
-        no_gpu_reason=None if gpu else "no GPU when the verdict was made",
-    )
     artifacts: dict[Component, Artifact] = {}
     if backend != "host":
         for comp in cell.components:
             if (comp.distribution, comp.version) in unreachable:
                 raise StackfarmError(unreachable[(comp.distribution, comp.version)])
             artifacts[comp] = resolver.artifact(comp, cell["python"])
-    raw = runner.inputs(cell, artifacts)
+    raw = cell_inputs(matrix, cell, artifacts, backend=backend, gpu=gpu)
     inputs = json.loads(json.dumps(raw, default=str))
     patch_files = {
         f"{ps.name}/{path.name}": hashlib.sha256(path.read_bytes()).hexdigest()

@@ -25,6 +25,7 @@ __all__ = [
     "CellReport",
     "CellStatus",
     "Outcome",
+    "Step",
     "SuiteResult",
     "merge",
     "read_suite",
@@ -33,7 +34,6 @@ __all__ = [
     "write_atomic",
     "write_skipped_suite",
     "write_steps",
-    "Step",
     "write_summaries",
 ]
 

@@ -6,21 +6,20 @@ import hashlib
 import json
 import shutil
 import threading
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, patches
 from .artifacts import Artifact, Cache
-from .backends import Backend
+from .backends import PATCHED_SGLANG, Backend
 from .cellspec import CellSpec
 from .errors import StackfarmError
 from .matrix import Matrix, Suite
 from .plan import Cell, Component, Plan, input_hash
 from .proc import call
-from . import patches
-from .backends import PATCHED_SGLANG
 from .reports import CellReport, Step, SuiteResult, read_suite, write_atomic, write_skipped_suite, write_steps
 from .resolve import Resolver
 from .ui import CellProgress
@@ -98,9 +97,6 @@ class Runner:
         self.cancel = threading.Event()
         self.finished: dict[str, CellReport] = {}
         self._patched_files: dict[str, tuple[str, ...]] = {}
-        self._suite_hashes = {s.name: hash_tree(s.path) for s in matrix.suites}
-        conftest = matrix.root / "suites" / "conftest.py"
-        self._conftest_hash = hash_tree(conftest) if conftest.exists() else ""
 
     # -- the whole plan ---------------------------------------------------------------------------------------
 
@@ -170,24 +166,9 @@ class Runner:
         return found
 
     def inputs(self, cell: Cell, artifacts: dict[Component, Artifact]) -> dict[str, object]:
-        """Everything the cell's verdict depends on; its hash decides whether a verdict can be reused."""
-        return {
-            "stackfarm": __version__,
-            "backend": self.backend.name,
-            "values": cell.as_dict(),
-            "artifacts": {c.distribution: a.sha256 for c, a in artifacts.items()},
-            "patch_sets": {
-                ps.name: hash_tree(ps.path) for ps in self.matrix.patch_sets if ps.name in cell.patch_sets
-            },
-            "suites": {**self._suite_hashes, "conftest": self._conftest_hash},
-            "suite_settings": [asdict(s) | {"path": s.path.name} for s in self.matrix.suites],
-            "archs": [self.matrix.archs, self.matrix.reference_arch],
-            "models": [asdict(m) for m in self.matrix.models],
-            "features": self.matrix.features,
-            "thresholds": self.matrix.thresholds,
-            "overridden": cell.overridden,
-            "gpu": self.no_gpu_reason is None,
-        }
+        return cell_inputs(
+            self.matrix, cell, artifacts, backend=self.backend.name, gpu=self.no_gpu_reason is None
+        )
 
     def run_cell(self, cell: Cell) -> CellReport:
         cell_reports = self.options.reports / cell.id
@@ -221,6 +202,7 @@ class Runner:
         if patch_step is not None:
             properties.update(patch_step[1])
         installed = self.backend.realise(cell, artifacts, workdir, lambda text: self.ui.update(cell.id, text))
+        properties.update(self.backend.properties(cell))
         spec = CellSpec(
             id=cell.id,
             values=cell.as_dict(),
@@ -349,6 +331,31 @@ class Runner:
             tmp.replace(junit)
 
 
+def cell_inputs(
+    matrix: Matrix, cell: Cell, artifacts: Mapping[Component, Artifact], *, backend: str, gpu: bool
+) -> dict[str, object]:
+    """Everything a cell's verdict depends on; its hash decides whether a verdict can be reused."""
+    conftest = matrix.root / "suites" / "conftest.py"
+    return {
+        "stackfarm": __version__,
+        "backend": backend,
+        "values": cell.as_dict(),
+        "artifacts": {c.distribution: a.sha256 for c, a in artifacts.items()},
+        "patch_sets": {ps.name: hash_tree(ps.path) for ps in matrix.patch_sets if ps.name in cell.patch_sets},
+        "suites": {
+            **{s.name: hash_tree(s.path) for s in matrix.suites},
+            "conftest": hash_tree(conftest) if conftest.exists() else "",
+        },
+        "suite_settings": [asdict(s) | {"path": s.path.name} for s in matrix.suites],
+        "archs": [matrix.archs, matrix.reference_arch],
+        "models": [asdict(m) for m in matrix.models],
+        "features": matrix.features,
+        "thresholds": matrix.thresholds,
+        "overridden": cell.overridden,
+        "gpu": gpu,
+    }
+
+
 def _values(cell: Cell) -> dict[str, str]:
     props = {f"axis.{k}": v for k, v in cell.values}
     for note in cell.overridden:
@@ -371,4 +378,12 @@ def cell_passed(report: CellReport) -> bool:
     return report.status in ("ran", "reused") and all(s.outcome == "passed" for s in report.suites)
 
 
-__all__ = ["NO_TESTS_COLLECTED", "RunOptions", "Runner", "cell_passed", "gpu_unavailable_reason", "hash_tree"]
+__all__ = [
+    "NO_TESTS_COLLECTED",
+    "RunOptions",
+    "Runner",
+    "cell_inputs",
+    "cell_passed",
+    "gpu_unavailable_reason",
+    "hash_tree",
+]

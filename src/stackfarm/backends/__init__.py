@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..artifacts import Artifact, Cache
 from ..cellspec import InstalledComponent
@@ -31,22 +32,37 @@ class Backend(Protocol):
         """Run one pytest suite against the realised cell, writing JUnit XML to `junit`."""
         ...
 
+    def properties(self, cell: Cell) -> dict[str, str]:
+        """What the backend adds to the cell's report (e.g. the image it built)."""
+        ...
+
 
 #: Where the runner leaves the cell's patched sglang tree in its work dir; backends install that one instead.
 PATCHED_SGLANG = "sglang-patched"
 
 #: The backends `--backend` accepts.
-NAMES = ("local", "host")
+NAMES = ("local", "host", "docker")
 
 
-def get_backend(name: str, cache: Cache, *, python: str | None = None) -> Backend:
-    from .host import HostBackend  # imported here: each backend's engine stays optional
+def get_backend(
+    name: str, cache: Cache, *, python: str | None = None, docker: Mapping[str, Any] | None = None
+) -> Backend:
+    """`docker` is matrix.toml's [docker] table; STACKFARM_DOCKER_BASE overrides its base (CI's local image)."""
+    from .docker import DEFAULT_BASE, DockerBackend  # imported here: each backend's engine stays optional
+    from .host import HostBackend
     from .local import LocalBackend
 
     if name == "local":
         return LocalBackend(cache)
     if name == "host":
         return HostBackend(python or sys.executable)
+    if name == "docker":
+        options = dict(docker or {})
+        base = os.environ.get("STACKFARM_DOCKER_BASE") or str(options.pop("base", DEFAULT_BASE))
+        options.pop("base", None)
+        if "ca_bundle" in options:
+            options["ca_bundle"] = Path(options["ca_bundle"])
+        return DockerBackend(cache, base=base, **options)
     raise ValueError(f"unknown backend {name!r}; use one of {', '.join(NAMES)}")
 
 

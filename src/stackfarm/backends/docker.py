@@ -1016,6 +1016,11 @@ class DockerBackend:
             reason = "the Docker engine has no NVIDIA runtime (install nvidia-container-toolkit)"
         return dataclasses.replace(host, components=components, backend=self.name, no_gpu_reason=reason)
 
+    def properties(self, cell: Cell) -> dict[str, str]:
+        """The image the cell ran in: `nox -s bundle` and qualification records name it."""
+        image = self.images.get(cell.id)
+        return {} if image is None else {"docker.image": image.tag, "docker.image_digest": image.digest}
+
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
         host = load(spec)
         image = self.images.get(host.id)

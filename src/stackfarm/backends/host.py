@@ -51,7 +51,9 @@ class HostBackend:
         if sglang is None:
             return {}
         reqs = [Requirement(r) for r in sglang["requires"]]
-        return {str(sglang["version"]): [r for r in reqs if r.marker is None or r.marker.evaluate({"extra": ""})]}
+        return {
+            str(sglang["version"]): [r for r in reqs if r.marker is None or r.marker.evaluate({"extra": ""})]
+        }
 
     def probe(self, distributions: list[str]) -> dict[str, dict[str, Any]]:
         outcome = call([self.python, "-c", _PROBE, *distributions], timeout=120)
@@ -67,7 +69,9 @@ class HostBackend:
         progress(f"probe {self.python}")
         found = self.probe([c.distribution for c in cell.components])
         if not found:
-            raise CellError(f"{self.python} has none of {cell.id}'s components installed: it cannot realise that cell")
+            raise CellError(
+                f"{self.python} has none of {cell.id}'s components installed: it cannot realise that cell"
+            )
         # Versions and missing components are not judged here on purpose: 00-stack reports each as a failing
         # check (root "" = not installed), and the later suites still run against what the host has.
         return tuple(
@@ -83,8 +87,21 @@ class HostBackend:
             for c in cell.components
         )
 
+    def properties(self, cell: Cell) -> dict[str, str]:
+        del cell  # nothing beyond the components, which the runner records
+        return {}
+
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
-        argv = [self.python, "-m", "pytest", str(suite_dir), f"--junitxml={junit}", "-q", "-p", "no:cacheprovider"]
+        argv = [
+            self.python,
+            "-m",
+            "pytest",
+            str(suite_dir),
+            f"--junitxml={junit}",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+        ]
         path = os.pathsep.join(p for p in (str(_SRC), os.environ.get("PYTHONPATH", "")) if p)
         env = {"STACKFARM_CELL": str(spec), "PYTHONPATH": path}
         return call(argv, cwd=suite_dir.parent.parent, env=env, timeout=timeout, log=log)

@@ -59,6 +59,10 @@ class LocalBackend:
             root=str(root),
         )
 
+    def properties(self, cell: Cell) -> dict[str, str]:
+        del cell  # nothing beyond the components, which the runner records
+        return {}
+
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
         argv = [
             sys.executable,

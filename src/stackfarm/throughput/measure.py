@@ -510,7 +510,8 @@ class RunningServer:
             code = self.process.poll()
             if code is not None:
                 raise self._error(f"exited with code {code} before it became healthy")
-            if _status(url, self.spec.probe_timeout) == 200:
+            left = self.spec.health_timeout - (time.monotonic() - start)
+            if _status(url, max(0.1, min(self.spec.probe_timeout, left))) == 200:
                 return time.monotonic() - start
             if time.monotonic() - start > self.spec.health_timeout:
                 raise self._error(
