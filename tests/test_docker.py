@@ -829,12 +829,6 @@ def test_real_cell_gets_the_local_backends_verdicts(runs: Runs) -> None:
 
 @pytest.mark.docker
 @pytest.mark.integration
-@pytest.mark.xfail(
-    strict=True,
-    reason="every component's root is the one site-packages in the image, and 10-capability finds a "
-    "component's libraries by walking its root (analysis.kernels.inventory) and a gate's owner by root prefix "
-    "(_owner): it sees every wheel's files under each component; fixed once files are attributed via RECORD",
-)
 def test_real_cell_testcases_match_local_one_for_one(runs: Runs) -> None:
     assert _outcomes(runs.docker) == _outcomes(runs.local)
 

@@ -5,11 +5,15 @@ Suites read it through `load()` (the `cell` fixture in suites/conftest.py); the 
 
 from __future__ import annotations
 
+import csv
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from packaging.utils import canonicalize_name
 
 #: The type of pytest's `record_property` fixture (pytest exports no name for it).
 RecordProperty = Callable[[str, object], None]
@@ -57,6 +61,32 @@ class CellSpec:
         tmp.replace(path)
 
 
+def dist_info(component: InstalledComponent) -> Path | None:
+    """The component's own *.dist-info folder under its root (a root may hold several wheels: docker, host)."""
+    if not component.root:
+        return None
+    name = canonicalize_name(component.distribution)
+    for candidate in sorted(Path(component.root).glob("*.dist-info")):
+        if canonicalize_name(candidate.name.split("-")[0]) == name:
+            return candidate
+    return None
+
+
+@functools.cache
+def _record_paths(record: Path) -> frozenset[str]:
+    with record.open(newline="", encoding="utf-8") as fh:
+        return frozenset(row[0] for row in csv.reader(fh) if row)
+
+
+def component_files(component: InstalledComponent) -> frozenset[str]:
+    """The component's files, relative to its root, from its wheel's RECORD: what belongs to it, even where
+    one site-packages holds the whole stack."""
+    info = dist_info(component)
+    if info is None or not (info / "RECORD").is_file():
+        return frozenset()
+    return _record_paths(info / "RECORD")
+
+
 def load(path: Path | str) -> CellSpec:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     data["components"] = tuple(InstalledComponent(**c) for c in data["components"])
@@ -65,4 +95,4 @@ def load(path: Path | str) -> CellSpec:
     return CellSpec(**data)
 
 
-__all__ = ["CellSpec", "InstalledComponent", "RecordProperty", "load"]
+__all__ = ["CellSpec", "InstalledComponent", "RecordProperty", "component_files", "dist_info", "load"]

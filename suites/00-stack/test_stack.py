@@ -24,7 +24,7 @@ from elftools.elf.elffile import ELFFile
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from stackfarm.cellspec import CellSpec, InstalledComponent, RecordProperty, load
+from stackfarm.cellspec import CellSpec, InstalledComponent, RecordProperty, dist_info, load
 
 _CUDART = re.compile(r"^libcudart\.so\.(\d+)")
 
@@ -49,17 +49,14 @@ def _root(component: InstalledComponent) -> Path:
 
 
 def _dist_info(component: InstalledComponent) -> Path:
-    root = _root(component)
-    name = canonicalize_name(component.distribution)
-    for candidate in sorted(root.glob("*.dist-info")):
-        if canonicalize_name(candidate.name.split("-")[0]) == name:
-            return candidate
-    pytest.fail(f"{component.distribution}: no *.dist-info for it under {root}")
+    _root(component)
+    found = dist_info(component)
+    if found is None:
+        pytest.fail(f"{component.distribution}: no *.dist-info for it under {component.root}")
+    return found
 
 
-def test_metadata_matches_claim(
-    component: InstalledComponent, record_property: RecordProperty
-) -> None:
+def test_metadata_matches_claim(component: InstalledComponent, record_property: RecordProperty) -> None:
     meta = email.parser.Parser().parsestr((_dist_info(component) / "METADATA").read_text(encoding="utf-8"))
     record_property(f"{component.distribution}.installed_version", meta["Version"])
     record_property(f"{component.distribution}.sha256", component.sha256)

@@ -41,7 +41,7 @@ from stackfarm.analysis.captables import (
 )
 from stackfarm.analysis.kernels import Library, LoaderChoice, inventory, sgl_kernel_loader
 from stackfarm.analysis.pysource import Evaluator, SourceError, SourceTree
-from stackfarm.cellspec import CellSpec, InstalledComponent
+from stackfarm.cellspec import CellSpec, InstalledComponent, component_files
 
 SUITE = "10-capability"
 Kind = Literal["binary", "loader", "table", "gate", "flag", "expectation", "error"]
@@ -175,7 +175,7 @@ def _binaries(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], 
     for comp in cell.components:
         if comp.distribution not in _BINARY_COMPONENTS:
             continue
-        libraries = inventory(comp.root, comp.distribution)
+        libraries = inventory(comp.root, comp.distribution, component_files(comp) or None)
         choices: dict[Arch, LoaderChoice] = {}
         if comp.distribution in _KERNELS:
             choices = {arch: sgl_kernel_loader(comp.root, arch, cuda) for arch in archs}
@@ -409,7 +409,10 @@ def _owner(cell: CellSpec, tree: SourceTree, gate: str, default: InstalledCompon
     """The component whose tree holds the gate's module (flashinfer's JIT gate belongs to flashinfer-python)."""
     path = tree.path_of(gate.partition(":")[0])
     for comp in cell.components:
-        if path is not None and path.is_relative_to(comp.root):
+        if path is None or not comp.root or not path.is_relative_to(comp.root):
+            continue
+        files = component_files(comp)  # one site-packages may hold every component: ask each wheel's RECORD
+        if not files or path.relative_to(comp.root).as_posix() in files:
             return comp
     return default
 

@@ -17,6 +17,7 @@ import glob as globlib
 import os
 import re
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
@@ -63,13 +64,27 @@ class Library:
         return coverage(merged, gpu)
 
 
-def inventory(root: Path | str, component: str) -> tuple[Library, ...]:
-    """Every shared library and cubin family under `root` (one unpacked wheel), each read once."""
+def _walk(root: Path, files: Iterable[str] | None) -> Iterator[tuple[str, list[str]]]:
+    """(dirpath, filenames) under `root`: every file, or only `files` (paths relative to root)."""
+    if files is None:
+        for dirpath, _, filenames in os.walk(root):
+            yield dirpath, filenames
+        return
+    by_dir: dict[str, list[str]] = defaultdict(list)
+    for rel in files:
+        head, _, name = rel.rpartition("/")
+        by_dir[os.path.join(root, head) if head else str(root)].append(name)  # noqa: PTH118 - see below
+    yield from by_dir.items()
+
+
+def inventory(root: Path | str, component: str, record: Iterable[str] | None = None) -> tuple[Library, ...]:
+    """Every shared library and cubin family of one wheel under `root`, each read once. `record` (its RECORD
+    paths) limits the walk to that wheel where one root holds several (a container's site-packages)."""
     root = Path(root)
     libraries: list[Library] = []
     groups: dict[tuple[str, int], list[Path]] = defaultdict(list)
     cubins: dict[str, list[str]] = defaultdict(list)
-    for dirpath, _, filenames in os.walk(root):
+    for dirpath, filenames in _walk(root, record):
         for filename in filenames:
             if filename.endswith(".cubin"):
                 # plain strings, not Path objects: their cost shows with flashinfer-cubin's 15 000 files
