@@ -15,13 +15,19 @@ from stackfarm.numerics.compare import Generation, Step, classify, compare, firs
 from stackfarm.numerics.settings import DEFAULT_TOLERANCES, Settings, SettingsError, Tolerance, parse
 
 
-def _gen(tokens: list[int], gaps: list[float] | None = None, runner_ups: list[int] | None = None,
-         prompt: tuple[int, ...] = (1, 5, 9), accept: float | None = None) -> Generation:  # fmt: skip
+def _gen(
+    tokens: list[int],
+    gaps: list[float] | None = None,
+    runner_ups: list[int] | None = None,
+    prompt: tuple[int, ...] = (1, 5, 9),
+    accept: float | None = None,
+) -> Generation:
     """A generation whose step i emitted tokens[i] at logprob -0.1, runner-up runner_ups[i] at -0.1 - gaps[i]."""
     gaps = gaps if gaps is not None else [1.0] * len(tokens)
     runner_ups = runner_ups if runner_ups is not None else [t + 1 for t in tokens]
     steps = tuple(
-        Step(token=t, top=((t, -0.1), (r, -0.1 - g))) for t, g, r in zip(tokens, gaps, runner_ups, strict=True)
+        Step(token=t, top=((t, -0.1), (r, -0.1 - g)))
+        for t, g, r in zip(tokens, gaps, runner_ups, strict=True)
     )
     return Generation(prompt=prompt, steps=steps, accept_length=accept)
 
@@ -61,7 +67,8 @@ def test_h200_probe_divergences_are_near_ties() -> None:
     assert result.divergences[1].gap == pytest.approx(0.00390625)
     assert result.match_rate == 0.5
     assert result.prefix_tokens == 4 + 15 + 32 + 32
-    assert result.first_divergence is not None and result.first_divergence.position == 4
+    assert result.first_divergence is not None
+    assert result.first_divergence.position == 4
     assert judge(result, max_near_tie_rate=0.5).ok
     verdict = judge(result, max_near_tie_rate=0.25)
     assert not verdict.ok
@@ -93,7 +100,10 @@ def test_unknown_logprobs_and_lengths_are_real() -> None:
     assert classify(0, bare, other, 1e-2).kind == "real"  # type: ignore[union-attr]
     short = Generation(prompt=(1,), steps=(Step(token=1),))
     div = classify(0, bare, short, 1e-2)
-    assert div is not None and div.kind == "real" and div.position == 1 and "lengths differ" in div.reason
+    assert div is not None
+    assert div.kind == "real"
+    assert div.position == 1
+    assert "lengths differ" in div.reason
 
 
 def test_tolerance_boundary_is_inclusive() -> None:
@@ -163,6 +173,8 @@ def test_settings_override_one_dtype_keeps_the_rest() -> None:
         ({"dtype": "fp8"}, "dtype", "unknown dtype"),
         ({"fp32_lm_head": "yes"}, "fp32_lm_head", "true or false"),
         ({"cpu_dtypes": []}, "cpu_dtypes", "non-empty list"),
+        ({"max_drift": -1}, "max_drift", "outside"),
+        ({"drift_factor": "2"}, "drift_factor", "must be a number"),
     ],
 )
 def test_settings_errors_name_the_key(raw: dict[str, object], key: str, text: str) -> None:
@@ -177,3 +189,33 @@ def test_tolerance_bound() -> None:
     tol = Tolerance(atol=0.1, rtol=0.01)
     assert tol.bound(-10.0) == pytest.approx(0.2)
     assert tol.describe() == "atol=0.1 rtol=0.01"
+
+
+def _with_logprob(gen: Generation, shift: float) -> Generation:
+    """The same tokens with every top-1 logprob moved by `shift` (another numerical path's noise)."""
+    steps = tuple(Step(token=s.token, top=((s.top[0][0], s.top[0][1] + shift), *s.top[1:])) for s in gen.steps)
+    return Generation(prompt=gen.prompt, steps=steps)
+
+
+def test_drift_widens_the_tie_tolerance() -> None:
+    """A divergence at a 0.03 gap is real for a quiet pair of paths, a near-tie when they drift by 0.02."""
+    base = [_gen([1, 2, 3], gaps=[1.0, 1.0, 0.03]), _gen([4, 5, 6])]
+    quiet = [_gen([1, 2, 4]), base[1]]
+    noisy = [_with_logprob(_gen([1, 2, 4]), 0.02), base[1]]
+    assert compare(base, quiet, near_tie_tol=1e-2, drift_factor=2.0).divergences[0].kind == "real"
+    result = compare(base, noisy, near_tie_tol=1e-2, drift_factor=2.0)
+    assert result.max_logprob_err == pytest.approx(0.02)
+    assert result.tie_tol == pytest.approx(0.04)
+    assert result.divergences[0].kind == "near-tie"
+    assert compare(base, noisy, near_tie_tol=1e-2).divergences[0].kind == "real"  # drift_factor 0: fixed
+
+
+def test_large_drift_fails_by_itself() -> None:
+    base = [_gen([1, 2, 3])]
+    drifted = [_with_logprob(base[0], 0.5)]
+    result = compare(base, drifted, near_tie_tol=1e-2, drift_factor=2.0)
+    assert result.divergences == ()
+    verdict = judge(result, max_near_tie_rate=0.0, max_drift=0.1)
+    assert not verdict.ok
+    assert "differ by up to 0.5 nats" in verdict.message
+    assert judge(result, max_near_tie_rate=0.0).ok  # no drift limit: tokens alone agree

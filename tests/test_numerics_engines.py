@@ -123,9 +123,14 @@ def test_engine_kwargs_are_the_verified_ones(tmp_path: Path) -> None:
 
 
 def test_child_protocol_end_to_end(tmp_path: Path, fake_sglang: Path) -> None:
-    engine = _engine(tmp_path, fake_sglang, draft=tmp_path / "draft", options={**EAGLE3_CHAIN, "enable_fp32_lm_head": True})
+    engine = _engine(
+        tmp_path, fake_sglang, draft=tmp_path / "draft", options={**EAGLE3_CHAIN, "enable_fp32_lm_head": True}
+    )
     gens = engine.generate([(1, 5, 9), (1, 7)], 6)
-    assert [g.tokens for g in gens] == [tuple((15 + i) % 50 for i in range(6)), tuple((8 + i) % 50 for i in range(6))]
+    assert [g.tokens for g in gens] == [
+        tuple((15 + i) % 50 for i in range(6)),
+        tuple((8 + i) % 50 for i in range(6)),
+    ]
     step = gens[0].steps[0]
     assert step.top == ((15, -0.1), (16, -0.75))
     assert step.gap == pytest.approx(0.65)
@@ -136,7 +141,9 @@ def test_child_protocol_end_to_end(tmp_path: Path, fake_sglang: Path) -> None:
 
 
 def test_required_option_missing_stops_before_start(tmp_path: Path, fake_sglang: Path) -> None:
-    engine = _engine(tmp_path, fake_sglang, options={"enable_torch_symm_mem": True}, required=("enable_torch_symm_mem",))
+    engine = _engine(
+        tmp_path, fake_sglang, options={"enable_torch_symm_mem": True}, required=("enable_torch_symm_mem",)
+    )
     with pytest.raises(EngineError, match="has no option enable_torch_symm_mem"):
         engine.generate([(1, 2)], 2)
 
@@ -155,8 +162,12 @@ def test_tree_killing_failure_leaves_the_parent_alive(tmp_path: Path, fake_sglan
 
 
 def test_timeout_kills_the_group(tmp_path: Path, fake_sglang: Path) -> None:
-    engine = SGLangEngine(model=tmp_path / "m", workdir=tmp_path / "runs", timeout=5,
-                          env={"PYTHONPATH": str(fake_sglang), "FAKE_SGLANG_MODE": "hang"})  # fmt: skip
+    engine = SGLangEngine(
+        model=tmp_path / "m",
+        workdir=tmp_path / "runs",
+        timeout=5,
+        env={"PYTHONPATH": str(fake_sglang), "FAKE_SGLANG_MODE": "hang"},
+    )
     start = time.monotonic()
     with pytest.raises(EngineError, match="did not finish within 5 s"):
         engine.generate([(1, 2)], 2)
@@ -169,9 +180,12 @@ def test_run_child_reaps_grandchildren(tmp_path: Path) -> None:
     late = tmp_path / "late.py"
     late.write_text(f"import pathlib, time\ntime.sleep(3)\npathlib.Path({str(marker)!r}).write_text('x')\n")
     parent = tmp_path / "parent.py"
-    parent.write_text(f"import subprocess, sys\nsubprocess.Popen([sys.executable, {str(late)!r}])\nprint('parent done')\n")
-    code, timed_out, _ = run_child([sys.executable, str(parent)], env={"PATH": "/usr/bin:/bin"}, timeout=30,
-                                   log=tmp_path / "log")
+    parent.write_text(
+        f"import subprocess, sys\nsubprocess.Popen([sys.executable, {str(late)!r}])\nprint('parent done')\n"
+    )
+    code, timed_out, _ = run_child(
+        [sys.executable, str(parent)], env={"PATH": "/usr/bin:/bin"}, timeout=30, log=tmp_path / "log"
+    )
     assert (code, timed_out) == (0, False)
     time.sleep(4)
     assert not marker.exists()
@@ -181,9 +195,16 @@ def test_run_child_reaps_grandchildren(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "asked", "want"),
     [
-        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.", None, "20.00 MiB in one allocation"),
-        ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", "0.3 of 139 GiB",
-         "0.3 of 139 GiB"),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.",
+            None,
+            "20.00 MiB in one allocation",
+        ),
+        (
+            "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+            "0.3 of 139 GiB",
+            "0.3 of 139 GiB",
+        ),
         ("CUDA error: out of memory", None, "an unknown amount (the log names none)"),
         ("ValueError: bad config", "0.3 of 139 GiB", None),
     ],

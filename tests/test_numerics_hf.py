@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stackfarm.numerics.compare import compare, judge
+from stackfarm.numerics.compare import Generation, compare, judge
 from stackfarm.numerics.engines import HFEngine, Plant, make_prompts
 from stackfarm.numerics.tinymodels import CPU_TARGET, write_assistant, write_target
 
@@ -15,6 +15,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 MAX_NEW = 24
+Prompts = tuple[tuple[int, ...], ...]
 
 
 @pytest.fixture(scope="module")
@@ -25,12 +26,12 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def prompts() -> tuple[tuple[int, ...], ...]:
+def prompts() -> Prompts:
     return make_prompts(6, 12, CPU_TARGET.vocab, seed=3)
 
 
 @pytest.fixture(scope="module")
-def baseline(models: tuple[Path, Path], prompts: tuple[tuple[int, ...], ...]) -> tuple[object, ...]:
+def baseline(models: tuple[Path, Path], prompts: Prompts) -> tuple[Generation, ...]:
     return HFEngine(model=models[0]).generate(prompts, MAX_NEW)
 
 
@@ -41,7 +42,7 @@ def test_make_prompts_is_deterministic_and_avoids_special_tokens() -> None:
     assert all(p[0] == 1 and len(p) == 10 and all(3 <= t < 50 for t in p[1:]) for p in a)
 
 
-def test_greedy_output_shape(baseline: tuple, prompts: tuple[tuple[int, ...], ...]) -> None:
+def test_greedy_output_shape(baseline: tuple[Generation, ...], prompts: Prompts) -> None:
     assert len(baseline) == len(prompts)
     for gen, prompt in zip(baseline, prompts, strict=True):
         assert gen.prompt == prompt
@@ -49,22 +50,30 @@ def test_greedy_output_shape(baseline: tuple, prompts: tuple[tuple[int, ...], ..
         assert gen.accept_length is None
         for step in gen.steps:
             assert step.token == step.top[0][0]  # greedy emits the top-1
-            assert step.gap is not None and step.gap >= 0
+            assert step.gap is not None
+            assert step.gap >= 0
 
 
-def test_assisted_matches_greedy(models: tuple[Path, Path], prompts: tuple, baseline: tuple) -> None:
+def test_assisted_matches_greedy(
+    models: tuple[Path, Path], prompts: Prompts, baseline: tuple[Generation, ...]
+) -> None:
     assisted = HFEngine(model=models[0], assistant=models[1]).generate(prompts, MAX_NEW)
     result = compare(baseline, assisted, near_tie_tol=1e-2)
     verdict = judge(result, max_near_tie_rate=0.25)
     assert verdict.ok, verdict.message
     assert not result.real
-    assert result.accept_length is not None and result.accept_length >= 1.0
+    assert result.accept_length is not None
+    assert result.accept_length >= 1.0
     # float32 on CPU: the verify path's logprobs agree with plain decoding to rounding.
-    assert result.max_logprob_err is not None and result.max_logprob_err < 1e-4
-    assert result.median_gap is not None and result.median_gap > 0.1  # the peaked model
+    assert result.max_logprob_err is not None
+    assert result.max_logprob_err < 1e-4
+    assert result.median_gap is not None
+    assert result.median_gap > 0.1
 
 
-def test_planted_divergence_is_reported_real(models: tuple[Path, Path], prompts: tuple, baseline: tuple) -> None:
+def test_planted_divergence_is_reported_real(
+    models: tuple[Path, Path], prompts: Prompts, baseline: tuple[Generation, ...]
+) -> None:
     """The speculative path emits its least likely token at step 3 of prompt 1: the comparison must fail it."""
     planted = HFEngine(model=models[0], assistant=models[1], plant=Plant(position=3, prompts=(1,)))
     result = compare(baseline, planted.generate(prompts, MAX_NEW), near_tie_tol=1e-2)
@@ -77,7 +86,7 @@ def test_planted_divergence_is_reported_real(models: tuple[Path, Path], prompts:
     assert "prompt 1 @ 3: real" in verdict.message
 
 
-def test_bfloat16_runs(models: tuple[Path, Path], prompts: tuple) -> None:
+def test_bfloat16_runs(models: tuple[Path, Path], prompts: Prompts) -> None:
     engine = HFEngine(model=models[0], dtype="bfloat16")
     gens = engine.generate(prompts[:2], 8)
     assert [len(g.steps) for g in gens] == [8, 8]

@@ -14,6 +14,8 @@ Three kinds of check:
 
 from __future__ import annotations
 
+import importlib
+import itertools
 import math
 import random
 import struct
@@ -47,12 +49,13 @@ from stackfarm.numerics.settings import DEFAULT_TOLERANCES, Tolerance
 torch = pytest.importorskip("torch")
 
 SUITE = Path(__file__).resolve().parents[1] / "suites" / "30-numerics"
-sys.path.insert(0, str(SUITE))
-import numerics_cases  # noqa: E402
-import numerics_strategies  # noqa: E402
+sys.path.insert(0, str(SUITE))  # the suite's helpers import each other by name, as pytest runs them
+numerics_cases: Any = importlib.import_module("numerics_cases")
+numerics_strategies: Any = importlib.import_module("numerics_strategies")
 
-FAST = settings(max_examples=60, deadline=None, derandomize=True, database=None,
-                suppress_health_check=list(HealthCheck))  # fmt: skip
+FAST = settings(
+    max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
+)
 
 
 # --------------------------------------------------------------------------- references vs independent forms
@@ -64,7 +67,9 @@ def test_rmsnorm_ref_matches_hf_llama() -> None:
     with torch.no_grad():
         norm.weight.copy_(torch.randn(64, generator=torch.Generator().manual_seed(0)))
     x = torch.randn(5, 64, generator=torch.Generator().manual_seed(1))
-    torch.testing.assert_close(rmsnorm_ref(x, norm.weight.detach(), 1e-5), norm(x).detach(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        rmsnorm_ref(x, norm.weight.detach(), 1e-5), norm(x).detach(), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_rope_neox_matches_hf_llama() -> None:
@@ -99,8 +104,12 @@ def test_renorm_refs_on_worked_cases() -> None:
     torch.testing.assert_close(top_k_renorm_ref(probs, 2), torch.tensor([[0.0, 4 / 7, 0.0, 3 / 7]]))
     # sorted: 0.4, 0.3, 0.2, 0.1 -> cumulative 0.4, 0.7, 0.9: top_p 0.65 keeps {0.4, 0.3}, 0.7 keeps the same,
     # 0.71 also needs 0.2
-    torch.testing.assert_close(top_p_renorm_ref(probs, torch.tensor([0.65])), torch.tensor([[0.0, 4 / 7, 0.0, 3 / 7]]))
-    torch.testing.assert_close(top_p_renorm_ref(probs, torch.tensor([0.71])), torch.tensor([[0.0, 4 / 9, 2 / 9, 3 / 9]]))
+    torch.testing.assert_close(
+        top_p_renorm_ref(probs, torch.tensor([0.65])), torch.tensor([[0.0, 4 / 7, 0.0, 3 / 7]])
+    )
+    torch.testing.assert_close(
+        top_p_renorm_ref(probs, torch.tensor([0.71])), torch.tensor([[0.0, 4 / 9, 2 / 9, 3 / 9]])
+    )
 
 
 def test_measure_counts_nan_and_uses_the_bound() -> None:
@@ -116,7 +125,8 @@ def test_measure_counts_nan_and_uses_the_bound() -> None:
 
 def test_chi_square() -> None:
     _, p_good, dof = chi_square_pvalue([250, 250, 500], [250.0, 250.0, 500.0])
-    assert p_good == pytest.approx(1.0) and dof == 2
+    assert p_good == pytest.approx(1.0)
+    assert dof == 2
     _, p_bad, _ = chi_square_pvalue([400, 100, 500], [250.0, 250.0, 500.0])
     assert p_bad < 1e-10
     _, _, dof = chi_square_pvalue([5, 0], [5.0, 0.0])
@@ -151,7 +161,9 @@ def _kernel_lists(tree: EagleTree) -> tuple[list[int], list[int], list[int]]:
     return first, sibling, depth
 
 
-def _walk_greedy(first: list[int], sibling: list[int], tokens: list[int], target: list[int], width: int) -> list[int]:
+def _walk_greedy(
+    first: list[int], sibling: list[int], tokens: list[int], target: list[int], width: int
+) -> list[int]:
     path = [0]
     for _ in range(1, width):
         child = first[path[-1]]
@@ -228,24 +240,31 @@ def test_sampling_ref_worked_case() -> None:
     """Root with children 1 (token 5) and 2 (token 6); node 1 has child 3 (token 7). Coins make the walk reject
     child 1 (coin 0.5 > 0.2), accept child 2 (0.5 <= 0.2 + 0.4), then stop; the bonus avoids nothing at node 2."""
     tree = EagleTree(topk=2, depth=2, parent_list=(-1, 0, 1), selected=(0, 1, 2))  # score 2 -> parent score 0
-    assert tree.children(0) == (1, 2) and tree.children(1) == (3,)
+    assert tree.children(0) == (1, 2)
+    assert tree.children(1) == (3,)
     probs = [[0.0] * 8 for _ in range(4)]
     probs[0][5], probs[0][6], probs[0][0] = 0.2, 0.4, 0.4
     probs[2][3] = 1.0
     acc, rejected = sampling_accept_ref(tree, [0, 5, 6, 7], probs, [0.5, 0.9, 0.1, 0.9], width=3)
-    assert acc.path == (0, 2) and acc.predicts == ((0, 6),)
+    assert acc.path == (0, 2)
+    assert acc.predicts == ((0, 6),)
     assert rejected == {}  # node 2 has no children: nothing tried there
     acc, rejected = sampling_accept_ref(tree, [0, 5, 6, 7], probs, [0.7, 0.9, 0.1, 0.9], width=3)
-    assert acc.path == (0,) and rejected == {5: pytest.approx(0.2), 6: pytest.approx(0.4)}
+    assert acc.path == (0,)
+    assert rejected == {5: pytest.approx(0.2), 6: pytest.approx(0.4)}
     allowed, tie = bonus_token_window(probs[0], rejected, 0.5)
-    assert allowed == {0} and not tie  # only token 0 keeps mass once 5 and 6 are removed
-    single, _ = sampling_accept_ref(tree, [0, 5, 6, 7], probs, [0.99, 0.9, 0.1, 0.9], width=3, threshold_single=0.35)
+    assert allowed == {0}
+    assert not tie
+    single, _ = sampling_accept_ref(
+        tree, [0, 5, 6, 7], probs, [0.99, 0.9, 0.1, 0.9], width=3, threshold_single=0.35
+    )
     assert single.path == (0, 2)  # child 2's own probability 0.4 >= threshold_single
 
 
 def test_bonus_window_edges() -> None:
     allowed, tie = bonus_token_window([0.25, 0.25, 0.5], {}, 0.5)  # u = 0.5 sits on the 1|2 boundary
-    assert allowed == {1, 2} and tie
+    assert allowed == {1, 2}
+    assert tie
     allowed, _ = bonus_token_window([0.25, 0.25, 0.5, 0.0], {}, 1.0)
     assert allowed == {2}  # past the mass: the last token that has any
 
@@ -254,14 +273,28 @@ def test_bonus_window_edges() -> None:
 
 
 def _tensor_tree(parents: Any, selected: Any, b: int, topk: int) -> EagleTree:
-    n = selected.shape[1] + 1
+    selected.shape[1] + 1
     depth = (parents.shape[1] - 1) // topk + 1 if parents.shape[1] else 1
-    return EagleTree(topk=topk, depth=depth, parent_list=tuple(parents[b].tolist()), selected=tuple(selected[b].tolist()))
+    return EagleTree(
+        topk=topk, depth=depth, parent_list=tuple(parents[b].tolist()), selected=tuple(selected[b].tolist())
+    )
 
 
 def _fake_build_tree(reverse_siblings: bool = False) -> Any:
-    def build(parents: Any, selected: Any, seq: Any, mask: Any, positions: Any, index: Any, next_token: Any,
-              next_sibling: Any, topk: int, depth: int, n: int, mode: int) -> None:  # fmt: skip
+    def build(
+        parents: Any,
+        selected: Any,
+        seq: Any,
+        mask: Any,
+        positions: Any,
+        index: Any,
+        next_token: Any,
+        next_sibling: Any,
+        topk: int,
+        depth: int,
+        n: int,
+        mode: int,
+    ) -> None:
         start = 0
         for b in range(selected.shape[0]):
             tree = _tensor_tree(parents, selected, b, topk)
@@ -270,7 +303,7 @@ def _fake_build_tree(reverse_siblings: bool = False) -> Any:
                 for node in range(n):
                     kids = tree.children(node)[::-1]
                     first[node] = kids[0] if kids else -1
-                    for a, c in zip(kids, (*kids[1:], -1), strict=True):
+                    for a, c in zip(kids, (*kids[1:], -1), strict=False):
                         sibling[a] = c
             seq_len = int(seq[b])
             row, prefix = (seq_len + n, seq_len) if mode == 0 else (n, 0)
@@ -291,13 +324,23 @@ def _fake_build_tree(reverse_siblings: bool = False) -> Any:
 
 
 def _fake_verify_greedy(first_child_only: bool = False) -> Any:
-    def verify(predicts: Any, accept_index: Any, accept_num: Any, candidates: Any, index: Any, next_token: Any,
-               next_sibling: Any, target: Any) -> None:  # fmt: skip
+    def verify(
+        predicts: Any,
+        accept_index: Any,
+        accept_num: Any,
+        candidates: Any,
+        index: Any,
+        next_token: Any,
+        next_sibling: Any,
+        target: Any,
+    ) -> None:
         n, width = candidates.shape[1], accept_index.shape[1]
         for b in range(candidates.shape[0]):
             sib = [-1] * n if first_child_only else next_sibling[b].tolist()
-            path = _walk_greedy(next_token[b].tolist(), sib, candidates[b].tolist(), target[b].tolist(), width)
-            for a, c in zip(path, path[1:], strict=False):
+            path = _walk_greedy(
+                next_token[b].tolist(), sib, candidates[b].tolist(), target[b].tolist(), width
+            )
+            for a, c in itertools.pairwise(path):
                 predicts[b * n + a] = int(candidates[b, c])
             predicts[b * n + path[-1]] = int(target[b, path[-1]])
             accept_index[b, : len(path)] = torch.tensor([b * n + p for p in path], dtype=torch.int32)
@@ -306,9 +349,22 @@ def _fake_verify_greedy(first_child_only: bool = False) -> Any:
     return verify
 
 
-def _fake_sampling(predicts: Any, accept_index: Any, accept_num: Any, candidates: Any, index: Any, next_token: Any,
-                   next_sibling: Any, coins: Any, final: Any, target_probs: Any, draft_probs: Any,
-                   threshold_single: float, threshold_acc: float, deterministic: bool) -> None:  # fmt: skip
+def _fake_sampling(
+    predicts: Any,
+    accept_index: Any,
+    accept_num: Any,
+    candidates: Any,
+    index: Any,
+    next_token: Any,
+    next_sibling: Any,
+    coins: Any,
+    final: Any,
+    target_probs: Any,
+    draft_probs: Any,
+    threshold_single: float,
+    threshold_acc: float,
+    deterministic: bool,
+) -> None:
     """The target-only walk over the linked lists with float32 running sums, then the residual sample."""
     n, width = candidates.shape[1], accept_index.shape[1]
     for b in range(candidates.shape[0]):
@@ -363,18 +419,24 @@ def _fake_sgl(**overrides: Any) -> SimpleNamespace:
         return torch.stack([top_k_renorm_ref(probs[i : i + 1], int(k[i]))[0] for i in range(probs.shape[0])])
 
     fake = SimpleNamespace(
-        rmsnorm=rmsnorm, fused_add_rmsnorm=fused_add_rmsnorm, silu_and_mul=silu_and_mul,
-        rotary_embedding=rotary_embedding, top_k_renorm_prob=top_k_renorm_prob,
-        top_p_renorm_prob=lambda probs, top_p: top_p_renorm_ref(probs, top_p),
-        build_tree_kernel_efficient=_fake_build_tree(), verify_tree_greedy=_fake_verify_greedy(),
+        rmsnorm=rmsnorm,
+        fused_add_rmsnorm=fused_add_rmsnorm,
+        silu_and_mul=silu_and_mul,
+        rotary_embedding=rotary_embedding,
+        top_k_renorm_prob=top_k_renorm_prob,
+        top_p_renorm_prob=top_p_renorm_ref,
+        build_tree_kernel_efficient=_fake_build_tree(),
+        verify_tree_greedy=_fake_verify_greedy(),
         tree_speculative_sampling_target_only=_fake_sampling,
-    )  # fmt: skip
+    )
     for name, value in overrides.items():
         setattr(fake, name, value)
     return fake
 
 
-@pytest.mark.parametrize(("op", "dtype"), [(op, d) for op, (ds, _) in numerics_cases.ELEMENTWISE.items() for d in ds])
+@pytest.mark.parametrize(
+    ("op", "dtype"), [(op, d) for op, (ds, _) in numerics_cases.ELEMENTWISE.items() for d in ds]
+)
 def test_elementwise_cases_pass_correct_kernels(op: str, dtype: str) -> None:
     _, case = numerics_cases.ELEMENTWISE[op]
     result = case(_fake_sgl(), torch, getattr(torch, dtype), DEFAULT_TOLERANCES[dtype], 0, "cpu")
@@ -415,18 +477,20 @@ def test_elementwise_cases_catch_broken_kernels(op: str, broken: dict[str, Any])
 
 
 def _run_trees(check: Any, *, sampling: bool) -> None:
-    FAST(given(numerics_strategies.tree_cases(sampling=sampling))(check))()
+    decorate: Any = given(numerics_strategies.tree_cases(sampling=sampling))
+    run: Any = FAST(decorate(check))
+    run()
 
 
 def test_tree_cases_pass_correct_kernels() -> None:
     sgl, ties = _fake_sgl(), [0]
 
-    def check(case: numerics_cases.TreeCase) -> None:
+    def check(case: Any) -> None:
         for mode in (0, 1):
             assert numerics_cases.build_tree(sgl, torch, case, mode, "cpu") == []
         assert numerics_cases.verify_greedy(sgl, torch, case, "cpu") == []
 
-    def check_sampling(case: numerics_cases.TreeCase) -> None:
+    def check_sampling(case: Any) -> None:
         problems, found = numerics_cases.verify_sampling(sgl, torch, case, "cpu")
         ties[0] += found
         assert problems == []
@@ -437,11 +501,13 @@ def test_tree_cases_pass_correct_kernels() -> None:
 
 @pytest.mark.parametrize("broken", ["reversed siblings", "first child only"])
 def test_tree_cases_catch_broken_kernels(broken: str) -> None:
-    sgl = _fake_sgl(build_tree_kernel_efficient=_fake_build_tree(reverse_siblings=True),
-                    verify_tree_greedy=_fake_verify_greedy(first_child_only=True))  # fmt: skip
+    sgl = _fake_sgl(
+        build_tree_kernel_efficient=_fake_build_tree(reverse_siblings=True),
+        verify_tree_greedy=_fake_verify_greedy(first_child_only=True),
+    )
     found: list[str] = []
 
-    def check(case: numerics_cases.TreeCase) -> None:
+    def check(case: Any) -> None:
         if broken == "reversed siblings":
             found.extend(numerics_cases.build_tree(sgl, torch, case, 0, "cpu"))
         else:
@@ -459,11 +525,21 @@ def test_sampling_case_judges_statistically() -> None:
     def no_top_p(probs: Any, k: int, p: float, indices: Any, generator: Any) -> Any:
         return sampler(probs, k, 1.0, indices, generator)
 
-    good = numerics_cases.top_k_top_p_sampling(SimpleNamespace(sampling=SimpleNamespace(
-        top_k_top_p_sampling_from_probs=sampler)), torch, 0, "cpu", draws=20000)  # fmt: skip
+    good = numerics_cases.top_k_top_p_sampling(
+        SimpleNamespace(sampling=SimpleNamespace(top_k_top_p_sampling_from_probs=sampler)),
+        torch,
+        0,
+        "cpu",
+        draws=20000,
+    )
     assert good.stats.ok, good.notes
     assert float(good.notes["pvalue"]) > 1e-4
-    bad = numerics_cases.top_k_top_p_sampling(SimpleNamespace(sampling=SimpleNamespace(
-        top_k_top_p_sampling_from_probs=no_top_p)), torch, 0, "cpu", draws=20000)  # fmt: skip
+    bad = numerics_cases.top_k_top_p_sampling(
+        SimpleNamespace(sampling=SimpleNamespace(top_k_top_p_sampling_from_probs=no_top_p)),
+        torch,
+        0,
+        "cpu",
+        draws=20000,
+    )
     assert not bad.stats.ok
     assert int(bad.notes["outside_kept_set"]) > 0

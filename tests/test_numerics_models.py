@@ -59,7 +59,10 @@ def test_eagle3_draft_layout(tmp_path: Path) -> None:
     folder = write_eagle3_draft(tmp_path / "d", GPU_TARGET)
     weights = safetensors_torch.load_file(str(folder / "model.safetensors"))
     hidden = GPU_TARGET.hidden
-    assert weights["layers.0.self_attn.q_proj.weight"].shape == (GPU_TARGET.heads * GPU_TARGET.head_dim, 2 * hidden)
+    assert weights["layers.0.self_attn.q_proj.weight"].shape == (
+        GPU_TARGET.heads * GPU_TARGET.head_dim,
+        2 * hidden,
+    )
     assert weights["fc.weight"].shape == (hidden, hidden * len(AUX_LAYERS))
     assert {"layers.0.hidden_norm.weight", "norm.weight", "lm_head.weight"} <= set(weights)
     assert not any(k.startswith("model.") or "embed_tokens" in k for k in weights)

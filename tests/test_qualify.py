@@ -213,6 +213,8 @@ def _run(project: Path) -> int:
             str(project / "reports"),
             "--jobs",
             "1",
+            "--backend",
+            "local",  # `auto` would pick Docker where CI started an engine
         ]
     )
 

@@ -186,6 +186,8 @@ def test_ctrl_c_leaves_complete_reports_and_a_rerun_resumes(tmp_path: Path) -> N
             str(matrix),
             "--reports",
             str(tmp_path / "reports"),
+            "--backend",
+            "local",
         ],
         cwd=tmp_path,
         start_new_session=True,

@@ -11,6 +11,7 @@ import ast
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -179,3 +180,56 @@ def test_out_dir_comes_only_from_the_environment(monkeypatch: pytest.MonkeyPatch
     assert record.out_dir() is None  # never the CWD
     monkeypatch.setenv(record.OUT_ENV, str(tmp_path))
     assert record.out_dir() == tmp_path
+
+
+def test_baseline_from_a_throughput_record(tmp_path: Path) -> None:
+    figure = record.summarise_figure(
+        "decode_tok_s", [90.0, 92.0, 91.0], confidence=0.95, resamples=500, seed=0
+    )
+    doc = record.document(
+        cell="c", runner_kind="1x-h200", sglang="0.5.15", gpus=[], gpus_after=[], settings={}, configs={},
+        warmup={}, figures={"decode_tok_s": figure}, checks=[], problems=[],
+    )  # fmt: skip
+    base = record.load_baseline(record.write(tmp_path, doc))
+    assert base.runner_kind == "1x-h200"
+    assert base.medians == {"decode_tok_s": 91.0}
+
+
+def test_baseline_from_a_qualification_record(tmp_path: Path) -> None:
+    # The shape stackfarm.qualify writes (`_suites`): every testcase's properties, as strings.
+    qualified: dict[str, Any] = {
+        "schema": 1,
+        "release": "r7",
+        "cell": "cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15",
+        "suites": [
+            {"suite": "00-stack", "outcome": "passed", "cases": [{"name": "test_x", "outcome": "passed"}]},
+            {
+                "suite": "40-throughput",
+                "outcome": "passed",
+                "cases": [
+                    {"name": "test_gpu", "outcome": "passed", "properties": {"runner_kind": "1x-h200"}},
+                    {
+                        "name": "test_figures",
+                        "outcome": "passed",
+                        "properties": {
+                            "runner_kind": "1x-h200",
+                            "decode_tok_s.median": "612.5",
+                            "decode_tok_s.ci_low": "598.0",
+                            "batch8_tok_s.median": "4100.25",
+                            "config.baseline.args": "sha256:00ff (412 chars)",
+                        },
+                    },
+                ],
+            },
+        ],
+    }
+    path = tmp_path / "r7.json"
+    path.write_text(json.dumps(qualified), encoding="utf-8")
+    base = record.load_baseline(path)
+    assert base.runner_kind == "1x-h200"
+    assert base.medians == {"decode_tok_s": 612.5, "batch8_tok_s": 4100.25}
+    assert "release r7" in base.origin
+    qualified["suites"] = qualified["suites"][:1]
+    path.write_text(json.dumps(qualified), encoding="utf-8")
+    with pytest.raises(record.RecordError, match="qualified no figures"):
+        record.load_baseline(path)

@@ -9,6 +9,7 @@ import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -314,6 +315,31 @@ def test_healthy_server_measures_and_stops_its_group(tmp_path: Path) -> None:
         server.stop()
     assert not server.alive()
     assert _gone(server.process.pid)
+
+
+def test_servers_die_with_a_killed_parent(tmp_path: Path) -> None:
+    """A runner timeout SIGKILLs pytest with no cleanup; the servers must not live on holding the GPU."""
+    (port,) = free_ports(HOST, 1)
+    script = (
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from pathlib import Path\n"
+        "from test_throughput_measure import fake_spec\n"
+        "from stackfarm.throughput.measure import launch\n"
+        f"server = launch(fake_spec(Path({str(tmp_path)!r}), {port}))\n"
+        "print(server.process.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    server_pid = int(parent.stdout.readline())
+    os.kill(server_pid, 0)  # alive
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not _gone(server_pid):
+        time.sleep(0.1)
+    assert _gone(server_pid), "the server outlived the process that started it"
 
 
 def test_speculative_server_reports_accept_length(tmp_path: Path) -> None:

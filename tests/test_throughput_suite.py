@@ -52,6 +52,7 @@ def run_suite(
     settings: dict[str, Any] | None = None,
     no_gpu_reason: str | None = None,
     env: dict[str, str] | None = None,
+    thresholds: dict[str, Any] | None = None,
 ) -> tuple[int, dict[str, Case], Path]:
     cell = CellSpec(
         id="cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15",
@@ -68,10 +69,11 @@ def run_suite(
                 root=str(FIXTURES / "fake_sglang"),
             ),
         ),
-        thresholds=THRESHOLDS,
+        thresholds=THRESHOLDS if thresholds is None else thresholds,
         settings={"40-throughput": {**SETTINGS, **(settings or {})}},
         no_gpu_reason=no_gpu_reason,
     )
+    tmp_path.mkdir(parents=True, exist_ok=True)
     spec = tmp_path / "cell.json"
     cell.dump(spec)
     out = tmp_path / "reports" / cell.id
@@ -221,3 +223,28 @@ def test_configured_model_that_does_not_exist(tmp_path: Path) -> None:
     assert code == 1
     assert cases["test_figures"].outcome == "error"
     assert f"model path {missing} does not exist" in cases["test_figures"].message
+
+
+def test_regression_against_the_last_record(tmp_path: Path) -> None:
+    _, _, first = run_suite(tmp_path / "first")
+    baseline = first / "throughput.json"
+    limits = {"1x-h200": {"max_regression_pct": 90}}  # the fake is as fast as last time, give or take
+    code, cases, out = run_suite(
+        tmp_path / "second", thresholds=limits, env={"STACKFARM_THROUGHPUT_BASELINE": str(baseline)}
+    )
+    assert code == 0, {n: c.message for n, c in cases.items() if c.outcome != "passed"}
+    regression = cases["test_threshold[decode_tok_s-regression]"]
+    assert regression.properties["kind"] == "regression"
+    assert str(baseline) in regression.properties["note"]
+    doc = json.loads((out / "throughput.json").read_text(encoding="utf-8"))
+    assert {c["figure"] for c in doc["checks"]} == {
+        "decode_tok_s", "batch2_tok_s", "eagle3_decode_tok_s", "eagle3_batch2_tok_s",
+    }  # fmt: skip
+    # a record of another runner kind is no baseline for this one
+    code, cases, _ = run_suite(
+        tmp_path / "third",
+        thresholds={"8x-h200": {"max_regression_pct": 5}},
+        env={"STACKFARM_THROUGHPUT_BASELINE": str(baseline), "STACKFARM_RUNNER_KIND": "8x-h200"},
+    )
+    assert cases["test_thresholds_resolved"].outcome == "failed"
+    assert "is from runner kind '1x-h200', not '8x-h200'" in cases["test_thresholds_resolved"].message

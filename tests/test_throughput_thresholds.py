@@ -18,7 +18,6 @@ from stackfarm.throughput.thresholds import (
     gpu_slug,
     higher_is_better,
     is_figure,
-    last_medians,
     resolve,
     runner_kind,
     unit,
@@ -132,15 +131,7 @@ def test_relative_threshold_needs_eagle3() -> None:
 
 
 def test_regression_against_the_last_qualified_record() -> None:
-    last = last_medians(
-        {
-            "figures": {
-                "decode_tok_s": {"median": 100.0},
-                "batch8_tok_s": {"median": 800.0},
-                "ttft_ms": {"median": 9},
-            }
-        }
-    )
+    last = {"decode_tok_s": 100.0, "batch8_tok_s": 800.0, "ttft_ms": 9.0}
     table = {"1x-h200": {"max_regression_pct": 5}}
     resolution = resolve(table, "1x-h200", measured=MEASURED, last=last, last_origin="run-41/throughput.json")
     by_figure = {c.figure: c for c in resolution.checks}

@@ -271,8 +271,9 @@ def build_tree(sgl: ModuleType, torch: Any, case: TreeCase, mode: int, device: s
     """Run build_tree_kernel_efficient on the batch; the differences from the reference, as text."""
     trees, n, bs = case.trees, case.trees[0].num_draft, len(case.trees)
     topk, depth = trees[0].topk, trees[0].depth
+    # [bs, topk * (depth - 1) + 1], or [bs, 0] for a single step (SGLang passes an empty one then)
     parents = torch.tensor([list(t.parent_list) for t in trees], dtype=torch.int64, device=device).reshape(
-        bs, -1
+        bs, len(trees[0].parent_list)
     )
     selected = torch.tensor([list(t.selected) for t in trees], dtype=torch.int64, device=device)
     seq = torch.tensor(case.seq_lens, dtype=torch.int64, device=device)
@@ -289,7 +290,7 @@ def build_tree(sgl: ModuleType, torch: Any, case: TreeCase, mode: int, device: s
     start = 0
     for b, (tree, seq_len) in enumerate(zip(trees, case.seq_lens, strict=True)):
         want = build_tree_ref(tree, seq_len, b * n)
-        checks = {
+        checks: dict[str, tuple[object, object]] = {
             "positions": (tuple(got_pos[b * n : (b + 1) * n]), want.positions),
             "retrieve_index": (tuple(got_ret[0][b]), want.retrieve_index),
             "retrieve_next_token": (tuple(got_ret[1][b]), want.next_token),
@@ -319,7 +320,10 @@ def _retrieve(torch: Any, case: TreeCase, device: str) -> tuple[Any, Any, Any]:
     layouts = [
         build_tree_ref(t, s, b * n) for b, (t, s) in enumerate(zip(case.trees, case.seq_lens, strict=True))
     ]
-    as_tensor = lambda rows: torch.tensor(rows, dtype=torch.int64, device=device)  # noqa: E731
+
+    def as_tensor(rows: list[list[int]]) -> Any:
+        return torch.tensor(rows, dtype=torch.int64, device=device)
+
     return (
         as_tensor([list(lay.retrieve_index) for lay in layouts]),
         as_tensor([list(lay.next_token) for lay in layouts]),

@@ -9,9 +9,11 @@ Testcases, every figure in their JUnit properties:
 
 - test_gpu: name, clocks, driver, power limit of each GPU (nvidia-smi), and the runner kind;
 - test_figures: per figure the samples, median, bootstrap interval, CV; the warm-up; the server arguments;
-- test_threshold[<check>]: one per threshold of [thresholds.<runner kind>] (absolute, EAGLE-3 relative,
-  regression against the last qualified record): pass / fail / inconclusive after re-measures (see
-  stackfarm.throughput.stats). An unknown runner kind is one failing testcase saying what to add;
+- test_thresholds_resolved: the runner kind has a [thresholds.<runner kind>] table that resolves into checks;
+  an unknown runner kind (or a bad table, or a baseline from another runner) fails here, saying what to add;
+- test_threshold[<check>]: one per check (absolute, EAGLE-3 relative, regression against the last qualified
+  run): pass / fail / inconclusive after up to max_remeasures extra rounds (stackfarm.throughput.stats).
+  A failure reads "performance shortfall"; a broken measurement is classified and never re-measured;
 - test_bench_tool: SGLang's own bench_one_batch_server and its JSON, when settings.bench_tool is set.
 
 The figures also go to ``$STACKFARM_SUITE_OUT/throughput.json`` (stackfarm.throughput.record), with the
@@ -60,7 +62,6 @@ from stackfarm.throughput.stats import RemeasureFailed, classify, decide
 from stackfarm.throughput.thresholds import (
     Check,
     figure_names,
-    last_medians,
     resolve,
     runner_kind,
 )
@@ -83,23 +84,18 @@ class Plan:
     checks: tuple[Check, ...] = ()
     #: Why checks are missing (an unknown runner kind, a bad table, a record from another runner).
     problems: tuple[str, ...] = ()
-    #: Why nothing runs at all (no GPU).
-    skip: str | None = None
 
 
 def _baseline(settings: Settings, kind: str) -> tuple[dict[str, float] | None, str, str | None]:
-    """(medians of the last qualified record or None, where it came from, a problem or None)."""
+    """(medians of the last qualified run or None, where they came from, a problem or None)."""
     path = os.environ.get(record.BASELINE_ENV) or settings.baseline_record
     if not path:
         return None, "", None
-    doc = record.load(Path(path))
-    if doc.get("runner_kind") != kind:
-        return (
-            None,
-            path,
-            f"the baseline record {path} is from runner kind {doc.get('runner_kind')!r}, not {kind!r}",
-        )
-    return last_medians(doc), path, None
+    base = record.load_baseline(Path(path))
+    if base.runner_kind != kind:
+        problem = f"the baseline {base.origin} is from runner kind {base.runner_kind!r}, not {kind!r}"
+        return None, base.origin, problem
+    return base.medians, base.origin, None
 
 
 @functools.cache
@@ -111,9 +107,7 @@ def plan() -> Plan:
         return Plan(cell=None, settings=None, runner_kind="unknown", gpus=(), problems=(why,))
     cell = load(path)
     if cell.no_gpu_reason is not None:
-        return Plan(
-            cell=cell, settings=None, runner_kind="no-gpu", gpus=(), skip=f"needs GPU: {cell.no_gpu_reason}"
-        )
+        return Plan(cell=cell, settings=None, runner_kind="no-gpu", gpus=())  # every testcase skips
     try:
         settings = Settings.from_mapping(cell.settings.get(SUITE, {}))
     except StackfarmError as exc:

@@ -6,9 +6,15 @@ baseline's top-1 and top-2 were (nearly) tied, the paths can legitimately pick d
 sequences are conditioned on different prefixes and comparing them further says nothing. So each prompt is
 judged at its *first* divergence only:
 
-- ``near-tie``: the baseline's top-1/top-2 logprob gap at that step is at most ``near_tie_tol`` and the candidate
+- ``near-tie``: the baseline's top-1/top-2 logprob gap at that step is within the tie tolerance and the candidate
   picked the baseline's runner-up: rounding can explain it. Tolerated up to a rate (`judge`).
 - ``real``: anything else: a large gap, or a token the baseline did not even rank second. Always a failure.
+
+The tie tolerance is ``max(near_tie_tol, drift_factor x drift)``, where the drift is the largest difference of the
+top-1 logprob between the two runs over the steps they ran on the same prefix: the noise the two numerical paths
+were *seen* to have where they agree. Rounding noise in nats scales with the logits' magnitude, so a fixed
+tolerance alone would be too tight for a peaked model and too loose for a flat one; the drift measures it. A drift
+beyond ``max_drift`` is a failure of its own: the paths compute different numbers even where tokens agree.
 
 SGLang's and vLLM's own spec-decode tests either demand exact equality (flaky in bf16) or a fraction of matching
 prompts (which hides real bugs among ties); classifying by the gap is the difference.
@@ -90,11 +96,13 @@ class Comparison:
     total_tokens: int
     divergences: tuple[Divergence, ...]
     near_tie_tol: float
+    #: The tie tolerance actually applied: max(near_tie_tol, drift_factor x max_logprob_err).
+    tie_tol: float
     accept_length: float | None
     #: Median / minimum of the baseline's top-2 gaps over every step: how peaked the test model is.
     median_gap: float | None
     min_gap: float | None
-    #: Baseline steps whose gap is within the tolerance: where a divergence would be excused.
+    #: Baseline steps whose gap is within tie_tol: where a divergence would be excused.
     tie_steps: int
     #: The largest |baseline - candidate| top-1 logprob over the steps both ran on the same prefix: how far the
     #: two numerical paths drift apart where they agree on the token. None when no step has logprobs.
@@ -138,6 +146,7 @@ class Comparison:
             "tie_steps": f"{self.tie_steps}/{self.total_tokens}",
             "max_abs_err": _fmt(self.max_logprob_err),
             "tolerance": f"near_tie_tol={self.near_tie_tol:g}",
+            "tie_tol": f"{self.tie_tol:.4g}",
         }
 
 
@@ -215,26 +224,36 @@ def _logprob_errors(base: Generation, cand: Generation, upto: int) -> list[float
 
 
 def compare(
-    baseline: Sequence[Generation], candidate: Sequence[Generation], *, near_tie_tol: float
+    baseline: Sequence[Generation],
+    candidate: Sequence[Generation],
+    *,
+    near_tie_tol: float,
+    drift_factor: float = 0.0,
 ) -> Comparison:
-    """Compare two runs over the same prompts, prompt by prompt."""
-    if not math.isfinite(near_tie_tol) or near_tie_tol < 0:
-        raise ValueError(f"near_tie_tol must be a finite number >= 0, not {near_tie_tol!r}")
+    """Compare two runs over the same prompts, prompt by prompt (see the module docstring for the tolerance)."""
+    for name, value in (("near_tie_tol", near_tie_tol), ("drift_factor", drift_factor)):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, not {value!r}")
     if len(baseline) != len(candidate):
         raise ValueError(f"the runs cover {len(baseline)} and {len(candidate)} prompts: not the same prompts")
-    divergences: list[Divergence] = []
-    errors: list[float] = []
-    prefix = total = 0
     for i, (base, cand) in enumerate(zip(baseline, candidate, strict=True)):
         if base.prompt != cand.prompt:
             raise ValueError(
                 f"prompt {i} differs between the runs: {base.prompt[:8]}... vs {cand.prompt[:8]}..."
             )
-        found = classify(i, base, cand, near_tie_tol)
+    # The drift first (it sets the tolerance): shared prefixes do not depend on the tolerance.
+    errors: list[float] = []
+    for base, cand in zip(baseline, candidate, strict=True):
+        upto = first_difference(base.tokens, cand.tokens)
+        errors += _logprob_errors(base, cand, len(base.steps) if upto is None else upto)
+    drift = max(errors) if errors else None
+    tie_tol = max(near_tie_tol, drift_factor * (drift or 0.0))
+    divergences: list[Divergence] = []
+    prefix = total = 0
+    for i, (base, cand) in enumerate(zip(baseline, candidate, strict=True)):
+        found = classify(i, base, cand, tie_tol)
         total += len(base.steps)
-        upto = len(base.steps) if found is None else found.position
-        prefix += upto
-        errors += _logprob_errors(base, cand, upto)
+        prefix += len(base.steps) if found is None else found.position
         if found is not None:
             divergences.append(found)
     gaps = [g for gen in baseline for s in gen.steps if (g := s.gap) is not None]
@@ -246,18 +265,26 @@ def compare(
         total_tokens=total,
         divergences=tuple(divergences),
         near_tie_tol=near_tie_tol,
+        tie_tol=tie_tol,
         accept_length=statistics.fmean(accepts) if accepts else None,
         median_gap=statistics.median(gaps) if gaps else None,
         min_gap=min(gaps) if gaps else None,
-        tie_steps=sum(1 for g in gaps if g <= near_tie_tol),
-        max_logprob_err=max(errors) if errors else None,
+        tie_steps=sum(1 for g in gaps if g <= tie_tol),
+        max_logprob_err=drift,
     )
 
 
-def judge(comparison: Comparison, *, max_near_tie_rate: float) -> Verdict:
-    """Pass when there is no real divergence and near-ties stay within the tolerated share of prompts."""
+def judge(comparison: Comparison, *, max_near_tie_rate: float, max_drift: float = math.inf) -> Verdict:
+    """Pass when there is no real divergence, near-ties stay within the tolerated share of prompts, and the two
+    runs' logprobs drift apart by at most `max_drift` nats where they agree on the tokens."""
     rate = comparison.near_ties / comparison.prompts if comparison.prompts else 0.0
     problems = [d.describe() for d in comparison.real]
+    drift = comparison.max_logprob_err
+    if drift is not None and drift > max_drift:
+        problems.append(
+            f"the top-1 logprobs differ by up to {drift:.4g} nats where the runs agree on the tokens "
+            f"(> max_drift {max_drift:g}): the two paths compute different numbers"
+        )
     if rate > max_near_tie_rate:
         problems.append(
             f"{comparison.near_ties} of {comparison.prompts} prompts diverge at near-ties "
@@ -266,7 +293,8 @@ def judge(comparison: Comparison, *, max_near_tie_rate: float) -> Verdict:
     summary = (
         f"{comparison.identical}/{comparison.prompts} prompts identical, "
         f"{comparison.prefix_tokens}/{comparison.total_tokens} tokens before the first divergences, "
-        f"{comparison.near_ties} near-tie(s), {len(comparison.real)} real"
+        f"{comparison.near_ties} near-tie(s), {len(comparison.real)} real "
+        f"(tie tolerance {comparison.tie_tol:.3g}, drift {_fmt(drift)})"
     )
     if problems:
         return Verdict(ok=False, message=f"{summary}: " + "; ".join(problems))

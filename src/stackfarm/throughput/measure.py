@@ -108,8 +108,9 @@ class Settings:
     #: Configurations run with CUDA graphs. EAGLE-3's graph capture imports nvidia-cutlass-dsl (absent on
     #: the H200 reference machine), so EAGLE-3 runs without graphs unless named here.
     cuda_graph: tuple[str, ...] = (BASELINE,)
-    #: --mem-fraction-static per configuration, in start order. Both servers share the GPU: SGLang < 0.5.1x
-    #: sizes the KV pool from *total* memory, so the second must ask for more than the first one holds.
+    #: --mem-fraction-static per configuration, in start order. Both servers share the GPU: SGLang 0.5.9 sizes
+    #: the KV pool as free - total x (1 - f), so the second must ask for more than the first one holds; from
+    #: 0.5.10 it is a share of the memory free at its start (0.45 of what the baseline left).
     mem_fraction_static: tuple[float, ...] = (0.2, 0.45)
     speculative_num_steps: int = 3
     speculative_eagle_topk: int = 1
@@ -124,7 +125,8 @@ class Settings:
     log_level: str = "info"
     #: "one_batch_server": also run sglang.bench_one_batch_server against the baseline (needs a tokenizer).
     bench_tool: str | None = None
-    #: A throughput.json of the last qualified run, for `max_regression_pct` (or $STACKFARM_THROUGHPUT_BASELINE).
+    #: The last qualified run, for `max_regression_pct`: a qualification record or a throughput.json
+    #: ($STACKFARM_THROUGHPUT_BASELINE wins over this).
     baseline_record: str | None = None
 
     @classmethod
@@ -540,6 +542,20 @@ class RunningServer:
         self.stop()
 
 
+def _die_with_parent() -> None:
+    """In the server's child process: SIGKILL it when its parent (pytest) dies.
+
+    The runner kills a suite that overruns its timeout with SIGKILL, which runs no cleanup; without this the
+    servers (in their own sessions) would hold the GPU on. SGLang's scheduler and detokenizer already die
+    with the server (they set the same flag on themselves).
+    """
+    if sys.platform == "linux":
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 def launch(spec: ServerSpec) -> RunningServer:
     """Start `spec` and wait until it is healthy. The port must be free before anything starts."""
     ensure_port_free(spec.host, spec.port)
@@ -554,6 +570,7 @@ def launch(spec: ServerSpec) -> RunningServer:
             stderr=subprocess.STDOUT,
             env=dict(spec.env) if spec.env is not None else None,
             start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - pytest's main thread starts no other threads first
         )
     server = RunningServer(spec, process)
     try:
@@ -742,18 +759,17 @@ def schedule(configs: Sequence[str], batch_sizes: Sequence[int], rounds: int) ->
     return [(r, b, c) for r in range(rounds) for b in batch_sizes for c in configs]
 
 
-Runner = Callable[[str, Sequence[Sequence[int]], int], RequestResult]
+#: How Measurement sends one request: (base URL, prompts, new tokens) -> result (tests pass a fake).
+Send = Callable[[str, Sequence[Sequence[int]], int], RequestResult]
 
 
 class Measurement:
     """Requests against running servers, kept per (configuration, batch size) in measuring order."""
 
-    def __init__(
-        self, endpoints: Mapping[str, str], settings: Settings, *, run: Runner | None = None
-    ) -> None:
+    def __init__(self, endpoints: Mapping[str, str], settings: Settings, *, run: Send | None = None) -> None:
         self.endpoints = dict(endpoints)
         self.settings = settings
-        self._run: Runner = run or (lambda url, p, n: generate(url, p, n, timeout=settings.request_timeout))
+        self._run: Send = run or (lambda url, p, n: generate(url, p, n, timeout=settings.request_timeout))
         self._rng = random.Random(settings.seed)
         self.results: dict[tuple[str, int], list[RequestResult]] = {}
         self.warmups: dict[str, Warmup] = {}

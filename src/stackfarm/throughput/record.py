@@ -33,10 +33,12 @@ interval is a percentile bootstrap of the median (`stackfarm.throughput.stats.bo
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,7 @@ from .stats import bootstrap_ci, cv, median
 from .thresholds import higher_is_better, unit
 
 SCHEMA = "stackfarm.throughput/1"
+SUITE = "40-throughput"
 FILENAME = "throughput.json"
 #: The folder the suite writes into; unset: nothing is written.
 OUT_ENV = "STACKFARM_SUITE_OUT"
@@ -139,14 +142,65 @@ def load(path: Path) -> dict[str, Any]:
     return doc
 
 
+@dataclass(frozen=True, kw_only=True)
+class Baseline:
+    """The figures of the last qualified run, to judge `max_regression_pct` against."""
+
+    runner_kind: str | None
+    #: Figure name -> median.
+    medians: dict[str, float]
+    origin: str
+
+
+def _qualified_figures(doc: Mapping[str, Any], path: Path) -> Baseline:
+    """From a qualification record (stackfarm.qualify): 40-throughput's test_figures testcase properties."""
+    for suite in doc.get("suites", []):
+        if not isinstance(suite, Mapping) or suite.get("suite") != SUITE:
+            continue
+        for case in suite.get("cases", []):
+            if isinstance(case, Mapping) and case.get("name") == "test_figures":
+                props = case.get("properties") or {}
+                medians = {}
+                for key, value in props.items():
+                    if key.endswith(".median"):
+                        with contextlib.suppress(TypeError, ValueError):
+                            medians[key.removesuffix(".median")] = float(value)
+                kind = props.get("runner_kind")
+                origin = f"{path} (release {doc.get('release', '?')})"
+                return Baseline(runner_kind=str(kind) if kind else None, medians=medians, origin=origin)
+    raise RecordError(
+        f"{path}: a qualification record without {SUITE}'s test_figures: it qualified no figures"
+    )
+
+
+def load_baseline(path: Path) -> Baseline:
+    """The last qualified figures from a throughput.json, or from a qualification record
+    (reports/qualifications/<release>.json, which keeps every testcase property of the qualified run)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise RecordError(f"{path}: cannot read a baseline record: {exc}") from exc
+    if isinstance(doc, dict) and "release" in doc and isinstance(doc.get("suites"), list):
+        return _qualified_figures(doc, path)
+    record = load(path)
+    medians = {
+        name: float(fig["median"])
+        for name, fig in record["figures"].items()
+        if isinstance(fig, Mapping) and isinstance(fig.get("median"), int | float)
+    }
+    return Baseline(runner_kind=record.get("runner_kind"), medians=medians, origin=str(path))
+
+
 __all__ = [
     "BASELINE_ENV",
     "FILENAME",
     "OUT_ENV",
     "SCHEMA",
+    "Baseline",
     "RecordError",
     "document",
     "load",
+    "load_baseline",
     "out_dir",
     "summarise_figure",
     "write",

@@ -9,7 +9,9 @@ A table holds three sorts of keys:
 - ``eagle3_over_baseline = k``: EAGLE-3 single-stream decode >= k x baseline, judged on the ratio of each
   interleaved pair (A B A B), so slow drift of the machine cancels out;
 - ``max_regression_pct = x``: every throughput figure >= (1 - x/100) x its median in the last qualified
-  record (a throughput.json of an earlier run on the same runner kind).
+  run on the same runner kind: a qualification record (reports/qualifications/<release>.json) or a
+  throughput.json, named by ``$STACKFARM_THROUGHPUT_BASELINE`` or settings.baseline_record
+  (`stackfarm.throughput.record.load_baseline`); without one there is nothing to regress against.
 
 Figure names: ``decode_tok_s``, ``ttft_ms``, ``itl_ms`` (batch 1), ``batch<B>_tok_s``, ``batch<B>_ttft_ms``
 (B > 1); the same with an ``eagle3_`` prefix for the EAGLE-3 configuration; ``eagle3_accept_length`` and
@@ -259,16 +261,6 @@ def resolve(
     return Resolution(runner_kind=kind, checks=tuple(checks))
 
 
-def last_medians(record: Mapping[str, Any]) -> dict[str, float]:
-    """Figure -> median from a throughput.json document (see stackfarm.throughput.record)."""
-    figures = record.get("figures", {})
-    return {
-        name: float(fig["median"])
-        for name, fig in figures.items()
-        if isinstance(fig, Mapping) and isinstance(fig.get("median"), int | float)
-    }
-
-
 __all__ = [
     "REGRESSION_KEY",
     "RELATIVE_KEY",
@@ -282,7 +274,6 @@ __all__ = [
     "gpu_slug",
     "higher_is_better",
     "is_figure",
-    "last_medians",
     "resolve",
     "runner_kind",
     "unit",
