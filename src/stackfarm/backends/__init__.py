@@ -40,6 +40,9 @@ class Backend(Protocol):
 #: Where the runner leaves the cell's patched sglang tree in its work dir; backends install that one instead.
 PATCHED_SGLANG = "sglang-patched"
 
+#: The folder a suite may write extra files to (figures, contracts): the cell's reports folder.
+SUITE_OUT_ENV = "STACKFARM_SUITE_OUT"
+
 #: The backends `--backend` accepts.
 NAMES = ("local", "host", "docker")
 
@@ -66,4 +69,4 @@ def get_backend(
     raise ValueError(f"unknown backend {name!r}; use one of {', '.join(NAMES)}")
 
 
-__all__ = ["NAMES", "PATCHED_SGLANG", "Backend", "Progress", "get_backend"]
+__all__ = ["NAMES", "PATCHED_SGLANG", "SUITE_OUT_ENV", "Backend", "Progress", "get_backend"]

@@ -37,7 +37,7 @@ from ..cellspec import CellSpec, InstalledComponent, load
 from ..errors import CellError, StackfarmError
 from ..plan import Cell, Component
 from ..proc import Outcome, call
-from . import PATCHED_SGLANG, Progress
+from . import PATCHED_SGLANG, SUITE_OUT_ENV, Progress
 
 #: The repository root, where docker/Dockerfile lives next to src/.
 _REPO = Path(__file__).resolve().parents[3]
@@ -1051,7 +1051,12 @@ class DockerBackend:
                 Mount(source=container_spec, target=RUN_SPEC),
             ),
             # A host uid has no home in the image: caches (pytest's, flashinfer's JIT) then go to /tmp.
-            env=(("STACKFARM_CELL", RUN_SPEC), ("PYTHONPATH", SRC), *((("HOME", "/tmp"),) if user else ())),
+            env=(
+                ("STACKFARM_CELL", RUN_SPEC),
+                ("PYTHONPATH", SRC),
+                (SUITE_OUT_ENV, f"{OUT}/files"),
+                *((("HOME", "/tmp"),) if user else ()),
+            ),
             gpus=inside.no_gpu_reason is None,
             ipc_host=self.ipc_host,
             shm_size=self.shm_size,
@@ -1060,7 +1065,9 @@ class DockerBackend:
             labels=((LABEL_CELL, host.id),),
             user=user,
         )
-        return self.engine.run(run, timeout=timeout, log=log, copy_out={f"{OUT}/junit.xml": junit})
+        # `cp DIR/.` copies the folder's contents (a suite's figures, e.g. throughput.json) beside the JUnit file.
+        copy_out = {f"{OUT}/junit.xml": junit, f"{OUT}/files/.": junit.parent}
+        return self.engine.run(run, timeout=timeout, log=log, copy_out=copy_out)
 
 
 def run_as() -> str | None:

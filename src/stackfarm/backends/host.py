@@ -18,7 +18,7 @@ from ..cellspec import InstalledComponent
 from ..errors import CellError
 from ..plan import Cell, Component
 from ..proc import Outcome, call
-from . import Progress
+from . import SUITE_OUT_ENV, Progress
 
 #: Run inside the host Python: where each distribution is installed, and its version.
 _PROBE = """
@@ -103,7 +103,7 @@ class HostBackend:
             "no:cacheprovider",
         ]
         path = os.pathsep.join(p for p in (str(_SRC), os.environ.get("PYTHONPATH", "")) if p)
-        env = {"STACKFARM_CELL": str(spec), "PYTHONPATH": path}
+        env = {"STACKFARM_CELL": str(spec), "PYTHONPATH": path, SUITE_OUT_ENV: str(junit.parent)}
         return call(argv, cwd=suite_dir.parent.parent, env=env, timeout=timeout, log=log)
 
 

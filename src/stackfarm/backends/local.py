@@ -13,7 +13,7 @@ from ..artifacts import Artifact, Cache
 from ..cellspec import InstalledComponent
 from ..plan import Cell, Component
 from ..proc import Outcome, call
-from . import PATCHED_SGLANG, Progress
+from . import PATCHED_SGLANG, SUITE_OUT_ENV, Progress
 
 
 class LocalBackend:
@@ -75,7 +75,11 @@ class LocalBackend:
             "no:cacheprovider",
         ]
         return call(
-            argv, cwd=suite_dir.parent.parent, env={"STACKFARM_CELL": str(spec)}, timeout=timeout, log=log
+            argv,
+            cwd=suite_dir.parent.parent,
+            env={"STACKFARM_CELL": str(spec), SUITE_OUT_ENV: str(junit.parent)},
+            timeout=timeout,
+            log=log,
         )
 
 
