@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import fnmatch
 import json
 import os
 import sys
@@ -47,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     p_run.add_argument("--force", action="store_true", help="re-run cells whose inputs are unchanged")
     p_run.add_argument("--backend", choices=("auto", *NAMES), default="auto", help="how cells are realised")
     p_run.add_argument("--python", default=None, help="the host backend's Python (default: this one)")
+    p_run.add_argument(
+        "--suites", default=None, help="only suites whose name matches this glob (comma-separated)"
+    )
     p_bundle = sub.add_parser("bundle", help="write a cell's Docker image as a tarball for an offline runner")
     p_bundle.add_argument("cell", help="a cell id (or an image tag) built by --backend docker")
     p_bundle.add_argument("--out", type=Path, default=None, help="the tarball (default: reports/<cell>.tar)")
@@ -111,8 +116,20 @@ def choose_backend(name: str, console: Console) -> str:
     return "local"
 
 
+def only_suites(matrix: Matrix, pattern: str | None) -> Matrix:
+    """The matrix with just the suites matching `pattern` (e.g. "40-*" to re-measure throughput alone)."""
+    if not pattern:
+        return matrix
+    globs = [g.strip() for g in pattern.split(",") if g.strip()]
+    chosen = tuple(s for s in matrix.suites if any(fnmatch.fnmatchcase(s.name, g) for g in globs))
+    if not chosen:
+        known = ", ".join(s.name for s in matrix.suites)
+        raise StackfarmError(f"no suite matches --suites {pattern!r}; the suites are: {known}")
+    return dataclasses.replace(matrix, suites=chosen)
+
+
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    matrix = load(args.matrix)
+    matrix = only_suites(load(args.matrix), args.suites)
     cache = Cache()
     resolver = Resolver(matrix, cache)
     name = choose_backend(args.backend, console)

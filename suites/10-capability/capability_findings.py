@@ -175,6 +175,11 @@ def _binaries(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], 
     for comp in cell.components:
         if comp.distribution not in _BINARY_COMPONENTS:
             continue
+        if not comp.root:  # not installed on this host: 00-stack reports it; there is nothing to read
+            out.notes.append(
+                f"{comp.distribution}: not installed ({comp.source}); its binaries were not read"
+            )
+            continue
         libraries = inventory(comp.root, comp.distribution, component_files(comp) or None)
         choices: dict[Arch, LoaderChoice] = {}
         if comp.distribution in _KERNELS:
@@ -306,7 +311,7 @@ def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out
     comp = _component(cell, ("sglang",))
     if comp is None:
         return
-    roots = [comp.root] + [c.root for c in cell.components if c is not comp]
+    roots = [comp.root] + [c.root for c in cell.components if c is not comp and c.root]
     tree = SourceTree(roots)
     cuda = cell.values.get("cuda", "")
     reference = _reference(cell)

@@ -103,11 +103,10 @@ def _collection_settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def settings(cell: CellSpec) -> Settings:
-    path = os.environ.get("STACKFARM_CELL", "")
-    found = _parsed(path) if path else parse(cell.settings.get(SUITE))
-    if isinstance(found, SettingsError):
-        pytest.fail(str(found), pytrace=False)
-    return found
+    try:
+        return parse(cell.settings.get(SUITE))
+    except SettingsError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -127,6 +126,8 @@ def test_settings(cell: CellSpec, record_property: RecordProperty) -> None:
         record_property,
         tolerance=tolerances,
         near_tie_tol=found.near_tie_tol,
+        drift_factor=found.drift_factor,
+        max_drift=found.max_drift,
         max_near_tie_rate=found.max_near_tie_rate,
         prompts=found.prompts,
         prompt_len=found.prompt_len,

@@ -530,9 +530,8 @@ def _selftest(args: argparse.Namespace) -> int:
         }
         lm_head = {"enable_fp32_lm_head": True} if args.fp32_lm_head else {}
         base = SGLangEngine(model=target, name="baseline", options=lm_head, **common)
-        cand = SGLangEngine(
-            model=target, draft=draft, name="eagle3", options={**EAGLE3_CHAIN, **lm_head}, **common
-        )
+        spec = EAGLE3_TREE if args.tree else EAGLE3_CHAIN
+        cand = SGLangEngine(model=target, draft=draft, name="eagle3", options={**spec, **lm_head}, **common)
     prompts = make_prompts(args.prompts, args.prompt_len, vocab)
     try:
         runs = []
@@ -572,6 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     test.add_argument("--max-new-tokens", type=int, default=32)
     test.add_argument("--logit-std", type=float, default=2.0)
     test.add_argument("--no-fp32-lm-head", dest="fp32_lm_head", action="store_false")
+    test.add_argument("--tree", action="store_true", help="EAGLE-3 tree drafting (topk 4) instead of a chain")
     test.add_argument("--near-tie-tol", type=float, default=1e-2)
     test.add_argument("--max-near-tie-rate", type=float, default=0.25)
     test.add_argument("--drift-factor", type=float, default=2.0)
