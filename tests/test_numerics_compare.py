@@ -193,7 +193,9 @@ def test_tolerance_bound() -> None:
 
 def _with_logprob(gen: Generation, shift: float) -> Generation:
     """The same tokens with every top-1 logprob moved by `shift` (another numerical path's noise)."""
-    steps = tuple(Step(token=s.token, top=((s.top[0][0], s.top[0][1] + shift), *s.top[1:])) for s in gen.steps)
+    steps = tuple(
+        Step(token=s.token, top=((s.top[0][0], s.top[0][1] + shift), *s.top[1:])) for s in gen.steps
+    )
     return Generation(prompt=gen.prompt, steps=steps)
 
 

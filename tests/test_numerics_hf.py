@@ -90,3 +90,10 @@ def test_bfloat16_runs(models: tuple[Path, Path], prompts: Prompts) -> None:
     engine = HFEngine(model=models[0], dtype="bfloat16")
     gens = engine.generate(prompts[:2], 8)
     assert [len(g.steps) for g in gens] == [8, 8]
+
+
+def test_missing_model_is_an_engine_error(tmp_path: Path) -> None:
+    from stackfarm.numerics.engines import EngineError
+
+    with pytest.raises(EngineError, match="cannot load the model at"):
+        HFEngine(model=tmp_path / "nowhere").generate([(1, 2, 3)], 2)

@@ -109,17 +109,18 @@ class HFEngine:
     def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> tuple[Generation, ...]:
         try:
             import torch
-            from transformers import AutoModelForCausalLM
+            import transformers
         except ImportError as exc:
             raise EngineError(f"the HF engine needs torch and transformers: {exc}") from exc
+        hf_logging: Any = transformers.utils.logging  # untyped
+        hf_logging.set_verbosity_error()  # one deprecation line per assisted call otherwise
+        hf_logging.disable_progress_bar()
         dtype = getattr(torch, self.dtype)
         torch.manual_seed(0)
-        target: Any = AutoModelForCausalLM.from_pretrained(str(self.model), dtype=dtype)
-        target.eval()
+        target: Any = self._load(transformers, self.model, dtype)
         draft: Any = None
         if self.assistant is not None:
-            draft = AutoModelForCausalLM.from_pretrained(str(self.assistant), dtype=dtype)
-            draft.eval()
+            draft = self._load(transformers, self.assistant, dtype)
             draft.generation_config.num_assistant_tokens = self.num_assistant_tokens
             draft.generation_config.num_assistant_tokens_schedule = "constant"
         calls = [0]
@@ -139,6 +140,14 @@ class HFEngine:
             )
         finally:
             hook.remove()
+
+    def _load(self, transformers: Any, folder: Path, dtype: Any) -> Any:
+        try:
+            model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype)
+        except (OSError, ValueError) as exc:
+            raise EngineError(f"{self.label}: cannot load the model at {folder}: {exc}") from exc
+        model.eval()
+        return model
 
     def _one(
         self,
@@ -188,7 +197,7 @@ def _planted_processor(length: int) -> Any:
     import torch
     from transformers import LogitsProcessor
 
-    class _ForceLeastLikely(LogitsProcessor):
+    class _ForceLeastLikely(LogitsProcessor):  # type: ignore[misc,unused-ignore]  # Any without transformers
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
             if input_ids.shape[-1] != length:
                 return scores
