@@ -24,17 +24,22 @@ A divergence is judged where it first happens: a near-tie (the baseline's top-1/
 tolerance, max(near_tie_tol, drift_factor x the drift the two runs show where they agree), and the candidate took
 the runner-up) is tolerated up to max_near_tie_rate of the prompts; anything else fails, and so does a drift over
 max_drift. max_abs_err on an end-to-end testcase is that drift (nats).
-See stackfarm.numerics.settings for every setting and the tolerances' reasoning.
+See stackfarm.numerics.settings for every setting and the tolerances' reasoning. Every end-to-end comparison
+(with the divergent prompts' tokens) also goes to $STACKFARM_SUITE_OUT/numerics.json, and the SGLang engines'
+logs to $STACKFARM_SUITE_OUT/numerics-logs/.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import importlib.metadata
+import json
 import os
 import re
-from collections.abc import Callable, Mapping
+import shutil
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -114,6 +119,26 @@ def settings(cell: CellSpec) -> Settings:
 @pytest.fixture(scope="session")
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("numerics")
+
+
+#: Every end-to-end comparison of the session, for $STACKFARM_SUITE_OUT/numerics.json.
+_REPORT: list[dict[str, Any]] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _suite_out(workdir: Path) -> Iterator[None]:
+    """After the session: numerics.json (every comparison, with the divergent prompts' tokens) and the SGLang
+    engines' logs, into $STACKFARM_SUITE_OUT (the cell's reports folder) when the runner sets it."""
+    yield
+    out = os.environ.get("STACKFARM_SUITE_OUT")
+    if not out:
+        return
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "numerics.json").write_text(json.dumps(_REPORT, indent=2), encoding="utf-8")
+    for log in sorted((workdir / "runs").glob("*/child.log")):
+        (folder / "numerics-logs").mkdir(exist_ok=True)
+        shutil.copyfile(log, folder / "numerics-logs" / f"{log.parent.name}.log")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -209,6 +234,23 @@ def _judge_runs(
         f"drift <= {settings.max_drift:g}"
     )
     _record(record_property, **props, verdict=verdict.message, **extra)
+    _REPORT.append(
+        {
+            "test": os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0],
+            "ok": verdict.ok,
+            "verdict": verdict.message,
+            "properties": props,
+            "extra": {k: str(v) for k, v in extra.items()},
+            "divergences": [
+                {
+                    **dataclasses.asdict(d),
+                    "baseline_tokens": list(baseline[d.prompt_index].tokens),
+                    "candidate_tokens": list(candidate[d.prompt_index].tokens),
+                }
+                for d in comparison.divergences
+            ],
+        }
+    )
     if comparison.real:
         raise RealDivergence(verdict.message)
     assert verdict.ok, verdict.message
