@@ -267,7 +267,11 @@ def _tables(cell: CellSpec, archs: list[Arch], out: Analysis) -> None:
         out.notes.append("no sglang component in this cell: no capability tables to scan")
         return
     packages = tuple(cell.settings.get(SUITE, {}).get("table_packages", ["sglang"]))
-    scan = scan_tables(SourceTree([comp.root]), packages, JsonCache(default_root(), FACTS_VERSION))
+    scan = scan_tables(
+        SourceTree([comp.root], packages=_top_packages(cell)),
+        packages,
+        JsonCache(default_root(), FACTS_VERSION),
+    )
     out.notes.append(
         f"tables: {len(scan.lookups)} capability lookups in {scan.files_total} files of {', '.join(packages)}; "
         f"{scan.files_parsed} parsed, {scan.cache_hits} from the by-hash cache"
@@ -312,7 +316,7 @@ def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out
     if comp is None:
         return
     roots = [comp.root] + [c.root for c in cell.components if c is not comp and c.root]
-    tree = SourceTree(roots)
+    tree = SourceTree(roots, packages=_top_packages(cell))
     cuda = cell.values.get("cuda", "")
     reference = _reference(cell)
     settings = cell.settings.get(SUITE, {})
@@ -408,6 +412,19 @@ def _expectation(
     )
     why = f"[features.{feature.name}] is off on {arch} as declared ({reason!r}): {detail or 'no gate or library to check'}"
     return replace(base, message=why)
+
+
+def _top_packages(cell: CellSpec) -> frozenset[str] | None:
+    """The cell's own top-level packages (from its wheels' RECORDs); None where a RECORD is missing."""
+    names: set[str] = set()
+    for comp in cell.components:
+        if not comp.root:
+            continue
+        files = component_files(comp)
+        if not files:
+            return None
+        names.update(f.split("/", 1)[0].removesuffix(".py") for f in files if "/" in f or f.endswith(".py"))
+    return frozenset(n for n in names if not n.endswith((".dist-info", ".data")) and n != "..")
 
 
 def _owner(cell: CellSpec, tree: SourceTree, gate: str, default: InstalledComponent) -> InstalledComponent:

@@ -20,7 +20,7 @@ import ast
 import builtins
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -37,8 +37,11 @@ class SourceError(Exception):
 class SourceTree:
     """Dotted module names -> files under `roots`; each file read and parsed at most once."""
 
-    def __init__(self, roots: Sequence[Path | str]) -> None:
+    def __init__(self, roots: Sequence[Path | str], *, packages: Collection[str] | None = None) -> None:
         self.roots = tuple(Path(r) for r in roots)
+        #: The top-level packages that may be resolved (None: all). Where a root is a whole site-packages (host,
+        #: docker), following imports into every other installed project would parse the world.
+        self.packages = frozenset(packages) if packages is not None else None
         self._paths: dict[str, Path | None] = {}
         self._trees: dict[Path, ast.Module] = {}
         self._bytes: dict[Path, bytes] = {}
@@ -48,6 +51,9 @@ class SourceTree:
         if module not in self._paths:
             parts = module.split(".")
             found: Path | None = None
+            if self.packages is not None and parts[0] not in self.packages:
+                self._paths[module] = None
+                return None
             for root in self.roots:
                 base = root.joinpath(*parts)
                 for candidate in (base.with_suffix(".py"), base / "__init__.py"):
