@@ -50,7 +50,18 @@ def _project(tmp_path: Path, extra: str = "", *, real_stack_suite: bool = False)
 
 def _run(matrix: Path, *args: str) -> int:
     # The local backend explicitly: `auto` would pick Docker where CI started an engine.
-    return main(["run", "--matrix", str(matrix), "--reports", str(matrix.parent / "reports"), "--backend", "local", *args])
+    return main(
+        [
+            "run",
+            "--matrix",
+            str(matrix),
+            "--reports",
+            str(matrix.parent / "reports"),
+            "--backend",
+            "local",
+            *args,
+        ]
+    )
 
 
 def _suites(reports: Path) -> dict[str, tuple[str, str]]:
@@ -80,7 +91,7 @@ def test_real_cell_end_to_end_with_gates(tmp_path: Path) -> None:
     assert "gated: 05-fails did not pass" in message
     # Properties carry the component versions and the artifacts' hashes.
     stack = next(s for s in JUnitXml.fromfile(str(reports / "junit.xml")) if s.name.endswith("00-stack"))
-    props = {p.name: p.value for p in stack.properties()}
+    props = {p.name: p.value for p in stack.properties()}  # type: ignore[no-untyped-call]  # junitparser: unannotated
     assert props["torch.version"] == "2.9.1"
     assert len(props["sgl-kernel.sha256"]) == 64
     for name in ("summary.md", "summary.html", f"{CELL}/verdict.json"):

@@ -130,7 +130,9 @@ def _cudart_majors(path: Path) -> set[int]:
             for section in elf.iter_sections():
                 if isinstance(section, DynamicSection):
                     for tag in section.iter_tags():
-                        if tag.entry.d_tag == "DT_NEEDED" and (m := _CUDART.match(tag.needed)):
+                        # pyelftools sets `needed` on DT_NEEDED tags only (its stubs do not say so)
+                        needed = getattr(tag, "needed", "")
+                        if tag.entry.d_tag == "DT_NEEDED" and (m := _CUDART.match(needed)):
                             majors.add(int(m.group(1)))
             return majors
     except ELFError:

@@ -212,8 +212,8 @@ def _models(settings: Settings, scratch: Path) -> ModelPaths:
             settings.model_path, draft
         )  # a missing folder or a misfit draft, before any server starts
         return ModelPaths(target=settings.model_path, draft=draft, load_format=None)
-    target, draft = write_tiny_pair(scratch / "models")
-    return ModelPaths(target=str(target), draft=str(draft), load_format="dummy")
+    tiny_target, tiny_draft = write_tiny_pair(scratch / "models")
+    return ModelPaths(target=str(tiny_target), draft=str(tiny_draft), load_format="dummy")
 
 
 @pytest.fixture(scope="session")
