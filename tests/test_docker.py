@@ -830,7 +830,11 @@ def test_real_cell_gets_the_local_backends_verdicts(runs: Runs) -> None:
 @pytest.mark.docker
 @pytest.mark.integration
 def test_real_cell_testcases_match_local_one_for_one(runs: Runs) -> None:
-    assert _outcomes(runs.docker) == _outcomes(runs.local)
+    """The static suites, testcase for testcase. (30-numerics' CPU engine runs in the harness's Python with
+    transformers; the cell image holds the cell's stack only, so those testcases skip there with the reason.)"""
+    static = ("00-patches", "00-stack", "10-capability", "20-eagle3")
+    docker, local = _outcomes(runs.docker), _outcomes(runs.local)
+    assert {s: docker[s] for s in static} == {s: local[s] for s in static}
 
 
 @pytest.mark.docker
