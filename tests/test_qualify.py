@@ -312,10 +312,10 @@ def test_failed_skipped_and_missing_suites_are_refused_with_the_list(
     )
 
     # A suite added after the run: missing from the latest run, and the inputs moved too.
-    (project / "suites" / "10-gpu" / "test_it.py").write_text("def test_gpu():\n    assert True\n")
+    (project / "suites" / "10-gpu" / "test_it.py").write_text("def test_gpu():\n    assert 1 + 1 == 2\n")
     assert _run(project) == ExitCode.OK
     (project / "suites" / "20-new").mkdir()
-    (project / "suites" / "20-new" / "test_it.py").write_text("def test_new():\n    assert True\n")
+    (project / "suites" / "20-new" / "test_it.py").write_text("def test_new():\n    assert 1 + 1 == 2\n")
     assert _qualify(project, "r2") == ExitCode.CELLS_FAILED
     err = capsys.readouterr().err
     assert "  - 20-new: not in the latest run" in err

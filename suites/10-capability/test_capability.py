@@ -11,21 +11,18 @@ checks that those are the versions the cell describes.
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from capability_findings import Finding
-from packaging.version import Version
 
 from stackfarm.analysis.arch import Arch, parse_target
 from stackfarm.analysis.fatbin import read_binary
 from stackfarm.analysis.kernels import sgl_kernel_loader
 from stackfarm.cellspec import CellSpec
+from stackfarm.suitekit import need_gpu, stack_module
 
 #: The type of pytest's record_property fixture.
 RecordProperty = Callable[[str, object], None]
@@ -58,32 +55,6 @@ def test_finding(finding: Finding, record_property: RecordProperty) -> None:
 # --------------------------------------------------------------------------- GPU
 
 
-def _need_gpu(cell: CellSpec) -> None:
-    if cell.no_gpu_reason is not None:
-        pytest.skip(f"needs GPU: {cell.no_gpu_reason}")
-
-
-def _stack_module(cell: CellSpec, module: str, distributions: tuple[str, ...]) -> ModuleType:
-    """Import `module` from the running Python, after checking it is the version the cell describes."""
-    comp = next((c for c in cell.components if c.distribution in distributions), None)
-    if comp is None:
-        pytest.skip(f"the cell has no {' / '.join(distributions)}")
-    installed = None
-    for dist in distributions:
-        try:
-            installed = importlib.metadata.version(dist)
-            break
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    if installed is None:
-        pytest.fail(f"{comp.distribution} is not installed in the Python running this suite; install "
-                    f"{comp.distribution}=={comp.version} there (or put its tree on PYTHONPATH)", pytrace=False)  # fmt: skip
-    if Version(Version(installed).base_version) != Version(Version(comp.version).base_version):
-        pytest.fail(f"the suite's Python has {comp.distribution} {installed}, the cell is {comp.version}: "
-                    "the GPU checks would describe another stack", pytrace=False)  # fmt: skip
-    return importlib.import_module(module)
-
-
 def _props(record_property: RecordProperty, **values: Any) -> None:
     for key in ("arch", "component", "file", "line", "symbol", "verdict"):
         record_property(key, str(values.get(key, 0 if key == "line" else "")))
@@ -95,8 +66,8 @@ def _kernel_distribution(cell: CellSpec) -> str:
 
 @pytest.fixture(scope="module")
 def device(cell: CellSpec) -> Arch:
-    _need_gpu(cell)
-    torch = _stack_module(cell, "torch", ("torch",))
+    need_gpu(cell)
+    torch = stack_module(cell, "torch", ("torch",))
     if not torch.cuda.is_available():
         pytest.fail(f"a GPU was reported ({cell.no_gpu_reason=}) but torch.cuda.is_available() is False",
                     pytrace=False)  # fmt: skip
@@ -140,7 +111,7 @@ def test_gpu_torch_kernel(cell: CellSpec, device: Arch, record_property: RecordP
 
 def test_gpu_sgl_kernel_loader(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
     """sgl_kernel loads the ops library that the static evaluation of its loader predicts for this GPU."""
-    sgl_kernel = _stack_module(cell, "sgl_kernel", _KERNELS)
+    sgl_kernel = stack_module(cell, "sgl_kernel", _KERNELS)
     import torch
 
     package = Path(str(sgl_kernel.__file__)).parent
@@ -165,7 +136,7 @@ def _rmsnorm_reference(x: Any, w: Any, eps: float) -> Any:
 
 def test_gpu_sgl_kernel_rmsnorm(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
     """One real sgl-kernel call: rmsnorm against a float32 reference."""
-    sgl_kernel = _stack_module(cell, "sgl_kernel", _KERNELS)
+    sgl_kernel = stack_module(cell, "sgl_kernel", _KERNELS)
     import torch
 
     torch.manual_seed(0)
@@ -179,7 +150,7 @@ def test_gpu_sgl_kernel_rmsnorm(cell: CellSpec, device: Arch, record_property: R
 
 def test_gpu_flashinfer_rmsnorm(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
     """One real flashinfer call (JIT-compiled for this GPU on first use): rmsnorm against a float32 reference."""
-    flashinfer = _stack_module(cell, "flashinfer", ("flashinfer-python",))
+    flashinfer = stack_module(cell, "flashinfer", ("flashinfer-python",))
     import torch
 
     torch.manual_seed(0)

@@ -52,6 +52,7 @@ from stackfarm.artifacts import Artifact, Cache, Source, Target, find_artifact
 from stackfarm.cellspec import CellSpec, RecordProperty, load
 from stackfarm.errors import IndexUnreachableError
 from stackfarm.proc import call
+from stackfarm.suitekit import need_gpu
 
 SUITE = "20-eagle3"
 #: The type of pytest's `record_property` fixture.
@@ -264,8 +265,7 @@ def test_runtime(
     cell: CellSpec, pair: tuple[str, str], record_property: RecordProperty, tmp_path: Path
 ) -> None:
     target, draft = pair
-    if cell.no_gpu_reason is not None:
-        pytest.skip(f"needs GPU: {cell.no_gpu_reason}")
+    need_gpu(cell)
     missing = [
         n
         for n, known in ((target, eagle3_probe.TINY_TARGETS), (draft, eagle3_probe.TINY_DRAFTS))

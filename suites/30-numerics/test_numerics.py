@@ -42,13 +42,11 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numerics_cases
 import pytest
 from numerics_cases import ELEMENTWISE
-from packaging.version import Version
 
 from stackfarm.cellspec import CellSpec, load
 from stackfarm.numerics.compare import Comparison, Generation, compare, judge
@@ -75,6 +73,7 @@ from stackfarm.numerics.tinymodels import (
     write_eagle3_draft,
     write_target,
 )
+from stackfarm.suitekit import check_installed, need_gpu, stack_module
 
 # pytest's default junit_family (xunit2) warns about record_property, yet writes the properties the reports read.
 pytestmark = pytest.mark.filterwarnings("ignore:record_property is incompatible:pytest.PytestWarning")
@@ -334,46 +333,9 @@ def test_e2e_cpu_planted(
 # --------------------------------------------------------------------------- GPU: the cell's stack
 
 
-def _need_gpu(cell: CellSpec) -> None:
-    if cell.no_gpu_reason is not None:
-        pytest.skip(f"needs GPU: {cell.no_gpu_reason}")
-
-
-def _check_version(cell: CellSpec, distributions: tuple[str, ...]) -> None:
-    """Fail unless the suite's Python has the version of one of `distributions` that the cell describes."""
-    comp = next((c for c in cell.components if c.distribution in distributions), None)
-    if comp is None:
-        pytest.skip(f"the cell has no {' / '.join(distributions)}")
-    installed = None
-    for dist in distributions:
-        try:
-            installed = importlib.metadata.version(dist)
-            break
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    if installed is None:
-        pytest.fail(
-            f"{comp.distribution} is not installed in the Python running this suite: install "
-            f"{comp.distribution}=={comp.version} there (or put its tree on PYTHONPATH)",
-            pytrace=False,
-        )
-    if Version(Version(installed).base_version) != Version(Version(comp.version).base_version):
-        pytest.fail(
-            f"the suite's Python has {comp.distribution} {installed}, the cell is {comp.version}: "
-            "the GPU checks would describe another stack",
-            pytrace=False,
-        )
-
-
-def _stack_module(cell: CellSpec, module: str, distributions: tuple[str, ...]) -> ModuleType:
-    """Import `module` from the suite's Python after checking it is the version the cell describes."""
-    _check_version(cell, distributions)
-    return importlib.import_module(module)
-
-
 def _torch_cuda(cell: CellSpec) -> Any:
-    _need_gpu(cell)
-    torch = _stack_module(cell, "torch", ("torch",))
+    need_gpu(cell)
+    torch = stack_module(cell, "torch", ("torch",))
     if not torch.cuda.is_available():
         pytest.fail(
             f"a GPU was reported but torch.cuda.is_available() is False ({torch.__version__})", pytrace=False
@@ -399,7 +361,7 @@ def test_kernel(
 ) -> None:
     """One sgl-kernel op in one dtype against its float32 reference (several deployment shapes, worst kept)."""
     torch = _torch_cuda(cell)
-    sgl = _stack_module(cell, "sgl_kernel", ("sglang-kernel", "sgl-kernel"))
+    sgl = stack_module(cell, "sgl_kernel", ("sglang-kernel", "sgl-kernel"))
     _, case = ELEMENTWISE[op]
     tol = settings.tolerances[dtype]
     try:
@@ -425,7 +387,7 @@ def test_kernel(
 def test_sampling(cell: CellSpec, settings: Settings, case: str, record_property: RecordProperty) -> None:
     """flashinfer's fused top-k/top-p sampling, seeded, judged by a chi-square test (p >= 1e-4)."""
     torch = _torch_cuda(cell)
-    flashinfer = _stack_module(cell, "flashinfer", ("flashinfer-python",))
+    flashinfer = stack_module(cell, "flashinfer", ("flashinfer-python",))
     try:
         result = numerics_cases.top_k_top_p_sampling(flashinfer, torch, settings.seed, "cuda")
     except torch.cuda.OutOfMemoryError as exc:
@@ -462,7 +424,7 @@ def test_tree_kernel(
 ) -> None:
     """An EAGLE tree kernel against the reference tree acceptance, on hypothesis-generated trees."""
     torch = _torch_cuda(cell)
-    sgl = _stack_module(cell, "sgl_kernel", ("sglang-kernel", "sgl-kernel"))
+    sgl = stack_module(cell, "sgl_kernel", ("sglang-kernel", "sgl-kernel"))
     hypothesis = pytest.importorskip(
         "hypothesis", reason="the tree checks are property-based (pip install hypothesis)"
     )
@@ -644,7 +606,7 @@ def test_e2e_gpu(
 ) -> None:
     """SGLang greedy: the candidate configuration against its reference, token for token, divergences explained."""
     torch = _torch_cuda(cell)
-    _check_version(cell, ("sglang",))  # the engines import it, in their own processes
+    check_installed(cell, ("sglang",))  # the engines import it, in their own processes
     torch.cuda.empty_cache()  # give the kernel checks' cached blocks back before the engines size their pools
     if torch.cuda.device_count() < config.gpus:
         pytest.skip(

@@ -43,6 +43,12 @@ PATCHED_SGLANG = "sglang-patched"
 #: The folder a suite may write extra files to (figures, contracts): the cell's reports folder.
 SUITE_OUT_ENV = "STACKFARM_SUITE_OUT"
 
+
+def pytest_argv(python: str, suite: str, junit: str) -> list[str]:
+    """How every backend runs a suite: its own pytest process, JUnit XML to `junit`, no cache in the tree."""
+    return [python, "-m", "pytest", suite, f"--junitxml={junit}", "-q", "-p", "no:cacheprovider"]
+
+
 #: The backends `--backend` accepts.
 NAMES = ("local", "host", "docker")
 
@@ -69,4 +75,4 @@ def get_backend(
     raise ValueError(f"unknown backend {name!r}; use one of {', '.join(NAMES)}")
 
 
-__all__ = ["NAMES", "PATCHED_SGLANG", "SUITE_OUT_ENV", "Backend", "Progress", "get_backend"]
+__all__ = ["NAMES", "PATCHED_SGLANG", "SUITE_OUT_ENV", "Backend", "Progress", "get_backend", "pytest_argv"]

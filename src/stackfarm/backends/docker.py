@@ -37,7 +37,7 @@ from ..cellspec import CellSpec, InstalledComponent, load
 from ..errors import CellError, StackfarmError
 from ..plan import Cell, Component
 from ..proc import Outcome, call
-from . import PATCHED_SGLANG, SUITE_OUT_ENV, Progress
+from . import PATCHED_SGLANG, SUITE_OUT_ENV, Progress, pytest_argv
 
 #: The repository root, where docker/Dockerfile lives next to src/.
 _REPO = Path(__file__).resolve().parents[3]
@@ -1035,16 +1035,7 @@ class DockerBackend:
         user = run_as()
         run = ContainerSpec(
             image=image.tag,
-            argv=(
-                "python",
-                "-m",
-                "pytest",
-                suite,
-                f"--junitxml={OUT}/junit.xml",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-            ),
+            argv=tuple(pytest_argv("python", suite, f"{OUT}/junit.xml")),
             mounts=(
                 Mount(source=project, target=PROJECT),
                 Mount(source=self.stackfarm_src, target=SRC),

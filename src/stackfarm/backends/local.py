@@ -13,7 +13,7 @@ from ..artifacts import Artifact, Cache
 from ..cellspec import InstalledComponent
 from ..plan import Cell, Component
 from ..proc import Outcome, call
-from . import PATCHED_SGLANG, SUITE_OUT_ENV, Progress
+from . import PATCHED_SGLANG, SUITE_OUT_ENV, Progress, pytest_argv
 
 
 class LocalBackend:
@@ -64,16 +64,7 @@ class LocalBackend:
         return {}
 
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
-        argv = [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(suite_dir),
-            f"--junitxml={junit}",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-        ]
+        argv = pytest_argv(sys.executable, str(suite_dir), str(junit))
         return call(
             argv,
             cwd=suite_dir.parent.parent,
