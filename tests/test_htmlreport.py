@@ -166,7 +166,7 @@ def test_history_trends_appear_on_the_cell_page(reports: Path, tmp_path: Path) -
             "40-throughput": [("test_decode[baseline]", "passed", "", {"decode_tok_s": value})],
         }
         write_cell(runs / night, OTHER, suites)
-    history.write(runs, reports)
+    htmlreport.write_history(history.write(runs, reports), reports)
     htmlreport.write(reports)
     page = (reports / OTHER / "index.html").read_text()
     over_time = page.split("<h3>Over time</h3>", 1)[1]

@@ -109,9 +109,7 @@ def test_unchanged_inputs_reuse_the_verdict_and_force_reruns(tmp_path: Path) -> 
     assert _run(matrix) == ExitCode.OK
     assert log.stat().st_mtime_ns == first, "a reused verdict must not run the suite again"
     # Editing a suite changes the cell's inputs: it runs again.
-    (tmp_path / "suites" / "00-ok" / "test_it.py").write_text(
-        "def test_ok():\n    assert 2 * 2 == 4\n"
-    )
+    (tmp_path / "suites" / "00-ok" / "test_it.py").write_text("def test_ok():\n    assert 2 * 2 == 4\n")
     assert _run(matrix) == ExitCode.OK
     second = log.stat().st_mtime_ns
     assert second != first

@@ -197,7 +197,7 @@ def cmd_report(args: argparse.Namespace, console: Console) -> int:
     if not reports:
         raise StackfarmError(f"no verdicts under {args.reports}/: run `nox -s matrix` first")
     if args.history is not None:
-        history.write(args.history, args.reports)
+        htmlreport.write_history(history.write(args.history, args.reports), args.reports)
     _write_reports(reports, args.reports)
     _print_summary(reports, args.reports, console)
     return 0

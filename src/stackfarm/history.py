@@ -484,13 +484,11 @@ def markdown(history: History) -> str:
 
 
 def write(history_dir: Path, out: Path) -> History:
-    """Read every run under `history_dir`; write history.json, history.md and history.html into `out`."""
-    from . import htmlreport  # the HTML side reads runs through this module: imported here, not at the top
-
+    """Read every run under `history_dir`; write history.json and history.md into `out` (the HTML page is the
+    report's: `htmlreport.write_history`, which `stackfarm report --history` calls)."""
     history = build(load_history(history_dir))
     write_atomic(out / "history.json", json.dumps(to_json(history), indent=1))
     write_atomic(out / "history.md", markdown(history))
-    write_atomic(out / "history.html", htmlreport.history_page(history))
     return history
 
 
@@ -508,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(change.sentence())
     print(
         f"{len(history.runs)} runs, {len(history.changes)} verdict changes — "
-        f"{args.out}/history.md, {args.out}/history.html, {args.out}/history.json"
+        f"{args.out}/history.md, {args.out}/history.json"
     )
     return int(ExitCode.OK)
 

@@ -559,6 +559,13 @@ def history_page(history: History) -> str:
     return _page("stackfarm history", body)
 
 
+def write_history(history: History, reports_dir: Path) -> Path:
+    """reports/history.html: verdicts per run, the changes and every figure over time."""
+    path = reports_dir / "history.html"
+    write_atomic(path, history_page(history))
+    return path
+
+
 # --------------------------------------------------------------------------- writing
 
 
