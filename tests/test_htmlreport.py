@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from stackfarm import history, htmlreport
-from stackfarm.reports import CellReport
+from stackfarm.reports import CellReport, report_from_json
 from test_history import CELL, OTHER, CaseSpec, write_cell
 
 FAILING: dict[str, list[CaseSpec]] = {
@@ -148,7 +148,7 @@ def test_runner_list_shows_cells_that_never_ran(reports: Path) -> None:
         suites=(),
     )
     stored = [
-        history.report_from_json(json.loads((reports / c / "verdict.json").read_text())["report"])
+        report_from_json(json.loads((reports / c / "verdict.json").read_text())["report"])
         for c in (CELL, OTHER)
     ]
     htmlreport.write(reports, [*stored, conflict])

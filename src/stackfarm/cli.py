@@ -23,9 +23,9 @@ from .backends.host import HostBackend
 from .errors import ExitCode, StackfarmError
 from .matrix import Matrix, load
 from .plan import Plan, plan, select
-from .reports import CellReport, write_summaries
+from .reports import CellReport, report_from_json, write_summaries
 from .resolve import Resolver
-from .runner import Runner, RunOptions, _report_from_json, cell_passed, gpu_unavailable_reason
+from .runner import Runner, RunOptions, cell_passed, gpu_unavailable_reason
 from .ui import CellProgress
 
 
@@ -193,7 +193,7 @@ def _print_summary(reports: Sequence[CellReport], where: Path, console: Console)
 def cmd_report(args: argparse.Namespace, console: Console) -> int:
     reports = []
     for verdict in sorted(args.reports.glob("*/verdict.json")):
-        reports.append(_report_from_json(json.loads(verdict.read_text(encoding="utf-8"))["report"]))
+        reports.append(report_from_json(json.loads(verdict.read_text(encoding="utf-8"))["report"]))
     if not reports:
         raise StackfarmError(f"no verdicts under {args.reports}/: run `nox -s matrix` first")
     if args.history is not None:

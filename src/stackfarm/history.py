@@ -27,7 +27,7 @@ from typing import Any, Literal
 from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Properties, Property, Skipped, TestCase
 
 from .errors import ExitCode, StackfarmError
-from .reports import CellReport, Outcome, SuiteResult, write_atomic
+from .reports import CellReport, Outcome, SuiteResult, report_from_json, write_atomic
 
 #: A cell's verdict in one run: "passed" only when every suite passed (a skip is not a pass).
 Verdict = Literal["passed", "failed", "conflict", "excluded", "error"]
@@ -149,14 +149,6 @@ def read_junit(path: Path) -> tuple[dict[str, str], tuple[Case, ...], str | None
                 )
             )
     return suite_props, tuple(cases), max(stamps, default=None)
-
-
-def report_from_json(data: Mapping[str, Any]) -> CellReport:
-    """The CellReport stored in a verdict.json (the runner's `asdict` of it)."""
-    suites = tuple(
-        SuiteResult(**{**s, "xml": Path(s["xml"]) if s.get("xml") else None}) for s in data["suites"]
-    )
-    return CellReport(**{**data, "suites": suites})
 
 
 def _suite_file(folder: Path, result: SuiteResult) -> Path:
@@ -534,7 +526,6 @@ __all__ = [
     "markdown",
     "read_junit",
     "read_run",
-    "report_from_json",
     "series",
     "to_json",
     "varying",

@@ -11,10 +11,10 @@ import io
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Skipped, TestCase, TestSuite
 
@@ -29,6 +29,7 @@ __all__ = [
     "SuiteResult",
     "merge",
     "read_suite",
+    "report_from_json",
     "summary_html",
     "summary_markdown",
     "write_atomic",
@@ -63,6 +64,14 @@ class CellReport:
     reason: str  # "" when ran/reused; why otherwise
     properties: dict[str, str]  # component versions, artifact sha256s, patch-set hashes, input hash
     suites: tuple[SuiteResult, ...]
+
+
+def report_from_json(data: Mapping[str, Any]) -> CellReport:
+    """The CellReport stored in a verdict.json (the runner's `asdict` of it)."""
+    suites = tuple(
+        SuiteResult(**{**s, "xml": Path(s["xml"]) if s.get("xml") else None}) for s in data["suites"]
+    )
+    return CellReport(**{**data, "suites": suites})
 
 
 # --------------------------------------------------------------------------- files

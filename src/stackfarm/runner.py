@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from . import __version__, patches
 from .artifacts import Artifact, Cache
@@ -20,7 +19,16 @@ from .errors import StackfarmError
 from .matrix import Matrix, Suite
 from .plan import Cell, Component, Plan, input_hash
 from .proc import call
-from .reports import CellReport, Step, SuiteResult, read_suite, write_atomic, write_skipped_suite, write_steps
+from .reports import (
+    CellReport,
+    Step,
+    SuiteResult,
+    read_suite,
+    report_from_json,
+    write_atomic,
+    write_skipped_suite,
+    write_steps,
+)
 from .resolve import Resolver
 from .ui import CellProgress
 
@@ -65,13 +73,6 @@ def hash_tree(path: Path) -> str:
         digest.update(str(file.relative_to(path.parent)).encode() + b"\0")
         digest.update(file.read_bytes())
     return digest.hexdigest()
-
-
-def _report_from_json(data: dict[str, Any]) -> CellReport:
-    suites = tuple(
-        SuiteResult(**{**s, "xml": Path(s["xml"]) if s["xml"] else None}) for s in data.pop("suites")
-    )
-    return CellReport(**data, suites=suites)
 
 
 class Runner:
@@ -178,15 +179,15 @@ class Runner:
         inputs = self.inputs(cell, artifacts)
         digest = input_hash(inputs)
         properties = {**_values(cell), **_artifact_properties(artifacts), "stackfarm.input_hash": digest}
-        for ps in self.matrix.patch_sets:
-            if ps.name in cell.patch_sets:
-                properties[f"patches.{ps.name}.sha256"] = hash_tree(ps.path)
+        patch_hashes = inputs["patch_sets"]
+        assert isinstance(patch_hashes, dict)  # cell_inputs' own shape; narrows the type for mypy
+        properties.update({f"patches.{name}.sha256": str(sha) for name, sha in patch_hashes.items()})
         # A host's installation can change without any input we could hash cheaply: it always runs.
         reusable = self.backend.needs_artifacts and not self.options.force
         if reusable and verdict_file.is_file():
             stored = json.loads(verdict_file.read_text(encoding="utf-8"))
             if stored.get("input_hash") == digest:
-                report = _report_from_json(stored["report"])
+                report = report_from_json(stored["report"])
                 self.ui.done(cell.id, "reused", "inputs unchanged since the last run")
                 return CellReport(
                     cell=cell.id,
