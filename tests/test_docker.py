@@ -34,10 +34,10 @@ from stackfarm.backends.local import LocalBackend
 from stackfarm.cellspec import CellSpec, InstalledComponent
 from stackfarm.cli import make_plan
 from stackfarm.matrix import load as load_matrix
-from stackfarm.plan import Component
+from stackfarm.plan import Component, input_hash
 from stackfarm.reports import CellReport
 from stackfarm.resolve import Resolver
-from stackfarm.runner import Runner, RunOptions, gpu_unavailable_reason
+from stackfarm.runner import Runner, RunOptions, cell_inputs, cell_workdir, gpu_unavailable_reason
 from stackfarm.ui import CellProgress
 
 REPO = Path(__file__).resolve().parent.parent
@@ -845,7 +845,8 @@ def test_real_cell_rebuild_is_a_no_op(runs: Runs) -> None:
     plan, _ = make_plan(matrix, resolver, CELL)
     (cell,) = plan.cells
     arts = {c: resolver.artifact(c, cell["python"]) for c in cell.components}
-    workdir = Cache().root / "cells" / CELL  # where the runner left the patched sglang tree
+    inputs = cell_inputs(matrix, cell, arts, backend="docker", gpu=gpu_unavailable_reason() is None)
+    workdir = cell_workdir(Cache().root, CELL, input_hash(inputs))  # where the runner left the patched tree
     runs.backend.realise(cell, arts, workdir, lambda _: None)
     image = runs.backend.images[CELL]
     assert not image.built

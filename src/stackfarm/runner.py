@@ -196,8 +196,7 @@ class Runner:
                     properties=report.properties,
                     suites=report.suites,
                 )
-        # Keyed by the input hash too: runs of one cell id from different checkouts never share a tree.
-        workdir = self.cache.root / "cells" / f"{cell.id}-{digest[:12]}"
+        workdir = cell_workdir(self.cache.root, cell.id, digest)
         workdir.mkdir(parents=True, exist_ok=True)
         patch_step = self._patch(cell, artifacts, workdir, cell_reports)
         if patch_step is not None:
@@ -332,6 +331,12 @@ class Runner:
             tmp.replace(junit)
 
 
+def cell_workdir(cache_root: Path, cell_id: str, digest: str) -> Path:
+    """Where a cell's patched tree and cell.json live. Keyed by the input hash too: runs of one cell id from
+    different checkouts (or matrices) never share a tree."""
+    return cache_root / "cells" / f"{cell_id}-{digest[:12]}"
+
+
 def cell_inputs(
     matrix: Matrix, cell: Cell, artifacts: Mapping[Component, Artifact], *, backend: str, gpu: bool
 ) -> dict[str, object]:
@@ -385,6 +390,7 @@ __all__ = [
     "Runner",
     "cell_inputs",
     "cell_passed",
+    "cell_workdir",
     "gpu_unavailable_reason",
     "hash_tree",
 ]
