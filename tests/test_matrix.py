@@ -7,46 +7,17 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
 
+from conftest import BASE_AXES, WriteMatrix
 from stackfarm import matrix
 from stackfarm.errors import ConfigError, ExitCode
 from stackfarm.matrix import AXES, Couple, Model, Override, Rule
 
 REPO = Path(__file__).resolve().parents[1]
-
-BASE_AXES: dict[str, list[str]] = {
-    "cuda": ["12.8"],
-    "torch": ["2.9.1"],
-    "sgl_kernel": ["0.3.21"],
-    "flashinfer": ["0.6.3"],
-    "sglang": ["0.5.9"],
-    "python": ["3.11"],
-}
-
-WriteMatrix = Callable[..., Path]
-
-
-@pytest.fixture
-def write_matrix(tmp_path: Path) -> WriteMatrix:
-    """Write tmp_path/matrix.toml: a valid [axes] table (line 1 is its header), then `body`.
-
-    `axes` replaces axis values (None drops the axis); `body` is dedented and appended right after the
-    axes' keys, so a body that starts without a header adds keys to [axes].
-    """
-
-    def write(body: str = "", *, axes: dict[str, list[str] | None] | None = None) -> Path:
-        values = {**BASE_AXES, **(axes or {})}
-        lines = ["[axes]"] + [f"{k} = {json.dumps(v)}" for k, v in values.items() if v is not None]
-        path = tmp_path / "matrix.toml"
-        path.write_text("\n".join(lines) + "\n" + textwrap.dedent(body), encoding="utf-8")
-        return path
-
-    return write
 
 
 def line_no(path: Path, needle: str, nth: int = 1) -> int:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
+from conftest import BASE_AXES, WriteMatrix
 from stackfarm import matrix
 from stackfarm.errors import ConfigError
 from stackfarm.plan import (
@@ -32,14 +32,6 @@ from stackfarm.plan import (
 
 REPO = Path(__file__).resolve().parents[1]
 
-BASE_AXES: dict[str, list[str]] = {
-    "cuda": ["12.8"],
-    "torch": ["2.9.1"],
-    "sgl_kernel": ["0.3.21"],
-    "flashinfer": ["0.6.3"],
-    "sglang": ["0.5.9"],
-    "python": ["3.11"],
-}
 
 #: What sglang 0.5.9 pins in its wheel (plus one distribution stackfarm does not track).
 PINS_059 = [
@@ -60,18 +52,11 @@ BuildMatrix = Callable[..., matrix.Matrix]
 
 
 @pytest.fixture
-def build(tmp_path: Path) -> BuildMatrix:
-    """Write a valid matrix (one value per axis unless `axes` says otherwise) plus `body`, and load it.
-
-    `axes` replaces axis values; `body` (dedented) follows the [axes] table.
-    """
+def build(write_matrix: WriteMatrix) -> BuildMatrix:
+    """Write a valid matrix (one value per axis unless `axes` says otherwise) plus `body`, and load it."""
 
     def make(body: str = "", **axes: list[str]) -> matrix.Matrix:
-        values = {**BASE_AXES, **axes}
-        lines = ["[axes]"] + [f"{k} = {json.dumps(v)}" for k, v in values.items()]
-        path = tmp_path / "matrix.toml"
-        path.write_text("\n".join(lines) + "\n" + textwrap.dedent(body), encoding="utf-8")
-        return matrix.load(path)
+        return matrix.load(write_matrix(body, axes=dict(axes)))
 
     return make
 

@@ -17,7 +17,8 @@ uses in 0.5.9 ... 0.5.15), and then, per name the suite asks for:
 - any other name -> the attribute exists on the built model.
 
 The result is JSON: {"sglang", "stages", "checks": [{"role", "name", "ok", "detail"}], "error", "traceback"}.
-Only the standard library is imported at module level, so the suite can import this file on any machine.
+Only the standard library and stackfarm.numerics.tinymodels (itself stdlib-only) are imported at module level,
+so the suite can import this file on any machine.
 """
 
 from __future__ import annotations
@@ -36,43 +37,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-HIDDEN = 256
-HEADS = 4
-INTERMEDIATE = 512
-VOCAB = 1024
-MAX_POSITIONS = 2048
-TARGET_LAYERS = (
-    4  # EAGLE-3 captures after layers ids+1: with ids [0, 1, 2] the target needs at least 4 layers
+from stackfarm.numerics.tinymodels import (
+    AUX_LAYERS,
+    GPU_TARGET,
+    SGLANG_OFFLINE_ENV,
+    eagle3_config,
+    llama_config,
 )
-AUX_LAYER_IDS = (0, 1, 2)
+
+# The tiny Llama pair is numerics' (stdlib-only, on PYTHONPATH in every backend): one config for both suites.
+HIDDEN = GPU_TARGET.hidden
+HEADS = GPU_TARGET.heads
+INTERMEDIATE = GPU_TARGET.intermediate
+VOCAB = GPU_TARGET.vocab
+MAX_POSITIONS = GPU_TARGET.max_positions
+# EAGLE-3 captures after layers ids+1: with ids [0, 1, 2] the target needs at least 4 layers.
+TARGET_LAYERS = GPU_TARGET.layers
+AUX_LAYER_IDS = AUX_LAYERS
 #: Two prompts of equal length (the benchmark helper takes rows of token ids), inside the tiny vocabulary.
 PROMPTS = ((1, 17, 42, 99, 128, 7, 300, 511), (1, 900, 3, 3, 64, 65, 66, 1000))
 
 
 def _llama(arch: str, layers: int) -> dict[str, Any]:
-    return {
-        "architectures": [arch],
-        "model_type": "llama",
-        "hidden_size": HIDDEN,
-        "intermediate_size": INTERMEDIATE,
-        "num_hidden_layers": layers,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": HEADS,
-        "head_dim": HIDDEN // HEADS,
-        "hidden_act": "silu",
-        "vocab_size": VOCAB,
-        "max_position_embeddings": MAX_POSITIONS,
-        "rms_norm_eps": 1e-5,
-        "rope_theta": 10000.0,
-        "rope_scaling": None,
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": False,
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "pad_token_id": 0,
-        "torch_dtype": "bfloat16",
-    }
+    return llama_config(GPU_TARGET, architecture=arch, layers=layers)
 
 
 def _deepseek_v3(arch: str, layers: int) -> dict[str, Any]:
@@ -119,19 +106,8 @@ def _deepseek_v3(arch: str, layers: int) -> dict[str, Any]:
 
 
 def _llama_eagle3_draft(arch: str, layers: int) -> dict[str, Any]:
-    config = _llama(arch, layers)
     # What SGLang's llama_eagle3.py and the EAGLE-3 worker read: the draft's fc takes len(ids) target states.
-    config.update(
-        {
-            "draft_vocab_size": VOCAB,
-            "target_hidden_size": HIDDEN,
-            "eagle_config": {
-                "eagle_aux_hidden_state_layer_ids": list(AUX_LAYER_IDS),
-                "use_aux_hidden_state": True,
-            },
-        }
-    )
-    return config
+    return {**eagle3_config(GPU_TARGET), "architectures": [arch], "num_hidden_layers": layers}
 
 
 #: Target classes the probe can build from a tiny config.
@@ -408,15 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with contextlib.suppress(OSError):  # OSError: already a group leader
         os.setsid()  # our own process group: SGLang's tree-kill on failure must not reach pytest
-    for key, value in {
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "FLASHINFER_NO_DOWNLOAD": "1",
-        # JIT caches outside the per-run workdir, so only the first run on a machine compiles.
-        "TRITON_CACHE_DIR": "/tmp/stackfarm-sgl-jit/triton",
-        "TVM_FFI_CACHE_DIR": "/tmp/stackfarm-sgl-jit/tvm-ffi",
-        "FLASHINFER_WORKSPACE_BASE": "/tmp/stackfarm-sgl-jit/flashinfer",
-    }.items():
+    for key, value in SGLANG_OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
     probe = _Probe(args)
     try:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import StackfarmError
 from .compare import Generation, Step, compare, judge
+from .tinymodels import SGLANG_OFFLINE_ENV
 
 if TYPE_CHECKING:
     import torch
@@ -282,7 +283,13 @@ class SGLangEngine:
             "max_new_tokens": max_new_tokens,
         }
         request.write_text(json.dumps(payload, indent=2), encoding="utf-8")
-        env = {**os.environ, **self.env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env = {
+            **SGLANG_OFFLINE_ENV,
+            **os.environ,
+            **self.env,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_SRC), env.get("PYTHONPATH", "")) if p)
         argv = [sys.executable, "-m", "stackfarm.numerics.engines", "child", str(request), str(result)]
         code, timed_out, elapsed = run_child(argv, env=env, timeout=self.timeout, log=log)

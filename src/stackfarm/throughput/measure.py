@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import StackfarmError, did_you_mean
+from ..numerics.tinymodels import SGLANG_OFFLINE_ENV
 from ..proc import call
 from .thresholds import figure_batch
 
@@ -417,17 +418,7 @@ def _cudart_shim(home: Path, scratch: Path) -> Path:
 
 def server_env(sglang_root: str | None, scratch: Path) -> dict[str, str]:
     """The environment a server runs in: offline, JIT caches shared across runs, the toolkit found."""
-    env = dict(os.environ)
-    for key, value in {
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "FLASHINFER_NO_DOWNLOAD": "1",
-        # Outside the per-run scratch folder: only the first run on a machine pays for the JIT (~70 s).
-        "TRITON_CACHE_DIR": "/tmp/stackfarm-sgl-jit/triton",
-        "TVM_FFI_CACHE_DIR": "/tmp/stackfarm-sgl-jit/tvm-ffi",
-        "FLASHINFER_WORKSPACE_BASE": "/tmp/stackfarm-sgl-jit/flashinfer",
-    }.items():
-        env.setdefault(key, value)
+    env = {**SGLANG_OFFLINE_ENV, **os.environ}
     home = cuda_home()
     path = [str(Path(sys.executable).parent)]  # ninja from the pip package, for tvm-ffi
     if home is not None:

@@ -1,0 +1,40 @@
+"""Fixtures shared by the tests of matrix loading and planning."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+#: One value per axis: the seeds' starting cell.
+BASE_AXES: dict[str, list[str]] = {
+    "cuda": ["12.8"],
+    "torch": ["2.9.1"],
+    "sgl_kernel": ["0.3.21"],
+    "flashinfer": ["0.6.3"],
+    "sglang": ["0.5.9"],
+    "python": ["3.11"],
+}
+
+WriteMatrix = Callable[..., Path]
+
+
+@pytest.fixture
+def write_matrix(tmp_path: Path) -> WriteMatrix:
+    """Write tmp_path/matrix.toml: a valid [axes] table (line 1 is its header), then `body`.
+
+    `axes` replaces axis values (None drops the axis); `body` is dedented and appended right after the
+    axes' keys, so a body that starts without a header adds keys to [axes].
+    """
+
+    def write(body: str = "", *, axes: dict[str, list[str] | None] | None = None) -> Path:
+        values = {**BASE_AXES, **(axes or {})}
+        lines = ["[axes]"] + [f"{k} = {json.dumps(v)}" for k, v in values.items() if v is not None]
+        path = tmp_path / "matrix.toml"
+        path.write_text("\n".join(lines) + "\n" + textwrap.dedent(body), encoding="utf-8")
+        return path
+
+    return write
