@@ -124,6 +124,15 @@ def test_real_matrix_loads_as_written() -> None:
     assert m.suites[0].needs_gpu is False
     assert dict(m.thresholds) == {
         "8x-rtx-pro-6000": {"decode_tok_s": 92.6, "eagle3_over_baseline": 1.0},
+        "1x-h200": {
+            "decode_tok_s": 200,
+            "itl_ms": 5.0,
+            "batch8_tok_s": 1600,
+            "ttft_ms": 40,
+            "eagle3_decode_tok_s": 15,
+            "eagle3_batch8_tok_s": 120,
+            "max_regression_pct": 20,
+        },
     }
     assert isinstance(m.features, dict)
 

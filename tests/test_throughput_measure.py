@@ -5,8 +5,10 @@ SGLang's protocol the suite uses) that start, never become healthy, crash, or st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from stackfarm.artifacts import Cache, Source, Target, find_artifact
 from stackfarm.numerics.tinymodels import ModelInputError
 from stackfarm.throughput._tiny import check_models, write_tiny_pair
 from stackfarm.throughput.measure import (
@@ -24,6 +27,7 @@ from stackfarm.throughput.measure import (
     EAGLE3,
     PORT_RANGE,
     BenchError,
+    CpuPlacement,
     MeasureError,
     Measurement,
     ModelPaths,
@@ -33,12 +37,16 @@ from stackfarm.throughput.measure import (
     ServerStartError,
     Settings,
     ZeroTokensError,
+    available_cpus,
+    cpu_placement,
     ensure_port_free,
     figures,
     free_ports,
     generate,
     launch,
     parse_gpu_csv,
+    physical_cores,
+    pinned,
     schedule,
     server_configs,
     server_env,
@@ -105,6 +113,61 @@ def test_parse_nvidia_smi_csv() -> None:
         parse_gpu_csv("0, NVIDIA H200, 580.159.04\n")
 
 
+# ------------------------------------------------------------------------------------------ CPU placement
+
+
+def _sysfs(root: Path, cores: dict[int, tuple[int, int]], unreadable: Sequence[int] = ()) -> Path:
+    for cpu, (package, core) in cores.items():
+        topology = root / f"cpu{cpu}" / "topology"
+        topology.mkdir(parents=True)
+        (topology / "physical_package_id").write_text(f"{package}\n")
+        (topology / "core_id").write_text(f"{core}\n")
+    for cpu in unreadable:
+        (root / f"cpu{cpu}").mkdir(parents=True)
+    return root
+
+
+def test_physical_cores_groups_smt_siblings(tmp_path: Path) -> None:
+    # Linux numbers the second hyperthread of core c as c + cores: 0/4, 1/5, ... on two packages.
+    sysfs = _sysfs(
+        tmp_path, {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1), 4: (0, 0), 5: (0, 1), 6: (1, 0), 7: (1, 1)}
+    )
+    assert physical_cores(range(8), sysfs) == ((0, 4), (1, 5), (2, 6), (3, 7))
+    assert physical_cores([5, 1, 3], sysfs) == ((1, 5), (3,))
+
+
+def test_a_cpu_without_topology_is_its_own_core(tmp_path: Path) -> None:
+    sysfs = _sysfs(tmp_path, {0: (0, 0), 1: (0, 0)}, unreadable=[2])
+    assert physical_cores([0, 1, 2], sysfs) == ((0, 1), (2,))
+
+
+def test_physical_cores_of_this_machine_partition_its_cpus() -> None:
+    cores = physical_cores(available_cpus())
+    flat = [cpu for core in cores for cpu in core]
+    assert sorted(flat) == sorted(available_cpus())
+    assert len(flat) == len(set(flat))
+
+
+def test_cpu_placement_gives_each_server_whole_cores_of_its_own() -> None:
+    cores = [(i, i + 8) for i in range(8)]  # 8 physical cores, 16 CPUs: the H200 machine's shape
+    placement = cpu_placement(cores, 2)
+    assert placement is not None
+    assert placement.client == (0, 8)
+    assert placement.servers == ((1, 9, 2, 10, 3, 11), (4, 12, 5, 13, 6, 14))  # core 7 is left idle
+    everyone = [*placement.client, *placement.servers[0], *placement.servers[1]]
+    assert len(everyone) == len(set(everyone))
+
+
+@pytest.mark.parametrize(("cores", "servers"), [(4, 2), (2, 1), (0, 1), (8, 0)])
+def test_too_few_cores_pin_nothing(cores: int, servers: int) -> None:
+    assert cpu_placement([(i,) for i in range(cores)], servers) is None
+
+
+def test_cpu_placement_for_one_server_takes_the_rest() -> None:
+    placement = cpu_placement([(i,) for i in range(3)], 1)
+    assert placement == CpuPlacement(client=(0,), servers=((1, 2),))
+
+
 # ------------------------------------------------------------------------------------------ server arguments
 
 
@@ -133,6 +196,35 @@ def test_server_configs_for_the_tiny_model() -> None:
         "--port",
         "31000",
     )
+
+
+def test_servers_sleep_on_idle_unless_turned_off() -> None:
+    model = ModelPaths(target="/m/t", draft="/m/d", load_format="dummy")
+    assert all("--sleep-on-idle" in c.args for c in server_configs(Settings.from_mapping({}), model))
+    awake = server_configs(Settings.from_mapping({"sleep_on_idle": False}), model)
+    assert not any("--sleep-on-idle" in c.args for c in awake)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.10", "0.5.15"])
+def test_every_server_flag_exists_in_the_real_sglang(version: str) -> None:
+    """Each flag the suite passes is one this SGLang's server_args.py declares: a literal "--flag"
+    (0.5.9, 0.5.10) or a ServerArgs field the parser turns into one (0.5.15 derives flags from names)."""
+    source = Source(name="pypi", url="https://pypi.org/simple")
+    target = Target(python="3.11", platform="manylinux_2_39_x86_64")
+    tree = Cache().unpack(find_artifact(source, "sglang", version, target))
+    text = (tree / "sglang" / "srt" / "server_args.py").read_text(encoding="utf-8")
+    model = ModelPaths(target="/m/t", draft="/m/d", load_format="dummy")
+    flags = {
+        a for c in server_configs(Settings.from_mapping({}), model) for a in c.args if a.startswith("--")
+    }
+    assert "--sleep-on-idle" in flags
+    missing = [
+        f
+        for f in sorted(flags)
+        if f'"{f}"' not in text and re.search(rf"^\s+{f[2:].replace('-', '_')}\s*:", text, re.M) is None
+    ]
+    assert missing == []
 
 
 def test_server_configs_for_a_real_checkpoint_pass_no_load_format() -> None:
@@ -245,6 +337,25 @@ def fake_spec(
         probe_timeout=0.5,
         poll_interval=0.1,
     )
+
+
+def test_a_pinned_server_runs_on_its_cpus(tmp_path: Path) -> None:
+    cpu = available_cpus()[-1]
+    (port,) = free_ports(HOST, 1)
+    spec = dataclasses.replace(fake_spec(tmp_path, port), cpus=(cpu,))
+    with launch(spec) as server:
+        assert os.sched_getaffinity(server.process.pid) == {cpu}
+    assert os.sched_getaffinity(0) == set(available_cpus())  # the client is untouched
+
+
+def test_pinned_moves_this_process_and_back() -> None:
+    before = os.sched_getaffinity(0)
+    cpu = min(before)
+    with pinned((cpu,)):
+        assert os.sched_getaffinity(0) == {cpu}
+    assert os.sched_getaffinity(0) == before
+    with pinned(None):
+        assert os.sched_getaffinity(0) == before
 
 
 def _gone(pid: int) -> bool:

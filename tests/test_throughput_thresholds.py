@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from stackfarm.matrix import load
+from stackfarm.throughput import record
+from stackfarm.throughput.stats import decide
 from stackfarm.throughput.thresholds import (
     ThresholdError,
     figure_batch,
@@ -145,3 +147,42 @@ def test_regression_against_the_last_qualified_record() -> None:
     first = resolve(table, "1x-h200", measured=MEASURED, last=None)
     assert first.checks == ()
     assert first.problem is None
+
+
+# ------------------------------------------------------------------------------------------ the shipped table
+#: A real record: 40-throughput on the lent H200 (SGLang 0.5.15, the dummy Llama-3-8B shape), run under a
+#: runner-kind override so that it judged nothing itself.
+H200_RECORD = REPO / "tests" / "test_throughput_fixtures" / "h200_llama3_8b_shape_throughput.json"
+
+
+def test_the_shipped_h200_table_passes_the_h200_run_it_was_set_from() -> None:
+    """Every bound of [thresholds.1x-h200] is judged on the real H200 samples the way the suite judges
+    them (bootstrap interval, no re-measure): all must pass, or the shipped table fails its own runner."""
+    figures = record.load(H200_RECORD)["figures"]
+    tables = load(REPO / "matrix.toml").thresholds
+    resolution = resolve(tables, "1x-h200", measured=list(figures), last=None)
+    assert resolution.problem is None
+    assert {c.figure for c in resolution.checks} == {
+        "decode_tok_s", "itl_ms", "batch8_tok_s", "ttft_ms", "eagle3_decode_tok_s", "eagle3_batch8_tok_s",
+    }  # fmt: skip
+
+    def no_more() -> list[float]:
+        raise AssertionError("no re-measure on a recorded run")
+
+    verdicts = {
+        c.name: decide(figures[c.figure]["samples"], c.bound, more=no_more, max_remeasures=0).verdict
+        for c in resolution.checks
+    }
+    assert set(verdicts.values()) == {"pass"}, verdicts
+
+
+def test_the_shipped_h200_table_catches_a_baseline_without_cuda_graphs() -> None:
+    """The same record with the baseline decode at EAGLE-3's no-graph pace (~30 tok/s): a clear fail."""
+    figures = record.load(H200_RECORD)["figures"]
+    check = next(
+        c
+        for c in resolve(load(REPO / "matrix.toml").thresholds, "1x-h200", measured=list(figures)).checks
+        if c.figure == "decode_tok_s"
+    )
+    slow = figures["eagle3_decode_tok_s"]["samples"]
+    assert decide(slow, check.bound, more=list, max_remeasures=0).verdict == "fail"

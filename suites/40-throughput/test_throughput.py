@@ -50,8 +50,12 @@ from stackfarm.throughput.measure import (
     ServerSpec,
     ServerStartError,
     Settings,
+    available_cpus,
+    cpu_placement,
     free_ports,
     launch,
+    physical_cores,
+    pinned,
     query_gpus,
     server_configs,
     server_env,
@@ -163,6 +167,8 @@ class Run:
         self.problems: list[str] = list(the_plan.problems)
         self.gpus_after: tuple[GpuInfo, ...] = ()
         self.bench: dict[str, Any] | None = None
+        #: CPU sets by role ("client", then each configuration); empty when nothing is pinned.
+        self.cpus: dict[str, list[int]] = {}
 
     def sglang_version(self) -> str:
         try:
@@ -193,7 +199,12 @@ class Run:
             gpus_after=_gpu_dicts(self.gpus_after),
             settings=self.settings.as_dict(),
             configs={
-                c.label: {"args": list(c.args), "cuda_graph": c.cuda_graph, "note": c.note}
+                c.label: {
+                    "args": list(c.args),
+                    "cuda_graph": c.cuda_graph,
+                    "note": c.note,
+                    "cpus": self.cpus.get(c.label),
+                }
                 for c in self.configs
             },
             warmup={k: dataclasses.asdict(w) for k, w in (m.warmups.items() if m else ())},
@@ -212,7 +223,7 @@ def _models(settings: Settings, scratch: Path) -> ModelPaths:
             settings.model_path, draft
         )  # a missing folder or a misfit draft, before any server starts
         return ModelPaths(target=settings.model_path, draft=draft, load_format=None)
-    tiny_target, tiny_draft = write_tiny_pair(scratch / "models")
+    tiny_target, tiny_draft = write_tiny_pair(scratch / "models", settings.model_shape)
     return ModelPaths(target=str(tiny_target), draft=str(tiny_draft), load_format="dummy")
 
 
@@ -236,10 +247,17 @@ def run(cell: CellSpec, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
         sglang_root = None
     state.env = server_env(sglang_root, scratch)
     logs = record.out_dir() or scratch
+    placement = cpu_placement(physical_cores(available_cpus()), len(configs)) if settings.pin_cpus else None
+    state.cpus = {"client": list(placement.client)} if placement else {}
     with contextlib.ExitStack() as servers:
+        # The client stays on its core for the whole session: threshold checks re-measure after setup.
+        servers.enter_context(pinned(placement.client if placement else None))
         try:
             ports = free_ports(HOST, len(configs), start=settings.port)
-            for config, port in zip(configs, ports, strict=True):
+            for i, (config, port) in enumerate(zip(configs, ports, strict=True)):
+                cpus = placement.servers[i] if placement else None
+                if cpus:
+                    state.cpus[config.label] = list(cpus)
                 spec = ServerSpec(
                     label=config.label,
                     argv=sglang_server_argv(sys.executable, config, HOST, port),
@@ -248,6 +266,7 @@ def run(cell: CellSpec, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
                     env=state.env,
                     log=logs / f"throughput-{config.label}.log",
                     health_timeout=settings.health_timeout,
+                    cpus=cpus,
                 )
                 state.logs[config.label] = spec.log
                 server = launch(spec)
@@ -300,6 +319,8 @@ def test_figures(run: Run, record_property: RecordProperty) -> None:
     for config in run.configs:
         record_property(f"config.{config.label}.args", " ".join(config.args))
         record_property(f"config.{config.label}.cuda_graph", config.cuda_graph)
+        if config.label in run.cpus:
+            record_property(f"config.{config.label}.cpus", ",".join(map(str, run.cpus[config.label])))
         if config.note:
             record_property(f"config.{config.label}.note", config.note)
     for label, warm in run.measurement.warmups.items():

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from typing import Any
 from ..errors import StackfarmError, did_you_mean
 from ..numerics.tinymodels import SGLANG_OFFLINE_ENV
 from ..proc import call
+from ._tiny import SHAPES
 from .thresholds import figure_batch
 
 BASELINE = "baseline"
@@ -101,8 +102,11 @@ class Settings:
     #: Requests per batch size > 1 before measuring (new shapes may JIT-compile).
     warmup_batches: int = 2
     eagle3: bool = True
-    #: A model to serve; unset: a tiny random Llama (+ EAGLE-3 draft) with dummy weights, written per run.
+    #: A model to serve; unset: a random Llama (+ EAGLE-3 draft) with dummy weights, written per run.
     model_path: str | None = None
+    #: The dummy Llama's dimensions when model_path is unset (throughput._tiny.SHAPES): "llama-3-8b" decodes
+    #: GPU-bound (CV 0.1-1.5 % on the H200); "tiny" is cheaper but measures the scheduler (CV 12-22 %).
+    model_shape: str = "llama-3-8b"
     draft_model_path: str | None = None
     attention_backend: str = "triton"
     sampling_backend: str = "pytorch"
@@ -116,6 +120,14 @@ class Settings:
     speculative_num_steps: int = 3
     speculative_eagle_topk: int = 1
     speculative_num_draft_tokens: int = 4
+    #: --sleep-on-idle (SGLang 0.5.9+): the idle server's scheduler blocks on its sockets instead of
+    #: spinning a core, so the one being measured does not share the host with a busy loop.
+    sleep_on_idle: bool = True
+    #: Each server on its own physical cores and the client on another (Linux affinity, inherited by
+    #: SGLang's scheduler and detokenizer), so that the busy Python processes of one server never take the
+    #: cores of the other or of the client. (It did not calm the tiny model on the H200 VM: CV 22 % pinned
+    #: vs 13 % unpinned, both within that shape's run-to-run spread; the 8B shape is what brought CV < 2 %.)
+    pin_cpus: bool = True
     extra_server_args: tuple[str, ...] = ()
     #: Seconds until /health must answer 200 (the first start JIT-compiles kernels: ~70 s on an H200).
     health_timeout: float = 600.0
@@ -167,6 +179,12 @@ class Settings:
         if unknown:
             problems.append(
                 f"cuda_graph names unknown configurations {unknown}: use {BASELINE!r}, {EAGLE3!r}"
+            )
+        if self.model_shape not in SHAPES:
+            hint = did_you_mean(self.model_shape, SHAPES)
+            problems.append(
+                f"model_shape = {self.model_shape!r}: known shapes are {', '.join(SHAPES)}"
+                + (f"; {hint}" if hint else "")
             )
         if self.bench_tool not in (None, "one_batch_server"):
             problems.append(f"bench_tool = {self.bench_tool!r}: only 'one_batch_server' is supported")
@@ -310,6 +328,71 @@ def free_ports(host: str, count: int, *, start: int | None = None) -> tuple[int,
     raise PortInUseError(f"fewer than {count} free ports on {host} in [{low}, {high})")
 
 
+# ------------------------------------------------------------------------------------------ CPU placement
+
+SYSFS_CPU = Path("/sys/devices/system/cpu")
+
+
+def physical_cores(cpus: Iterable[int], sysfs: Path = SYSFS_CPU) -> tuple[tuple[int, ...], ...]:
+    """`cpus` grouped by physical core (SMT siblings together), ordered by their first CPU. A CPU whose
+    topology cannot be read counts as a core of its own."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for cpu in sorted(cpus):
+        topology = sysfs / f"cpu{cpu}" / "topology"
+        try:
+            package = (topology / "physical_package_id").read_text(encoding="ascii").strip()
+            core = (topology / "core_id").read_text(encoding="ascii").strip()
+        except OSError:
+            package, core = "unknown", f"cpu{cpu}"
+        groups.setdefault((package, core), []).append(cpu)
+    return tuple(tuple(group) for group in groups.values())
+
+
+@dataclass(frozen=True)
+class CpuPlacement:
+    client: tuple[int, ...]
+    #: One CPU set per server, in start order.
+    servers: tuple[tuple[int, ...], ...]
+
+
+#: Physical cores a server needs at least: its HTTP/tokenizer process and its scheduler both stay busy.
+MIN_SERVER_CORES = 2
+
+
+def cpu_placement(cores: Sequence[Sequence[int]], servers: int) -> CpuPlacement | None:
+    """The client on the first physical core, each server on an equal block of the rest (whole cores,
+    so no two of them share SMT siblings); None when there are too few cores to give every server
+    MIN_SERVER_CORES: then nothing is pinned, rather than starving a server."""
+    if servers < 1 or len(cores) < 1 + servers * MIN_SERVER_CORES:
+        return None
+    share = (len(cores) - 1) // servers
+    blocks = [cores[1 + i * share : 1 + (i + 1) * share] for i in range(servers)]
+    return CpuPlacement(
+        client=tuple(cores[0]),
+        servers=tuple(tuple(cpu for core in block for cpu in core) for block in blocks),
+    )
+
+
+def available_cpus() -> tuple[int, ...]:
+    if hasattr(os, "sched_getaffinity"):
+        return tuple(sorted(os.sched_getaffinity(0)))
+    return tuple(range(os.cpu_count() or 1))
+
+
+@contextlib.contextmanager
+def pinned(cpus: Sequence[int] | None) -> Iterator[None]:
+    """This process on `cpus` for the block's duration (nothing happens for None or off Linux)."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 # ------------------------------------------------------------------------------------------ servers
 
 
@@ -346,6 +429,8 @@ def server_configs(settings: Settings, model: ModelPaths) -> tuple[ServerConfig,
         ]  # fmt: skip
         if model.load_format:
             args += ["--load-format", model.load_format]
+        if settings.sleep_on_idle:
+            args.append("--sleep-on-idle")
         graphs = label in settings.cuda_graph
         # --cuda-graph-max-bs exists from 0.5.9 to 0.5.15 (an alias there): capture only what is measured.
         args += ["--cuda-graph-max-bs", str(max_batch)] if graphs else ["--disable-cuda-graph"]
@@ -440,6 +525,8 @@ class ServerSpec:
     port: int
     env: Mapping[str, str] | None = None
     log: Path
+    #: CPUs the server and every process it starts run on; None: wherever the kernel puts them.
+    cpus: tuple[int, ...] | None = None
     health_path: str = "/health"
     health_timeout: float = 600.0
     #: Seconds one health request may take (a hung server must not stall the deadline).
@@ -533,6 +620,14 @@ class RunningServer:
         self.stop()
 
 
+def _child_setup(cpus: tuple[int, ...] | None) -> None:
+    """In the server's child process, before exec: its CPUs (inherited by SGLang's children), and death
+    with its parent."""
+    if cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cpus)
+    _die_with_parent()
+
+
 def _die_with_parent() -> None:
     """In the server's child process: SIGKILL it when its parent (pytest) dies.
 
@@ -561,7 +656,7 @@ def launch(spec: ServerSpec) -> RunningServer:
             stderr=subprocess.STDOUT,
             env=dict(spec.env) if spec.env is not None else None,
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - pytest's main thread starts no other threads first
+            preexec_fn=functools.partial(_child_setup, spec.cpus),  # noqa: PLW1509 - pytest's main thread starts no other threads first
         )
     server = RunningServer(spec, process)
     try:
@@ -846,6 +941,7 @@ __all__ = [
     "NVIDIA_SMI_FIELDS",
     "PORT_RANGE",
     "BenchError",
+    "CpuPlacement",
     "GpuInfo",
     "MeasureError",
     "Measurement",
@@ -859,6 +955,8 @@ __all__ = [
     "Settings",
     "Warmup",
     "ZeroTokensError",
+    "available_cpus",
+    "cpu_placement",
     "cuda_home",
     "ensure_port_free",
     "figures",
@@ -866,6 +964,8 @@ __all__ = [
     "generate",
     "launch",
     "parse_gpu_csv",
+    "physical_cores",
+    "pinned",
     "port_free",
     "query_gpus",
     "schedule",

@@ -13,7 +13,7 @@ Schema ``stackfarm.throughput/1`` — new keys may be added; existing keys keep 
                  power_limit_w, power_draw_w, temperature_c, pstate, memory_total_mib} ],   # before
       "gpus_after": [ ... ],                        # the same, after measuring (clocks under load)
       "settings": { ... },                          # the effective [suites.40-throughput.settings]
-      "configs": { "baseline": {"args": [...], "cuda_graph": true, "note": ""},
+      "configs": { "baseline": {"args": [...], "cuda_graph": true, "note": "", "cpus": [1, 2, ...] | null},
                    "eagle3":   {"args": [...], "cuda_graph": false, "note": "EAGLE-3 ran without ..."} },
       "warmup": { "<config>": {"rates": [tok/s, ...], "stable": true, "window": 3, "tolerance": 0.02} },
       "figures": { "<figure>": {"unit": "tok/s" | "ms" | "tokens" | "ratio", "higher_is_better": bool,
