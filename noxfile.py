@@ -78,7 +78,7 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff and mypy (strict) over the package, tests, suites and this file."""
-    _install(session, "dev")
+    _install(session, "dev", "plots")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
@@ -111,5 +111,5 @@ def qualify(session: nox.Session) -> None:
 @nox.session
 def report(session: nox.Session) -> None:
     """Rebuild reports/ (junit.xml, summaries, index.html) from stored verdicts; --history DIR adds trends."""
-    _install(session)
+    _install(session, "plots")
     session.run("python", "-m", "stackfarm", "report", *session.posargs)

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Properties, Property, Skipped, TestCase
 
+from . import trendplot
 from .errors import ExitCode, StackfarmError
 from .reports import CellReport, Outcome, SuiteResult, report_from_json, write_atomic
 
@@ -445,7 +446,8 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(history: History) -> str:
+def markdown(history: History, *, images: Sequence[str] = (), note: str | None = None) -> str:
+    """history.md; `images` are paths (relative to it) of the trend PNGs, `note` why there are none."""
     runs = [r.name for r in history.runs]
     lines = [f"# stackfarm history: {len(runs)} runs ({runs[0]} … {runs[-1]})", ""]
     lines += ["## Verdict changes", ""]
@@ -469,6 +471,9 @@ def markdown(history: History) -> str:
             lines.append(
                 f"| `{cell}` | {_md_escape(key)} | {values[0]:g} | {values[-1]:g} | {min(values):g} | {max(values):g} |"
             )
+    if images or note:
+        lines += ["", "## Throughput over time", ""]
+        lines += [f"![{Path(i).parent.name}]({i})" for i in images] or [f"- no plots: {note}"]
     problems = [p for r in history.runs for p in r.problems]
     if problems:
         lines += ["", "## Unreadable files", "", *(f"- {_md_escape(p)}" for p in problems)]
@@ -480,7 +485,10 @@ def write(history_dir: Path, out: Path) -> History:
     report's: `htmlreport.write_history`, which `stackfarm report --history` calls)."""
     history = build(load_history(history_dir))
     write_atomic(out / "history.json", json.dumps(to_json(history), indent=1))
-    write_atomic(out / "history.md", markdown(history))
+    images = [p.relative_to(out).as_posix() for p in trendplot.write(history.series, out)]
+    has_figures = any(trendplot.throughput_trends(figs) for figs in history.series.values())
+    note = trendplot.matplotlib_missing() if has_figures and not images else None
+    write_atomic(out / "history.md", markdown(history, images=images, note=note))
     return history
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "summary_html",
     "summary_markdown",
     "write_atomic",
+    "write_bytes_atomic",
     "write_skipped_suite",
     "write_steps",
     "write_summaries",
@@ -77,7 +78,7 @@ def report_from_json(data: Mapping[str, Any]) -> CellReport:
 # --------------------------------------------------------------------------- files
 
 
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
+def write_bytes_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
@@ -105,7 +106,7 @@ def _write_bytes_atomic(path: Path, data: bytes) -> None:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` so that readers see the old file or the new one, never a mix."""
-    _write_bytes_atomic(path, text.encode("utf-8"))
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 # --------------------------------------------------------------------------- junitparser, typed
@@ -116,7 +117,7 @@ def _write_xml(path: Path, xml: JUnitXml) -> None:
     xml.update_statistics()  # type: ignore[no-untyped-call]  # junitparser: unannotated
     buf = io.BytesIO()
     xml.write(buf)
-    _write_bytes_atomic(path, buf.getvalue())
+    write_bytes_atomic(path, buf.getvalue())
 
 
 def _append(root: JUnitXml, suite: TestSuite) -> None:
