@@ -105,7 +105,8 @@ class Settings:
     #: A model to serve; unset: a random Llama (+ EAGLE-3 draft) with dummy weights, written per run.
     model_path: str | None = None
     #: The dummy Llama's dimensions when model_path is unset (throughput._tiny.SHAPES): "llama-3-8b" decodes
-    #: GPU-bound (CV 0.1-1.5 % on the H200); "tiny" is cheaper but measures the scheduler (CV 12-22 %).
+    #: GPU-bound (CV 0.1-1.5 % on the H200; 16 GB of weights per server, so it wants >= 48 GB GPUs); "tiny"
+    #: fits anywhere but measures the scheduler (CV 12-22 %).
     model_shape: str = "llama-3-8b"
     draft_model_path: str | None = None
     attention_backend: str = "triton"
