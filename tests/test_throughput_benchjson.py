@@ -1,8 +1,9 @@
 """stackfarm.throughput.benchjson and .record: SGLang's bench output read into figures; throughput.json.
 
-The bench files in tests/test_throughput_fixtures/ are constructed from the sglang 0.5.15 wheel's code (key
-names, order, rounding, json.dumps), not captured from a run: see that folder's README.md. The last test
-checks them against the wheel itself, when the artifact cache holds it.
+The captured_bench_serving_*.jsonl files are real output of sglang 0.5.15's own `sglang.bench_serving` (run
+against fake_sglang: no GPU there; capture_bench_serving.py made them). The other bench files are constructed
+from the wheel's code (key names, order, rounding, json.dumps): see that folder's README.md; a test checks
+them against the wheel itself, when the artifact cache holds it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,39 @@ def test_bench_serving_result_file() -> None:
     assert (result.median_ttft_ms, result.median_itl_ms, result.p99_itl_ms) == (12.02, 1.521, 2.303)
     assert result.accept_length is None
     assert result.max_concurrency == 1
+
+
+def test_captured_bench_serving_files() -> None:
+    """Files SGLang's own bench client wrote: baseline and EAGLE-3 (accept length from /server_info)."""
+    (base,) = parse_bench_serving(
+        (FIXTURES / "captured_bench_serving_baseline.jsonl").read_text(encoding="utf-8"), origin="base"
+    )
+    assert (base.backend, base.dataset_name, base.completed, base.total_output_tokens) == (
+        "sglang",
+        "random-ids",
+        8,
+        256,
+    )
+    assert base.output_throughput == pytest.approx(256 / base.duration_s)
+    assert base.accept_length is None
+    assert base.max_concurrency is None  # unbounded: json null
+    assert 0 < base.median_ttft_ms < base.mean_ttft_ms * 2
+    (spec,) = parse_bench_serving(
+        (FIXTURES / "captured_bench_serving_eagle3.jsonl").read_text(encoding="utf-8"), origin="eagle3"
+    )
+    assert spec.accept_length == 2.0
+
+
+def test_a_server_that_streams_nothing_is_zero_tokens_though_the_tool_counts_them() -> None:
+    text = (FIXTURES / "captured_bench_serving_zero_tokens.jsonl").read_text(encoding="utf-8")
+    row = json.loads(text)
+    assert (row["completed"], row["total_output_tokens"], row["total_output_tokens_retokenized"]) == (
+        8,
+        256,
+        0,
+    )
+    with pytest.raises(ZeroTokensError, match=r"streamed no text \(total_output_tokens_retokenized = 0"):
+        parse_bench_serving(text, origin="zero.jsonl")
 
 
 def test_bench_that_returned_zero_tokens() -> None:

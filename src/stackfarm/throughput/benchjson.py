@@ -151,6 +151,16 @@ def parse_bench_serving(text: str, *, origin: str = "bench_serving.jsonl") -> tu
             raise ZeroTokensError(
                 f"{where}: the bench returned 0 tokens ({completed} requests completed, {total_output} output tokens)"
             )
+        # When a server streams no text at all, sglang 0.5.15's client still counts every request as a
+        # success of the requested length (captured: 8 requests, 256 tokens, 30034 tok/s); only the
+        # retokenized count of what actually came back says 0.
+        received = row.get("total_output_tokens_retokenized")
+        if isinstance(received, int) and not isinstance(received, bool) and received == 0:
+            raise ZeroTokensError(
+                f"{where}: the bench returned 0 tokens: the server streamed no text "
+                f"(total_output_tokens_retokenized = 0; the {total_output} output tokens and "
+                f"{row.get('output_throughput')} tok/s the tool reports are the requested lengths, not output)"
+            )
         result = ServingResult(
             backend=_get(row, "backend", str, where),
             dataset_name=_get(row, "dataset_name", str, where),

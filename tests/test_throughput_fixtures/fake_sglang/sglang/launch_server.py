@@ -1,5 +1,10 @@
 """A fake `python -m sglang.launch_server` for tests without a GPU (see ../../README.md).
 
+Like the real server, it streams "text" (the decoded completion so far) unless started with
+--skip-tokenizer-init, and takes "text" prompts too (one token per word). GET /server_info answers with
+SGLang's `internal_states` (avg_spec_accept_length under --speculative-algorithm) and GET /v1/models
+lists one model: both are what sglang.bench_serving reads.
+
 Environment: FAKE_SGLANG_MODE = ok | never-healthy | crash | zero-tokens (default ok);
 FAKE_SGLANG_TOKEN_S = seconds per decode step (default 0.002); FAKE_SGLANG_START_S = seconds of "loading"
 before /health answers 200 (default 0.3).
@@ -29,6 +34,8 @@ def log(text: str) -> None:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     speculative = False
+    #: --skip-tokenizer-init: token ids only, no "text" in the events.
+    ids_only = False
 
     def log_message(self, format: str, *args: Any) -> None:
         log(format % args)
@@ -45,6 +52,15 @@ class Handler(BaseHTTPRequestHandler):
                 log("health check received; the scheduler is stuck")
                 time.sleep(3600)  # never answers
             self._plain(200 if READY.is_set() else 503)
+        elif self.path == "/v1/models":  # what sglang.bench_serving polls until the server is ready
+            if not READY.is_set():
+                self._plain(503)
+                return
+            model = {"id": "fake-sglang", "object": "model", "owned_by": "sglang"}
+            self._plain(200, json.dumps({"object": "list", "data": [model]}).encode())
+        elif self.path == "/server_info":
+            state = {"avg_spec_accept_length": 2.0} if self.speculative else {}
+            self._plain(200, json.dumps({"internal_states": [state]}).encode())
         else:
             self._plain(404)
 
@@ -60,7 +76,9 @@ class Handler(BaseHTTPRequestHandler):
             self._plain(404)
             return
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        ids = body["input_ids"]
+        ids = body["input_ids"] if "input_ids" in body else body["text"]
+        if isinstance(ids, str) or (ids and isinstance(ids[0], str)):  # words stand for tokens
+            ids = [t.split() for t in ids] if isinstance(ids, list) else ids.split()
         batched = bool(ids) and isinstance(ids[0], list)
         prompts = ids if batched else [ids]
         new = int(body["sampling_params"]["max_new_tokens"])
@@ -88,6 +106,8 @@ class Handler(BaseHTTPRequestHandler):
                         meta["spec_accept_length"] = new / verify_steps
                         meta["spec_verify_ct"] = verify_steps
                     event: dict[str, Any] = {"output_ids": list(range(produced)), "meta_info": meta}
+                    if not self.ids_only:
+                        event["text"] = "".join(f" t{i}" for i in range(produced))
                     if batched:
                         event["index"] = index
                     self._event(event)
@@ -101,6 +121,7 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--speculative-algorithm", default=None)
+    parser.add_argument("--skip-tokenizer-init", action="store_true")
     args, _rest = parser.parse_known_args()
     log(f"argv {sys.argv[1:]}")
     if MODE == "crash":
@@ -110,6 +131,7 @@ def main() -> None:
         print("ImportError: cannot import name 'fp8_kernel' from 'sgl_kernel'", flush=True)
         sys.exit(1)
     Handler.speculative = args.speculative_algorithm is not None
+    Handler.ids_only = args.skip_tokenizer_init
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     log(f"listening on {args.host}:{args.port}; loading weights")
