@@ -21,7 +21,7 @@ import pytest
 
 from stackfarm.artifacts import Cache, Source, Target, find_artifact
 from stackfarm.numerics.tinymodels import ModelInputError
-from stackfarm.throughput._tiny import check_models, write_tiny_pair
+from stackfarm.throughput._tiny import check_models, write_dummy_pair
 from stackfarm.throughput.measure import (
     BASELINE,
     EAGLE3,
@@ -263,7 +263,7 @@ def test_server_env_is_offline_and_puts_the_cell_sglang_first(
 
 
 def test_tiny_pair_is_the_numerics_shape_and_fits(tmp_path: Path) -> None:
-    target, draft = write_tiny_pair(tmp_path)
+    target, draft = write_dummy_pair(tmp_path)
     check_models(str(target), str(draft))  # raises when the draft cannot serve the target
     config = json.loads((draft / "config.json").read_text(encoding="utf-8"))
     assert config["architectures"] == ["LlamaForCausalLMEagle3"]
@@ -271,8 +271,30 @@ def test_tiny_pair_is_the_numerics_shape_and_fits(tmp_path: Path) -> None:
     assert not list(target.glob("*.safetensors")), "dummy weights: SGLang fills them, nothing is written"
 
 
+def test_the_llama_3_8b_shape_has_its_dimensions_and_a_fitting_draft(tmp_path: Path) -> None:
+    target, draft = write_dummy_pair(tmp_path, "llama-3-8b")
+    assert target.name == "llama-3-8b-llama"
+    check_models(str(target), str(draft))
+    config = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    dims = {k: config[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "vocab_size")}
+    assert dims == {
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "vocab_size": 128256,
+    }
+    assert (config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]) == (32, 8, 128)
+    drafted = json.loads((draft / "config.json").read_text(encoding="utf-8"))
+    assert (drafted["target_hidden_size"], drafted["draft_vocab_size"]) == (4096, 128256)
+
+
+def test_an_unknown_model_shape_names_the_known_ones() -> None:
+    with pytest.raises(MeasureError, match=r"model_shape = 'llama3-8b'.*did you mean `llama-3-8b`"):
+        Settings.from_mapping({"model_shape": "llama3-8b"})
+
+
 def test_configured_models_are_checked_before_any_server(tmp_path: Path) -> None:
-    target, draft = write_tiny_pair(tmp_path)
+    target, draft = write_dummy_pair(tmp_path)
     with pytest.raises(ModelInputError, match="does not exist"):
         check_models(str(tmp_path / "missing"), None)
     small = json.loads((target / "config.json").read_text(encoding="utf-8")) | {"num_hidden_layers": 2}

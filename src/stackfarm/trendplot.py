@@ -5,7 +5,8 @@ that show images but not HTML: history.md on a code host, a CI artifact listing,
 panel per figure of 40-throughput: its median per run, with the bootstrap interval as a band.
 
 matplotlib is an optional extra (``pip install 'stackfarm[plots]'``, what ``nox -s report`` installs): the
-matrix job never needs it, so it does not pay for it. Without it `write` says so once and plots nothing.
+matrix job never needs it, so it does not pay for it. Without it `write` plots nothing and history.md
+says why (`matplotlib_missing`).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from stackfarm.cellspec import CellSpec, load
 from stackfarm.errors import StackfarmError
 from stackfarm.proc import call
 from stackfarm.throughput import benchjson, record
-from stackfarm.throughput._tiny import check_models, write_tiny_pair
+from stackfarm.throughput._tiny import check_models, write_dummy_pair
 from stackfarm.throughput.measure import (
     BASELINE,
     GpuInfo,
@@ -223,7 +223,7 @@ def _models(settings: Settings, scratch: Path) -> ModelPaths:
             settings.model_path, draft
         )  # a missing folder or a misfit draft, before any server starts
         return ModelPaths(target=settings.model_path, draft=draft, load_format=None)
-    tiny_target, tiny_draft = write_tiny_pair(scratch / "models", settings.model_shape)
+    tiny_target, tiny_draft = write_dummy_pair(scratch / "models", settings.model_shape)
     return ModelPaths(target=str(tiny_target), draft=str(tiny_draft), load_format="dummy")
 
 

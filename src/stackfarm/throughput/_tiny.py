@@ -5,9 +5,10 @@ SGLang 0.5.15 was seen to accept on the H200). Only the config.json files are wr
 run with ``--load-format dummy``: throughput does not depend on the weights' values, and this way the pytest
 process never imports torch. (Numerics needs real, peaked weights: it calls that module's write_* itself.)
 
-`SHAPES` names the shapes settings.model_shape may pick: "tiny" (the default: starts fast, but at ~1.5 ms a
-token it measures SGLang's Python scheduler more than the GPU) and "llama-3-8b" (Llama-3-8B's dimensions,
-16 GB of dummy bf16 weights per server: decode is bound by the GPU's memory bandwidth, as in production).
+`SHAPES` names the shapes settings.model_shape may pick: "llama-3-8b" (the suite's default: Llama-3-8B's
+dimensions, 16 GB of dummy bf16 weights per server, so decode is bound by the GPU's memory bandwidth, as in
+production) and "tiny" (the numerics suite's 4-layer model: fits any GPU, but at ~1.5 ms a token it measures
+SGLang's Python scheduler more than the GPU).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ SHAPES: dict[str, LlamaShape] = {
 }
 
 
-def write_tiny_pair(folder: Path, shape: str = "tiny") -> tuple[Path, Path]:
+def write_dummy_pair(folder: Path, shape: str = "tiny") -> tuple[Path, Path]:
     """Write <shape>-llama/ and <shape>-llama-eagle3/ config folders under `folder`; return their paths."""
     target, draft = folder / f"{shape}-llama", folder / f"{shape}-llama-eagle3"
     dims = SHAPES[shape]
@@ -49,4 +50,4 @@ def check_models(target: str, draft: str | None) -> None:
         check_draft(target_config, read_config(draft), role="eagle3")
 
 
-__all__ = ["SHAPES", "check_models", "write_tiny_pair"]
+__all__ = ["SHAPES", "check_models", "write_dummy_pair"]
