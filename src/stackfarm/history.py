@@ -486,8 +486,7 @@ def write(history_dir: Path, out: Path) -> History:
     history = build(load_history(history_dir))
     write_atomic(out / "history.json", json.dumps(to_json(history), indent=1))
     images = [p.relative_to(out).as_posix() for p in trendplot.write(history.series, out)]
-    has_figures = any(trendplot.throughput_trends(figs) for figs in history.series.values())
-    note = trendplot.matplotlib_missing() if has_figures and not images else None
+    note = None if images else trendplot.why_not(history.series)
     write_atomic(out / "history.md", markdown(history, images=images, note=note))
     return history
 

@@ -6,7 +6,7 @@ panel per figure of 40-throughput: its median per run, with the bootstrap interv
 
 matplotlib is an optional extra (``pip install 'stackfarm[plots]'``, what ``nox -s report`` installs): the
 matrix job never needs it, so it does not pay for it. Without it `write` plots nothing and history.md
-says why (`matplotlib_missing`).
+says why (`why_not`).
 """
 
 from __future__ import annotations
@@ -90,9 +90,18 @@ def matplotlib_missing() -> str | None:
     return None
 
 
+def _cells(series: Series) -> dict[str, dict[str, list[Point]]]:
+    return {cell: trends for cell, figs in sorted(series.items()) if (trends := throughput_trends(figs))}
+
+
+def why_not(series: Series) -> str | None:
+    """Why `write` draws nothing for `series` although it has throughput figures, or None."""
+    return matplotlib_missing() if _cells(series) else None
+
+
 def write(series: Series, reports_dir: Path) -> list[Path]:
     """One PNG per cell that has throughput figures; each written atomically. Nothing without matplotlib."""
-    cells = {cell: trends for cell, figs in sorted(series.items()) if (trends := throughput_trends(figs))}
+    cells = _cells(series)
     if not cells or matplotlib_missing() is not None:
         return []
     written = []
@@ -104,4 +113,4 @@ def write(series: Series, reports_dir: Path) -> list[Path]:
     return written
 
 
-__all__ = ["FILENAME", "Point", "matplotlib_missing", "render", "throughput_trends", "write"]
+__all__ = ["FILENAME", "Point", "matplotlib_missing", "render", "throughput_trends", "why_not", "write"]
