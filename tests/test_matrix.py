@@ -15,7 +15,8 @@ from packaging.specifiers import SpecifierSet
 from conftest import BASE_AXES, WriteMatrix
 from stackfarm import matrix
 from stackfarm.errors import ConfigError, ExitCode
-from stackfarm.matrix import AXES, Couple, Model, Override, Rule
+from stackfarm.stack import REQUIRED_AXES
+from stackfarm.matrix import Couple, Model, Override, Rule
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,7 +75,7 @@ def test_real_matrix_loads_as_written() -> None:
         "sglang": ("0.5.9", "0.5.10"),
         "python": ("3.11",),
     }
-    assert tuple(m.axes) == AXES
+    assert tuple(m.axes) == REQUIRED_AXES
     assert m.couples == (
         Couple(name="cuda-torch", axes=("cuda", "torch"), rows=(("12.8", "2.9.1"), ("13.0", "2.9.1+cu130"))),
         Couple(
@@ -511,7 +512,7 @@ def test_override_of_an_axis_that_cannot_be_overridden(write_matrix: WriteMatrix
     exc = load_fails(path)
     assert "override axis `sglang` cannot be overridden" in str(exc)
     assert exc.line == line_no(path, 'axis = "sglang"')
-    assert "torch, sgl_kernel or flashinfer" in exc.fix
+    assert "torch, sgl_kernel, flashinfer" in exc.fix
 
 
 def test_override_without_a_reason(write_matrix: WriteMatrix) -> None:

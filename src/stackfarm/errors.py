@@ -12,15 +12,20 @@ from pathlib import Path
 
 
 class ExitCode(enum.IntEnum):
-    #: Every cell that ran passed (or was reused from a passing run).
+    """What a stackfarm command's exit status means; a CI gate can trust each value (see the README)."""
+
+    #: Every cell passed: every enabled suite ran and every required testcase passed.
     OK = 0
-    #: At least one cell failed a suite, hit a conflict or an error.
+    #: At least one cell failed: a suite failed or errored, a patch did not apply, or a planned cell conflicts.
     CELLS_FAILED = 1
     #: matrix.toml (or a command-line argument) is invalid; nothing ran.
     CONFIG = 2
-    #: A package index or the artifact cache could not be used; nothing ran.
-    ARTIFACTS = 3
-    #: The run was interrupted (Ctrl-C); finished cells kept their reports.
+    #: Nothing failed, but some cell is incomplete: a required testcase or a suite was skipped (no GPU, a gate).
+    INCOMPLETE = 3
+    #: The environment stood in the way (a package index unreachable, the container engine down, the cache
+    #: unusable): nothing failed, but some cell has no verdict.
+    ENVIRONMENT = 4
+    #: The run was interrupted (Ctrl-C, SIGTERM); finished cells kept their reports, no half verdict is kept.
     INTERRUPTED = 130
 
 
@@ -49,7 +54,13 @@ class ConfigError(StackfarmError):
 class ArtifactError(StackfarmError):
     """A wheel could not be found, fetched, verified or unpacked."""
 
-    exit_code = ExitCode.ARTIFACTS
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class EnvironmentProblem(StackfarmError):
+    """Something outside the stack under test stands in the way (an engine down, a read-only folder)."""
+
+    exit_code = ExitCode.ENVIRONMENT
 
 
 class IndexUnreachableError(ArtifactError):
@@ -70,6 +81,7 @@ __all__ = [
     "ArtifactError",
     "CellError",
     "ConfigError",
+    "EnvironmentProblem",
     "ExitCode",
     "IndexUnreachableError",
     "StackfarmError",

@@ -20,9 +20,7 @@ from packaging.version import InvalidVersion, Version
 
 from .artifacts import Source
 from .errors import ConfigError, did_you_mean
-
-#: The axes of a cell, in the order they appear in a cell id.
-AXES = ("cuda", "torch", "sgl_kernel", "flashinfer", "sglang", "python")
+from .stack import AXES, BY_AXIS, PINNED_AXES
 
 _TOP_KEYS = (
     "axes",
@@ -154,6 +152,8 @@ class _Doc:
     def __init__(self, path: Path, text: str) -> None:
         self.path = path
         self.lines = text.splitlines()
+        #: The axes this matrix declares (set once [axes] is read): optional axes may be absent.
+        self.axes: tuple[str, ...] = ()
 
     def line_of(self, table: str, key: str | None = None, *, nth: int = 0) -> int | None:
         """The 1-based line of `key` inside [table] (or of the table header), best effort.
@@ -265,6 +265,7 @@ def _version(doc: _Doc, table: str, key: str, value: object, *, nth: int = 0) ->
 def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
     _check_keys(doc, "top level", data, _TOP_KEYS)
     axes = _axes(doc, _table(doc, data, "axes"))
+    doc.axes = tuple(axes)
     indexes, default_index = _indexes(doc, _table(doc, data, "indexes"))
     platform = _table(doc, data, "platform")
     _check_keys(doc, "platform", platform, ("tag",))
@@ -319,10 +320,14 @@ def _axes(doc: _Doc, table: dict[str, Any]) -> dict[str, tuple[str, ...]]:
     axes: dict[str, tuple[str, ...]] = {}
     for axis in AXES:
         if axis not in table:
-            if axis == "python":
-                axes[axis] = ("3.11",)
-                continue
-            raise doc.error(f"axis `{axis}` is missing", table="axes", fix=f'add {axis} = ["..."] to [axes]')
+            part = BY_AXIS[axis]
+            if part.default is not None:
+                axes[axis] = part.default
+            elif not part.optional:
+                raise doc.error(
+                    f"axis `{axis}` is missing", table="axes", fix=f'add {axis} = ["..."] to [axes]'
+                )
+            continue
         values = table[axis]
         if not isinstance(values, list) or not values:
             raise doc.error(
@@ -402,7 +407,7 @@ def _rules(doc: _Doc, data: Mapping[str, Any], key: str) -> tuple[Rule, ...]:
     for nth, entry in enumerate(_array_of_tables(doc, data, key)):
         match = _match(doc, key, entry, nth)
         if key == "include":
-            missing = [axis for axis in AXES if axis not in entry and axis != "python"]
+            missing = [axis for axis in doc.axes if axis not in entry and axis != "python"]
             if missing:
                 raise doc.error(
                     f"an [[include]] cell must give every axis; missing {', '.join(missing)}",
@@ -421,12 +426,12 @@ def _overrides(doc: _Doc, data: Mapping[str, Any]) -> tuple[Override, ...]:
     for nth, entry in enumerate(_array_of_tables(doc, data, "override")):
         _check_keys(doc, "override", entry, ("when", "axis", "reason"), nth=nth)
         axis = entry.get("axis")
-        if axis not in ("torch", "sgl_kernel", "flashinfer"):
+        if axis not in PINNED_AXES:
             raise doc.error(
                 f"override axis `{axis}` cannot be overridden",
                 table="override",
                 key="axis",
-                fix="use torch, sgl_kernel or flashinfer (the pins sglang declares)",
+                fix=f"use {', '.join(PINNED_AXES)} (the pins sglang declares)",
                 nth=nth,
             )
         if not entry.get("reason"):

@@ -14,19 +14,11 @@ from dataclasses import dataclass
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import Version
 
+from . import stack
 from .errors import ConfigError
-from .matrix import AXES, Matrix, Override, Rule
-
-#: Which cell axis each distribution that sglang pins belongs to.
-DISTRIBUTION_AXIS = {
-    "torch": "torch",
-    "sgl-kernel": "sgl_kernel",
-    "sglang-kernel": "sgl_kernel",
-    "flashinfer-python": "flashinfer",
-    "flashinfer-cubin": "flashinfer",
-}
+from .matrix import Matrix, Override, Rule
+from .stack import cell_id
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,36 +68,17 @@ class Plan:
 
 
 def kernel_distribution(version: str) -> str:
-    """sgl-kernel was renamed sglang-kernel at 0.4.0."""
-    return "sglang-kernel" if Version(version) >= Version("0.4") else "sgl-kernel"
-
-
-def cell_id(values: Mapping[str, str], *, with_python: bool = False) -> str:
-    cuda = values["cuda"].replace(".", "")
-    torch = Version(values["torch"]).public
-    parts = [
-        f"cu{cuda}",
-        f"torch{torch}",
-        f"sk{values['sgl_kernel']}",
-        f"fi{values['flashinfer']}",
-        f"sgl{values['sglang']}",
-    ]
-    if with_python:
-        parts.append(f"py{values['python']}")
-    return "-".join(parts)
+    """The distribution of an sgl_kernel axis value (sgl-kernel was renamed sglang-kernel at 0.4.0)."""
+    return stack.distributions("sgl_kernel", version)[0]
 
 
 def components(matrix: Matrix, values: Mapping[str, str]) -> tuple[Component, ...]:
-    wanted = [
-        ("torch", "torch", values["torch"]),
-        ("sgl_kernel", kernel_distribution(values["sgl_kernel"]), values["sgl_kernel"]),
-        ("flashinfer", "flashinfer-python", values["flashinfer"]),
-        ("flashinfer", "flashinfer-cubin", values["flashinfer"]),
-        ("sglang", "sglang", values["sglang"]),
-    ]
+    """The wheels of a cell, in the stack table's order (axes absent from the matrix have none)."""
     return tuple(
-        Component(axis=axis, distribution=dist, version=version, index=matrix.index_for(dist, version))
-        for axis, dist, version in wanted
+        Component(axis=axis, distribution=dist, version=values[axis], index=matrix.index_for(dist, values[axis]))
+        for axis in stack.WHEEL_AXES
+        if axis in values
+        for dist in stack.distributions(axis, values[axis], values)
     )
 
 
@@ -115,7 +88,7 @@ def _combinations(matrix: Matrix) -> list[dict[str, str]]:
     for couple in matrix.couples:
         units.append([dict(zip(couple.axes, row, strict=True)) for row in couple.rows])
         coupled.update(couple.axes)
-    for axis in AXES:
+    for axis in matrix.axes:
         if axis not in coupled:
             units.append([{axis: value} for value in matrix.axes[axis]])
     combos = []
@@ -123,7 +96,7 @@ def _combinations(matrix: Matrix) -> list[dict[str, str]]:
         merged: dict[str, str] = {}
         for part in choice:
             merged.update(part)
-        combos.append({axis: merged[axis] for axis in AXES})
+        combos.append({axis: merged[axis] for axis in stack.AXES if axis in merged})
     return combos
 
 
@@ -180,7 +153,7 @@ def _make_cell(matrix: Matrix, values: Mapping[str, str], origin: str, with_pyth
     )
     return Cell(
         id=cell_id(values, with_python=with_python),
-        values=tuple((axis, values[axis]) for axis in AXES),
+        values=tuple((axis, values[axis]) for axis in stack.AXES if axis in values),
         components=components(matrix, values),
         patch_sets=patch_sets,
         origin=origin,
@@ -199,8 +172,8 @@ def pin_problems(cell: Cell, pins: Sequence[Requirement]) -> list[tuple[str, str
         by_axis.setdefault(comp.axis, []).append(comp)
     for req in pins:
         name = canonicalize_name(req.name)
-        axis = DISTRIBUTION_AXIS.get(name)
-        if axis is None:
+        axis = stack.DISTRIBUTION_AXIS.get(name)
+        if axis is None or axis not in by_axis:
             continue
         mine = by_axis[axis]
         same = [c for c in mine if c.distribution == name]

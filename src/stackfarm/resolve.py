@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 
 from packaging.requirements import Requirement
@@ -17,15 +17,8 @@ from packaging.requirements import Requirement
 from .artifacts import Artifact, Cache, Target, find_artifact, requires_dist
 from .errors import ArtifactError, ConfigError, IndexUnreachableError
 from .matrix import Matrix, locate
-from .plan import Component, kernel_distribution
-
-#: The distributions each axis value stands for.
-AXIS_DISTRIBUTIONS: dict[str, Callable[[str], tuple[str, ...]]] = {
-    "torch": lambda _: ("torch",),
-    "sgl_kernel": lambda v: (kernel_distribution(v),),
-    "flashinfer": lambda _: ("flashinfer-python", "flashinfer-cubin"),
-    "sglang": lambda _: ("sglang",),
-}
+from .plan import Component
+from .stack import WHEEL_AXES, distributions
 
 
 class Resolver:
@@ -63,15 +56,17 @@ class Resolver:
         unreachable indexes are returned as {(distribution, version): reason} so only their cells fail."""
         unreachable: dict[tuple[str, str], str] = {}
         python = self.matrix.axes["python"][0]
-        values = {
-            (axis, v)
-            for axis in ("torch", "sgl_kernel", "flashinfer", "sglang")
-            for v in self.matrix.axes[axis]
-        }
-        values |= {
-            (axis, v) for rule in self.matrix.include for axis, v in rule.match if axis in AXIS_DISTRIBUTIONS
-        }
-        wanted = [(axis, dist, v) for axis, v in sorted(values) for dist in AXIS_DISTRIBUTIONS[axis](v)]
+        values = {(axis, v) for axis in WHEEL_AXES for v in self.matrix.axes.get(axis, ())}
+        values |= {(axis, v) for rule in self.matrix.include for axis, v in rule.match if axis in WHEEL_AXES}
+        cudas = self.matrix.axes.get("cuda", ())
+        wanted = sorted(
+            {
+                (axis, dist, v)
+                for axis, v in values
+                for cuda in cudas
+                for dist in distributions(axis, v, {"cuda": cuda})
+            }
+        )
         for axis, dist, version in wanted:
             comp = Component(
                 axis=axis, distribution=dist, version=version, index=self.matrix.index_for(dist, version)
@@ -81,7 +76,7 @@ class Resolver:
             except IndexUnreachableError as exc:
                 unreachable[(dist, version)] = str(exc)
             except ArtifactError as exc:
-                in_axes = version in self.matrix.axes[axis]
+                in_axes = version in self.matrix.axes.get(axis, ())
                 raise ConfigError(
                     self.matrix.path,
                     f"{'[axes]' if in_axes else '[[include]]'} {axis} = {version!r}: {exc}",

@@ -16,17 +16,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from . import history, htmlreport
-from .artifacts import Cache
-from .backends import NAMES, get_backend
-from .backends.host import HostBackend
-from .errors import ExitCode, StackfarmError
-from .matrix import Matrix, load
-from .plan import Plan, plan, select
-from .reports import CellReport, report_from_json, write_summaries
-from .resolve import Resolver
-from .runner import Runner, RunOptions, cell_passed, gpu_unavailable_reason
-from .ui import CellProgress
+from .. import history, htmlreport
+from ..artifacts import Cache
+from ..backends import NAMES, get_backend
+from ..backends.host import HostBackend
+from ..errors import ExitCode, StackfarmError
+from ..matrix import Matrix, load
+from ..plan import Plan, plan, select
+from ..reports import CellReport, report_from_json, write_summaries
+from ..resolve import Resolver
+from ..runner import Runner, RunOptions, cell_passed, gpu_unavailable_reason
+from ..ui import CellProgress
 
 
 def _parser() -> argparse.ArgumentParser:
