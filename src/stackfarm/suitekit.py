@@ -1,5 +1,11 @@
-"""What every suite's GPU testcases need, in one place: skip without a GPU, import the cell's stack only after
-checking that the suite's Python holds the versions the cell describes."""
+"""What every suite's testcases need, in one place: skip without a GPU, say "does not apply" the one way the
+verdict rule reads, import the cell's stack only after checking that the suite's Python holds the versions the
+cell describes.
+
+A plain skip is an unanswered question: it makes the cell *incomplete* (stackfarm.verdict). A testcase that
+does not apply to this cell at all (a component the cell does not have, a feature a release does not carry)
+calls `not_applicable`, whose skip message starts with `NOT_APPLICABLE`; only those skips leave a cell green.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,15 @@ from packaging.version import Version
 from .cellspec import CellSpec
 
 
+#: The prefix of a skip message that means "this testcase does not apply to this cell" (not a missing answer).
+NOT_APPLICABLE = "n/a: "
+
+
+def not_applicable(reason: str) -> None:
+    """Skip a testcase that has no question to answer for this cell; the verdict does not count it missing."""
+    pytest.skip(NOT_APPLICABLE + reason)
+
+
 def need_gpu(cell: CellSpec) -> None:
     """Skip (never pass) where no GPU is usable, with the reason the runner found."""
     if cell.no_gpu_reason is not None:
@@ -24,7 +39,7 @@ def check_installed(cell: CellSpec, distributions: Sequence[str]) -> str:
     """The installed version of the first of `distributions` the cell has; fail unless it is the cell's."""
     comp = next((c for c in cell.components if c.distribution in distributions), None)
     if comp is None:
-        pytest.skip(f"the cell has no {' / '.join(distributions)}")
+        not_applicable(f"the cell has no {' / '.join(distributions)}")
     installed = None
     for dist in distributions:
         try:
@@ -54,4 +69,4 @@ def stack_module(cell: CellSpec, module: str, distributions: Sequence[str]) -> M
     return importlib.import_module(module)
 
 
-__all__ = ["check_installed", "need_gpu", "stack_module"]
+__all__ = ["NOT_APPLICABLE", "check_installed", "need_gpu", "not_applicable", "stack_module"]
