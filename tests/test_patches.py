@@ -7,6 +7,7 @@ The integration tests take the real sglang wheels from PyPI through the artifact
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import hashlib
@@ -24,6 +25,7 @@ from packaging.specifiers import SpecifierSet
 from stackfarm import matrix as matrix_mod
 from stackfarm import patches as P
 from stackfarm.artifacts import Cache, Source, Target, find_artifact
+from stackfarm.cli import patches as patches_cli
 from stackfarm.errors import ConfigError
 from stackfarm.matrix import PatchSet
 
@@ -553,7 +555,7 @@ def test_port_lists_conflicts_by_file_and_hunk_then_resolve_writes_the_patch(
     assert P.resolve_conflicts(out, new) == ["0001-table.patch"]
     assert (out / "series").read_text().splitlines()[-1] == "0001-table.patch"
     assert not (out / "conflicts").exists()
-    assert [r.status for r in P._verify(out, new, "0.5.10")] == ["applied"]
+    assert [r.status for r in P.verify_ported(out, new, "0.5.10")] == ["applied"]
 
 
 def test_port_retires_a_patch_upstream_already_has(tmp_path: Path) -> None:
@@ -935,9 +937,19 @@ def test_port_on_real_releases(
     assert [p.status for p in kimi.patches] == ["upstreamed"]
 
 
+def _patches_cli(argv: list[str]) -> int:
+    """``stackfarm patches ARGV...`` as the top-level command line runs it."""
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command", required=True)
+    patches_cli.register(sub)
+    args = parser.parse_args(["patches", *argv])
+    code: int = args.func(args)
+    return code
+
+
 @pytest.mark.integration
 def test_check_cli_on_cached_releases(capsys: pytest.CaptureFixture[str]) -> None:
-    code = P.main(
+    code = _patches_cli(
         ["--matrix", str(REPO / "matrix.toml"), "check", "--version", "0.5.9", "--version", "0.5.10"]
     )
     out = capsys.readouterr().out
