@@ -1,0 +1,600 @@
+"""Expressions for `pysource.Evaluator`: names across modules, attributes, calls and function bodies.
+
+`ExpressionEvaluator` holds the evaluator's state and evaluates one expression at a time, one method per node
+type (`_EXPRESSIONS`); running a function's body, a module's top level or a class body is a statement matter,
+left to `pysource.Evaluator` (`_exec_block`, `_exec`).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import PurePosixPath
+from typing import Any
+
+from stackfarm.analysis.arch import Arch
+from stackfarm.analysis.pyplatform import Platform
+from stackfarm.analysis.pyvalues import (
+    BIN_OPS,
+    CMP_OPS,
+    MAX_DEPTH,
+    MAX_STEPS,
+    MAX_UNROLL,
+    PURE_METHODS,
+    STARS,
+    UNKNOWN,
+    BoundMethod,
+    Budget,
+    ClassValue,
+    Crash,
+    Decision,
+    DeviceProperties,
+    End,
+    Environ,
+    External,
+    Frame,
+    Function,
+    Identity,
+    ImportRef,
+    Instance,
+    ModuleRef,
+    PathValue,
+    apply_op,
+    decorated,
+    exception_name,
+    freeze,
+    join,
+    memo_key,
+    node_text,
+    reassigned_attrs,
+    truth,
+)
+from stackfarm.analysis.sourcetree import SourceTree
+
+
+class ExpressionEvaluator:
+    """The evaluator's state, module namespaces and expressions; see `pysource.Evaluator` for the arguments."""
+
+    def __init__(
+        self,
+        tree: SourceTree,
+        gpu: Arch,
+        cuda: str,
+        *,
+        observe: Callable[[str, tuple[object, ...]], object] | None = None,
+        assume: Mapping[str, object] | None = None,
+        opaque: Sequence[str] = ("torch",),
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.tree = tree
+        self._environ = Environ(environ or {})
+        self.assume = dict(assume or {})
+        self.opaque = tuple(opaque)
+        self.gpu = gpu
+        self.cuda = cuda
+        self.observe = observe
+        self.platform = Platform(gpu, cuda, self._environ, observe)
+        self._namespaces: dict[str, dict[str, object]] = {}
+        self._loading: set[str] = set()
+        self._runtime_globals: dict[str, frozenset[str]] = {}
+        self._memo: dict[tuple[object, ...], object] = {}
+        self._active: set[int] = set()
+        self._depth = 0
+        self._steps = 0
+
+    # ----------------------------------------------------------------------- statements (pysource.Evaluator)
+
+    def _exec_block(self, body: Sequence[ast.stmt], frame: Frame) -> list[End]:
+        """Run statements; returns how the paths through them end."""
+        raise NotImplementedError
+
+    def _exec(self, stmt: ast.stmt, frame: Frame) -> list[End]:
+        raise NotImplementedError
+
+    def _tick(self) -> None:
+        self._steps += 1
+        if self._steps > MAX_STEPS:
+            raise Budget
+
+    # ----------------------------------------------------------------------- modules and names
+
+    def namespace(self, module: str) -> dict[str, object]:
+        """The module's globals after its top level ran (lazily, once); a module being loaded sees a partial one."""
+        if module in self._namespaces:
+            return self._namespaces[module]
+        tree = self.tree.module(module)
+        path = self.tree.path_of(module)
+        env: dict[str, object] = {"__name__": module, "__file__": str(path) if path else UNKNOWN}
+        self._namespaces[module] = env
+        if tree is None:
+            return env
+        self._loading.add(module)
+        try:
+            frame = Frame(module, env)
+            self._exec_block(tree.body, frame)
+        except Budget:
+            pass
+        finally:
+            self._loading.discard(module)
+        for name in self._runtime_set(module, tree):
+            env[name] = UNKNOWN
+        return env
+
+    def _runtime_set(self, module: str, tree: ast.Module) -> frozenset[str]:
+        if module not in self._runtime_globals:
+            names = {
+                name
+                for node in ast.walk(tree)
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                for inner in ast.walk(node)
+                if isinstance(inner, ast.Global)
+                for name in inner.names
+            }
+            self._runtime_globals[module] = frozenset(names)
+        return self._runtime_globals[module]
+
+    def _global(self, module: str, name: str) -> object:
+        env = self.namespace(module)
+        if name in env:
+            return env[name]
+        stars = env.get(STARS, ())
+        for star in stars if isinstance(stars, tuple) else ():
+            value = self._from_module(star, name)
+            if value is not UNKNOWN:
+                return value
+        if hasattr(builtins, name):
+            return External(f"builtins.{name}")
+        return UNKNOWN
+
+    def _in_tree(self, module: str) -> bool:
+        if any(module == o or module.startswith(f"{o}.") for o in self.opaque):
+            return False
+        return self.tree.path_of(module) is not None
+
+    def _from_module(self, module: str, name: str) -> object:
+        if not self._in_tree(module):
+            return External(f"{module}.{name}")
+        if self.tree.path_of(f"{module}.{name}") and name not in self.namespace(module):
+            return ModuleRef(f"{module}.{name}")
+        return self._global(module, name)
+
+    def _deref(self, value: object) -> object:
+        for _ in range(32):
+            if not isinstance(value, ImportRef):
+                return value
+            value = self._from_module(value.module, value.name)
+        return UNKNOWN
+
+    def _bind(self, target: ast.expr, value: object, frame: Frame) -> None:
+        if isinstance(target, ast.Name):
+            frame.env[target.id] = value
+        elif isinstance(target, ast.Tuple | ast.List):
+            items: Sequence[object]
+            if isinstance(value, tuple | list) and len(value) == len(target.elts):
+                items = value
+            else:
+                items = [UNKNOWN] * len(target.elts)
+            for sub, item in zip(target.elts, items, strict=True):
+                self._bind(sub, item, frame)
+        elif isinstance(target, ast.Attribute):
+            obj = self._eval(target.value, frame)
+            if isinstance(obj, Instance):
+                obj.attrs[target.attr] = value
+        elif isinstance(target, ast.Starred):
+            self._bind(target.value, UNKNOWN, frame)
+
+    # ----------------------------------------------------------------------- expressions
+
+    def _eval(self, node: ast.expr, frame: Frame) -> object:
+        self._tick()
+        rule = _EXPRESSIONS.get(type(node))
+        return UNKNOWN if rule is None else rule(self, node, frame)
+
+    def _constant(self, node: ast.Constant, frame: Frame) -> object:  # noqa: ARG002  # the rules' signature
+        return node.value
+
+    def _name(self, node: ast.Name, frame: Frame) -> object:
+        if node.id in frame.env:
+            return self._deref(frame.env[node.id])
+        return self._deref(self._global(frame.module, node.id))
+
+    def _attribute(self, node: ast.Attribute, frame: Frame) -> object:
+        return self._getattr(self._eval(node.value, frame), node.attr)
+
+    def _unaryop(self, node: ast.UnaryOp, frame: Frame) -> object:
+        operand = self._eval(node.operand, frame)
+        if isinstance(node.op, ast.Not):
+            t = truth(operand)
+            return UNKNOWN if t is UNKNOWN else not t
+        if operand is UNKNOWN or not isinstance(operand, int | float):
+            return UNKNOWN
+        return -operand if isinstance(node.op, ast.USub) else operand
+
+    def _binop(self, node: ast.BinOp, frame: Frame) -> object:
+        left, right = self._eval(node.left, frame), self._eval(node.right, frame)
+        if isinstance(node.op, ast.Div) and isinstance(left, PathValue) and isinstance(right, str):
+            return PathValue(f"{left.text}/{right}")
+        return apply_op(BIN_OPS.get(type(node.op)), left, right)
+
+    def _ifexp(self, node: ast.IfExp, frame: Frame) -> object:
+        test = truth(self._eval(node.test, frame))
+        if test is UNKNOWN:
+            return join(self._eval(node.body, frame), self._eval(node.orelse, frame))
+        return self._eval(node.body if test else node.orelse, frame)
+
+    def _sequence(self, node: ast.Tuple | ast.List | ast.Set, frame: Frame) -> object:
+        items = [self._eval(e, frame) for e in node.elts]
+        if any(isinstance(e, ast.Starred) for e in node.elts):
+            return UNKNOWN
+        if isinstance(node, ast.Set):
+            return freeze(items)
+        return tuple(items) if isinstance(node, ast.Tuple) else items
+
+    def _joinedstr(self, node: ast.JoinedStr, frame: Frame) -> object:
+        parts = []
+        for value in node.values:
+            part = self._eval(value.value if isinstance(value, ast.FormattedValue) else value, frame)
+            if part is UNKNOWN or isinstance(part, External | Function | Instance | ImportRef | ClassValue):
+                return UNKNOWN
+            parts.append(str(part))
+        return "".join(parts)
+
+    def _lambda(self, node: ast.Lambda, frame: Frame) -> object:
+        return Function(frame.module, node, "<lambda>", closure=dict(frame.env))
+
+    def _namedexpr(self, node: ast.NamedExpr, frame: Frame) -> object:
+        bound = self._eval(node.value, frame)
+        self._bind(node.target, bound, frame)
+        return bound
+
+    def _comprehension(
+        self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, frame: Frame
+    ) -> object:
+        """A comprehension over known, short sequences; unknown as soon as an item or a condition is."""
+        rows: list[dict[str, object]] = [dict(frame.env)]
+        for gen in node.generators:
+            if gen.is_async:
+                return UNKNOWN
+            next_rows: list[dict[str, object]] = []
+            for env in rows:
+                items = self._eval(gen.iter, Frame(frame.module, env, frame.decision, frame.self_obj))
+                if not isinstance(items, list | tuple | set | frozenset | range | str | dict):
+                    return UNKNOWN
+                if len(items) > MAX_UNROLL:
+                    return UNKNOWN
+                for item in list(items):
+                    inner = Frame(frame.module, dict(env), frame.decision, frame.self_obj)
+                    self._bind(gen.target, item, inner)
+                    keep = True
+                    for cond in gen.ifs:
+                        t = truth(self._eval(cond, inner))
+                        if t is UNKNOWN:
+                            return UNKNOWN
+                        keep = keep and bool(t)
+                    if keep:
+                        next_rows.append(inner.env)
+            rows = next_rows
+        values: list[object] = []
+        pairs: list[tuple[object, object]] = []
+        for env in rows:
+            inner = Frame(frame.module, env, frame.decision, frame.self_obj)
+            if isinstance(node, ast.DictComp):
+                pairs.append((self._eval(node.key, inner), self._eval(node.value, inner)))
+            else:
+                values.append(self._eval(node.elt, inner))
+        if any(v is UNKNOWN for pair in pairs for v in pair) or any(v is UNKNOWN for v in values):
+            return UNKNOWN
+        try:
+            if isinstance(node, ast.DictComp):
+                return dict(pairs)  # unhashable keys raise TypeError, handled below
+            return set(values) if isinstance(node, ast.SetComp) else values
+        except TypeError:
+            return UNKNOWN
+
+    def _boolop(self, node: ast.BoolOp, frame: Frame) -> object:
+        # Python's short-circuit, with unknowns: `x and y` is falsy as soon as one operand is known falsy.
+        want_and = isinstance(node.op, ast.And)
+        unknown = False
+        last: object = None
+        for operand in node.values:
+            last = self._eval(operand, frame)
+            t = truth(last)
+            if t is UNKNOWN:
+                unknown = True
+                continue
+            if t is not want_and:  # `and` met a falsy operand / `or` met a truthy one: decided
+                frame.decision = Decision(frame.module, operand.lineno, node_text(operand), bool(t))
+                return last if not unknown else (not want_and)
+        return UNKNOWN if unknown else last
+
+    def _compare(self, node: ast.Compare, frame: Frame) -> object:
+        left = self._eval(node.left, frame)
+        result: object = True
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            right = self._eval(right_node, frame)
+            if isinstance(op, ast.Is | ast.IsNot) and (left is None or right is None):
+                if left is UNKNOWN or right is UNKNOWN:
+                    return UNKNOWN
+                outcome: object = (left is right) == isinstance(op, ast.Is)
+            else:
+                outcome = apply_op(CMP_OPS[type(op)], left, right)
+            if outcome is UNKNOWN:
+                result = UNKNOWN
+            elif not outcome:
+                return False
+            left = right
+        return result
+
+    def _dict(self, node: ast.Dict, frame: Frame) -> object:
+        out: dict[object, object] = {}
+        for key_node, value_node in zip(node.keys, node.values, strict=True):
+            if key_node is None:
+                return UNKNOWN
+            key = self._eval(key_node, frame)
+            if key is UNKNOWN:
+                return UNKNOWN
+            try:
+                out[key] = self._eval(value_node, frame)
+            except TypeError:
+                return UNKNOWN
+        return out
+
+    def _subscript(self, node: ast.Subscript, frame: Frame) -> object:
+        container = self._eval(node.value, frame)
+        if isinstance(node.slice, ast.Slice):
+            lo = self._eval(node.slice.lower, frame) if node.slice.lower else None
+            hi = self._eval(node.slice.upper, frame) if node.slice.upper else None
+            if (
+                isinstance(container, tuple | list | str)
+                and isinstance(lo, int | None)
+                and isinstance(hi, int | None)
+            ):
+                return container[lo:hi]
+            return UNKNOWN
+        key = self._eval(node.slice, frame)
+        if key is UNKNOWN or container is UNKNOWN:
+            return UNKNOWN
+        if isinstance(container, dict):
+            try:
+                if key in container:
+                    return container[key]
+            except TypeError:
+                return UNKNOWN
+            if isinstance(container, Environ):
+                return UNKNOWN  # the deployment may set it: only .get() and `in` read "unset"
+            raise Crash("KeyError", repr(key), frame.module, node.lineno, node_text(node))
+        if isinstance(container, tuple | list | str) and isinstance(key, int):
+            try:
+                return container[key]
+            except IndexError:
+                raise Crash("IndexError", repr(key), frame.module, node.lineno, node_text(node)) from None
+        return UNKNOWN
+
+    # ----------------------------------------------------------------------- attributes and calls
+
+    def _getattr(self, obj: object, attr: str) -> object:
+        obj = self._deref(obj)
+        if attr in self.assume and (obj is UNKNOWN or (isinstance(obj, Instance) and attr not in obj.attrs)):
+            return self.assume[attr]
+        if isinstance(obj, ModuleRef):
+            if self.tree.path_of(f"{obj.name}.{attr}") and attr not in self.namespace(obj.name):
+                return ModuleRef(f"{obj.name}.{attr}")
+            return self._deref(self._global(obj.name, attr))
+        if isinstance(obj, External):
+            return self.platform.attr(obj.dotted, attr)
+        if isinstance(obj, Instance):
+            return self._instance_attr(obj, attr)
+        if isinstance(obj, ClassValue):
+            return self._class_attr(obj, attr)
+        return _value_attr(obj, attr)
+
+    def _instance_attr(self, obj: Instance, attr: str) -> object:
+        if attr in obj.attrs:
+            return obj.attrs[attr]
+        value = self._class_attr(obj.cls, attr) if obj.cls else UNKNOWN
+        if isinstance(value, Function) and not isinstance(value.node, ast.Lambda):
+            if decorated(value.node, "staticmethod"):
+                return value
+            bound = Function(value.module, value.node, value.qualname, (obj, *value.args), value.kwargs)
+            if decorated(value.node, "property"):
+                return self._call(bound, (), {})
+            return bound
+        return value
+
+    def _class_attr(self, cls: ClassValue, attr: str) -> object:
+        if cls.namespace is None:
+            cls.namespace = {}
+            frame = Frame(cls.module, cls.namespace)
+            # class bodies see module globals through _global; names bound in the body land in the namespace
+            for stmt in cls.node.body:
+                if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+                    cls.namespace[stmt.name] = Function(cls.module, stmt, f"{cls.qualname}.{stmt.name}")
+                elif isinstance(stmt, ast.Assign | ast.AnnAssign):
+                    try:
+                        self._exec(stmt, frame)
+                    except Crash:
+                        continue
+        if attr in cls.namespace:
+            return cls.namespace[attr]
+        for base in cls.node.bases:
+            base_value = self._deref(self._eval(base, Frame(cls.module, {})))
+            if isinstance(base_value, ClassValue) and base_value is not cls:
+                found = self._class_attr(base_value, attr)
+                if found is not UNKNOWN:
+                    return found
+        return UNKNOWN
+
+    def _call_node(self, node: ast.Call, frame: Frame) -> object:
+        func = self._deref(self._eval(node.func, frame))
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            return UNKNOWN
+        args = tuple(self._eval(a, frame) for a in node.args)
+        kwargs = {k.arg: self._eval(k.value, frame) for k in node.keywords if k.arg}
+        return self._call(func, args, kwargs)
+
+    def _call(self, func: object, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
+        if isinstance(func, BoundMethod):
+            if any(a is UNKNOWN for a in args):
+                return UNKNOWN
+            try:
+                return getattr(func.obj, func.name)(*args, **kwargs)
+            except Exception:
+                return UNKNOWN
+        if isinstance(func, External):
+            return self.platform.call(func.dotted, args, kwargs)
+        if isinstance(func, Identity):
+            return args[0] if args else UNKNOWN
+        if isinstance(func, Function):
+            if isinstance(func.node, ast.Lambda):
+                return UNKNOWN
+            ends = self._run_function(func, args, kwargs, self_obj=None, at_top=False)
+            return self._call_result(ends)
+        if isinstance(func, ClassValue):
+            instance = Instance(func)
+            init = self._class_attr(func, "__init__")
+            if isinstance(init, Function) and not isinstance(init.node, ast.Lambda):
+                ends = self._run_function(init, args, kwargs, self_obj=instance, at_top=False)
+                self._call_result(ends)  # raises when every path through __init__ fails
+                # what another method reassigns is run-time state (a context object's server args): unknown
+                for attr in reassigned_attrs(func.node) & set(instance.attrs):
+                    instance.attrs[attr] = UNKNOWN
+            return instance
+        return UNKNOWN
+
+    @staticmethod
+    def _call_result(ends: Sequence[End]) -> object:
+        values = [e.value if e.kind == "return" else None for e in ends if e.kind in ("return", "fall")]
+        if not values:
+            failing = [e for e in ends if e.kind in ("crash", "raise")]
+            if failing:
+                first = failing[0]
+                kind, _, detail = first.detail.partition(": ")
+                crash = (
+                    Crash(exception_name(first.detail), first.detail, first.module, first.line, first.detail,
+                          deliberate=True)
+                    if first.kind == "raise"
+                    else Crash(kind, detail, first.module, first.line, first.detail)
+                )  # fmt: skip
+                crash.decision = first.decision
+                crash.via = first.via
+                raise crash
+            return UNKNOWN
+        merged = values[0]
+        for v in values[1:]:
+            merged = join(merged, v)
+        return merged
+
+    def _run_function(
+        self,
+        func: Function,
+        args: tuple[object, ...],
+        kwargs: Mapping[str, object],
+        *,
+        self_obj: Instance | None,
+        at_top: bool,
+    ) -> list[End]:
+        node = func.node
+        assert not isinstance(node, ast.Lambda)
+        key = (id(node), *memo_key(func.args + args), *memo_key(tuple(func.kwargs) + tuple(kwargs.items())))
+        if not at_top and key in self._memo:
+            cached = self._memo[key]
+            return cached if isinstance(cached, list) else []
+        if id(node) in self._active or self._depth >= MAX_DEPTH:
+            return [End("return", func.module, node.lineno, UNKNOWN)]
+        env: dict[str, object] = dict(func.closure or {})
+        all_args = (*func.args, *args)
+        if self_obj is not None:
+            all_args = (self_obj, *all_args)
+        self._bind_params(node, env, all_args, {**dict(func.kwargs), **kwargs}, func.module)
+        frame = Frame(func.module, env)
+        first = node.args.posonlyargs + node.args.args
+        if first and isinstance(env.get(first[0].arg), Instance):
+            frame.self_obj = env[first[0].arg]  # type: ignore[assignment]  # checked just above
+        self._active.add(id(node))
+        self._depth += 1
+        try:
+            ends = self._exec_block(node.body, frame)
+        finally:
+            self._depth -= 1
+            self._active.discard(id(node))
+        if not at_top:
+            self._memo[key] = ends
+        return ends
+
+    def _bind_params(
+        self,
+        node: ast.FunctionDef | ast.AsyncFunctionDef,
+        env: dict[str, object],
+        args: tuple[object, ...],
+        kwargs: Mapping[str, object],
+        module: str,
+    ) -> None:
+        spec = node.args
+        positional = spec.posonlyargs + spec.args
+        defaults: list[ast.expr | None] = [None] * (len(positional) - len(spec.defaults)) + list(
+            spec.defaults
+        )
+        for i, param in enumerate(positional):
+            if i < len(args):
+                env[param.arg] = args[i]
+            elif param.arg in kwargs:
+                env[param.arg] = kwargs[param.arg]
+            else:
+                default = defaults[i]
+                env[param.arg] = self._eval(default, Frame(module, {})) if default is not None else UNKNOWN
+        for param, kw_default in zip(spec.kwonlyargs, spec.kw_defaults, strict=True):
+            if param.arg in kwargs:
+                env[param.arg] = kwargs[param.arg]
+            else:
+                env[param.arg] = (
+                    self._eval(kw_default, Frame(module, {})) if kw_default is not None else UNKNOWN
+                )
+        if spec.vararg:
+            env[spec.vararg.arg] = UNKNOWN
+        if spec.kwarg:
+            env[spec.kwarg.arg] = UNKNOWN
+
+
+def _value_attr(obj: object, attr: str) -> object:
+    """An attribute of a known value: device properties, a path's parent / name, a pure str / tuple method."""
+    if isinstance(obj, DeviceProperties) and attr in ("major", "minor"):
+        return getattr(obj, attr)
+    if isinstance(obj, PathValue):
+        if attr == "parent":
+            return PathValue(str(PurePosixPath(obj.text).parent))
+        if attr == "name":
+            return PurePosixPath(obj.text).name
+        return UNKNOWN
+    if isinstance(obj, str | tuple | list | dict) and attr in PURE_METHODS:
+        return BoundMethod(obj, attr)
+    return UNKNOWN
+
+
+#: One method per expression node type; any other node (await, yield, a slice outside a subscript ...) is unknown.
+_EXPRESSIONS: dict[type[ast.AST], Callable[[ExpressionEvaluator, Any, Frame], object]] = {
+    ast.Constant: ExpressionEvaluator._constant,
+    ast.Name: ExpressionEvaluator._name,
+    ast.Attribute: ExpressionEvaluator._attribute,
+    ast.BoolOp: ExpressionEvaluator._boolop,
+    ast.UnaryOp: ExpressionEvaluator._unaryop,
+    ast.Compare: ExpressionEvaluator._compare,
+    ast.BinOp: ExpressionEvaluator._binop,
+    ast.IfExp: ExpressionEvaluator._ifexp,
+    ast.Tuple: ExpressionEvaluator._sequence,
+    ast.List: ExpressionEvaluator._sequence,
+    ast.Set: ExpressionEvaluator._sequence,
+    ast.Dict: ExpressionEvaluator._dict,
+    ast.Subscript: ExpressionEvaluator._subscript,
+    ast.Call: ExpressionEvaluator._call_node,
+    ast.JoinedStr: ExpressionEvaluator._joinedstr,
+    ast.ListComp: ExpressionEvaluator._comprehension,
+    ast.SetComp: ExpressionEvaluator._comprehension,
+    ast.GeneratorExp: ExpressionEvaluator._comprehension,
+    ast.DictComp: ExpressionEvaluator._comprehension,
+    ast.Lambda: ExpressionEvaluator._lambda,
+    ast.NamedExpr: ExpressionEvaluator._namedexpr,
+}
+
+
+__all__ = ["ExpressionEvaluator"]
