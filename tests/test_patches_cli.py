@@ -166,3 +166,10 @@ def test_errors_are_left_to_the_caller(farm: Path) -> None:
 def test_patches_needs_a_command() -> None:
     with pytest.raises(SystemExit):
         _cli([])
+
+
+def test_check_with_every_release_past_the_cap(farm: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _cli(["--matrix", str(farm), "check", "--max-mb", "0"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("no release was checked")
+    assert "skipping sglang 0.5.9" in captured.err

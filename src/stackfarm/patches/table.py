@@ -145,6 +145,8 @@ def format_table(rows: Sequence[CheckRow]) -> str:
 
     ``*`` marks a version past the set's applies_to (a preview of an upgrade).
     """
+    if not rows:
+        return "no release was checked (none in or past the sets' ranges, or --max-mb skipped them all)"
     patches, versions, texts = _table_cells(rows)
     groups: list[tuple[int, int]] = []  # runs of versions whose whole column is the same
     for i in range(len(versions)):
