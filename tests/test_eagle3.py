@@ -487,7 +487,7 @@ def _verdicts(findings: tuple[Finding, ...]) -> dict[str, str]:
 
 def test_inherited_across_modules_through_an_import_alias(tree: Path) -> None:
     contract = derive_contract(tree)
-    findings = check_class(SourceTree(tree), "InheritedLM", "target", contract)
+    findings = check_class(SourceTree([tree]), "InheritedLM", "target", contract)
     assert _verdicts(findings) == {
         "get_embed_and_head": "inherited",
         "set_eagle3_layers_to_capture": "inherited",
@@ -501,7 +501,7 @@ def test_inherited_across_modules_through_an_import_alias(tree: Path) -> None:
 
 def test_shadowing_base_and_entry_class(tree: Path) -> None:
     # `class BaseLM(BaseLM)` in shadow.py (in EntryClass) is preferred over base_lm.BaseLM, and inherits it.
-    findings = check_class(SourceTree(tree), "BaseLM", "target", derive_contract(tree))
+    findings = check_class(SourceTree([tree]), "BaseLM", "target", derive_contract(tree))
     by_name = {f.method: f for f in findings}
     assert by_name["get_embed_and_head"].verdict == "implemented"
     assert by_name["get_embed_and_head"].provider_file == _site(
@@ -511,7 +511,7 @@ def test_shadowing_base_and_entry_class(tree: Path) -> None:
 
 
 def test_wrapper_without_delegation_is_missing(tree: Path) -> None:
-    findings = check_class(SourceTree(tree), "WrapperLM", "target", derive_contract(tree))
+    findings = check_class(SourceTree([tree]), "WrapperLM", "target", derive_contract(tree))
     get = next(f for f in findings if f.method == "get_embed_and_head")
     assert get.verdict == "missing"
     assert get.provider_file == ""
@@ -523,13 +523,13 @@ def test_wrapper_without_delegation_is_missing(tree: Path) -> None:
 
 def test_module_getattr_of_torch_does_not_forward(tree: Path, tmp_path: Path) -> None:
     torch_root = _write(tmp_path / "torch-tree", FAKE_TORCH)
-    findings = check_class(SourceTree(tree, (torch_root,)), "WrapperLM", "target", derive_contract(tree))
+    findings = check_class(SourceTree([tree, torch_root]), "WrapperLM", "target", derive_contract(tree))
     assert set(_verdicts(findings).values()) == {"missing"}
     assert all("not inspected" not in f.detail for f in findings)  # torch.nn.Module was found and read
 
 
 def test_real_getattr_forwarding_counts(tree: Path) -> None:
-    findings = check_class(SourceTree(tree), "ForwardingLM", "target", derive_contract(tree))
+    findings = check_class(SourceTree([tree]), "ForwardingLM", "target", derive_contract(tree))
     assert set(_verdicts(findings).values()) == {"inherited"}
     get = next(f for f in findings if f.method == "get_embed_and_head")
     assert get.provider_file == _site(tree, "sglang/srt/models/forwarding.py", "forward")
@@ -537,7 +537,7 @@ def test_real_getattr_forwarding_counts(tree: Path) -> None:
 
 
 def test_wrong_signature(tree: Path) -> None:
-    findings = check_class(SourceTree(tree), "BadSigLM", "target", derive_contract(tree))
+    findings = check_class(SourceTree([tree]), "BadSigLM", "target", derive_contract(tree))
     bad = next(f for f in findings if f.method == "set_eagle3_layers_to_capture")
     assert bad.verdict == "signature-mismatch"
     assert bad.provider_file == _site(tree, "sglang/srt/models/bad_sig.py", "bad-sig")
@@ -548,24 +548,24 @@ def test_wrong_signature(tree: Path) -> None:
 
 def test_missing_method_and_unknown_class(tree: Path) -> None:
     contract = derive_contract(tree)
-    bare = _verdicts(check_class(SourceTree(tree), "BareLM", "target", contract))
+    bare = _verdicts(check_class(SourceTree([tree]), "BareLM", "target", contract))
     assert bare == {
         "get_embed_and_head": "implemented",
         "set_eagle3_layers_to_capture": "missing",
         "lm_head_dtype": "missing",
     }
-    nowhere = check_class(SourceTree(tree), "NoSuchLM", "target", contract)
+    nowhere = check_class(SourceTree([tree]), "NoSuchLM", "target", contract)
     assert {f.verdict for f in nowhere} == {"missing"}
     assert "no class NoSuchLM" in nowhere[0].detail
 
 
 def test_module_level_alias_is_found(tree: Path) -> None:
-    findings = check_class(SourceTree(tree), "AliasLM", "target", derive_contract(tree))
+    findings = check_class(SourceTree([tree]), "AliasLM", "target", derive_contract(tree))
     assert _verdicts(findings)["get_embed_and_head"] == "implemented"
 
 
 def test_draft_contract(tree: Path) -> None:
-    findings = check_class(SourceTree(tree), "DraftLM", "draft", derive_contract(tree))
+    findings = check_class(SourceTree([tree]), "DraftLM", "draft", derive_contract(tree))
     assert {f.method: f.verdict for f in findings} == {
         "base_draft_hook": "implemented",
         "draft_only_hook": "implemented",
@@ -576,7 +576,7 @@ def test_draft_contract(tree: Path) -> None:
 
 def test_kimi_wrapper_fails_unpatched_and_passes_patched(tree: Path, tmp_path: Path) -> None:
     contract = derive_contract(tree)
-    unpatched = check_class(SourceTree(tree), "KimiK25ForConditionalGeneration", "target", contract)
+    unpatched = check_class(SourceTree([tree]), "KimiK25ForConditionalGeneration", "target", contract)
     failing = {f.method for f in unpatched if not f.ok}
     assert {"get_embed_and_head", "set_eagle3_layers_to_capture"} <= failing
     capture = next(f for f in unpatched if f.method == "set_eagle3_layers_to_capture")
@@ -589,7 +589,7 @@ def test_kimi_wrapper_fails_unpatched_and_passes_patched(tree: Path, tmp_path: P
     )
     patched = _sglang_tree(tmp_path / "patched", **{"sglang/srt/models/kimi_k25.py": patched_source})
     findings = check_class(
-        SourceTree(patched), "KimiK25ForConditionalGeneration", "target", derive_contract(patched)
+        SourceTree([patched]), "KimiK25ForConditionalGeneration", "target", derive_contract(patched)
     )
     verdicts = _verdicts(findings)
     assert verdicts["get_embed_and_head"] == verdicts["set_eagle3_layers_to_capture"] == "implemented"
@@ -696,14 +696,14 @@ def test_real_sglang_0_5_9_and_0_5_10() -> None:
             "set_eagle3_layers_to_capture",
         }
         assert {r.name for r in contract.for_role("draft")} >= {"set_embed", "set_embed_and_head"}
-    kimi_old = check_class(SourceTree(old_root), "KimiK25ForConditionalGeneration", "target", old)
+    kimi_old = check_class(SourceTree([old_root]), "KimiK25ForConditionalGeneration", "target", old)
     missing = {f.method: f for f in kimi_old if f.verdict == "missing"}
     assert {"get_embed_and_head", "set_eagle3_layers_to_capture"} <= missing.keys()
     assert "speculative/eagle_worker.py:" in missing["get_embed_and_head"].consumer_site
     assert "model_executor/model_runner.py:" in missing["set_eagle3_layers_to_capture"].consumer_site
-    kimi_new = check_class(SourceTree(new_root), "KimiK25ForConditionalGeneration", "target", new)
+    kimi_new = check_class(SourceTree([new_root]), "KimiK25ForConditionalGeneration", "target", new)
     assert all(f.ok for f in kimi_new), [f.detail for f in kimi_new if not f.ok]
     for root, contract in ((old_root, old), (new_root, new)):
         for name in ("LlamaForCausalLM", "DeepseekV3ForCausalLM"):
-            assert all(f.ok for f in check_class(SourceTree(root), name, "target", contract))
-        assert all(f.ok for f in check_class(SourceTree(root), "LlamaForCausalLMEagle3", "draft", contract))
+            assert all(f.ok for f in check_class(SourceTree([root]), name, "target", contract))
+        assert all(f.ok for f in check_class(SourceTree([root]), "LlamaForCausalLMEagle3", "draft", contract))

@@ -98,7 +98,7 @@ def _contract(root: str) -> Contract:
 
 @functools.cache
 def _check(root: str, name: str, role: Role) -> tuple[Finding, ...]:
-    return check_class(SourceTree(Path(root)), name, role, _contract(root))
+    return check_class(SourceTree([Path(root)]), name, role, _contract(root))
 
 
 def _sglang_root(cell: CellSpec) -> Path:
@@ -279,7 +279,7 @@ def test_runtime(
     needs = {role: ",".join(r.name for r in contract.for_role(role)) for role in ROLES}
     modules = {}
     for role, name in (("target", target), ("draft", draft)):
-        found = locate_class(SourceTree(root), name)
+        found = locate_class(SourceTree([root]), name)
         assert found is not None, f"no class {name} in the cell's SGLang tree: nothing to build"
         modules[role] = found[0]
     out = tmp_path / "result.json"

@@ -1,0 +1,305 @@
+"""Derive an SGLang tree's EAGLE-3 contract from its own code (see `eagle3` for the whole story).
+
+`derive_contract(root)` asks `SpeculativeAlgorithm.create_worker` (speculative/spec_info.py) which worker
+classes serve EAGLE3, evaluates the algorithm's `is_*()` predicates for EAGLE3 from their own bodies, finds the
+flags set only on EAGLE-3 paths, and walks the workers plus every module of `speculative/` and
+`model_executor/` with `eagle3_uses.UseCollector`.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stackfarm.analysis.eagle3_contract import (
+    ROLES,
+    Contract,
+    ContractError,
+    Requirement,
+    Role,
+    Use,
+    site_key,
+)
+from stackfarm.analysis.eagle3_uses import (
+    EAGLE3,
+    NO_SPEC,
+    Guard,
+    Knowledge,
+    Scope,
+    Tri,
+    UseCollector,
+    World,
+    logic3,
+)
+from stackfarm.analysis.sourcetree import ClassRef, SourceTree, last_name
+
+SPEC_INFO = "sglang/srt/speculative/spec_info.py"
+SCANNED = ("sglang/srt/speculative", "sglang/srt/model_executor")
+#: The code the derivation runs: a change to it changes `contract_key`.
+_CODE = tuple(
+    Path(__file__).with_name(n)
+    for n in ("eagle3_derive.py", "eagle3_uses.py", "eagle3_contract.py", "sourcetree.py")
+)
+
+
+def tree_version(root: Path) -> str:
+    """The sglang version of an unpacked wheel tree, from its dist-info name ("" when there is none)."""
+    for info in sorted(root.glob("sglang-*.dist-info")):
+        return info.name.removeprefix("sglang-").removesuffix(".dist-info")
+    return ""
+
+
+# --------------------------------------------------------------------------------------------- the algorithm
+
+
+def _speculative_algorithm(tree: SourceTree) -> tuple[ast.Module, ast.ClassDef]:
+    """spec_info.py and its SpeculativeAlgorithm class; ContractError when the tree has neither."""
+    path = tree.root / SPEC_INFO
+    if not path.is_file():
+        raise ContractError(f"{SPEC_INFO} is missing: this tree is not an SGLang with speculative decoding")
+    module = tree.parse(path)
+    cls = next(
+        (n for n in module.body if isinstance(n, ast.ClassDef) and n.name == "SpeculativeAlgorithm"), None
+    )
+    if cls is None:
+        raise ContractError(f"{SPEC_INFO} defines no class SpeculativeAlgorithm")
+    return module, cls
+
+
+def _one_line_methods(cls: ast.ClassDef) -> dict[str, ast.expr]:
+    """Argument-less methods whose body (docstring aside) is one ``return <expression>``."""
+    methods: dict[str, ast.expr] = {}
+    for fn in cls.body:
+        if not isinstance(fn, ast.FunctionDef) or len(fn.args.args) != 1 or fn.args.vararg or fn.args.kwarg:
+            continue
+        body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+        if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
+            methods[fn.name] = body[0].value
+    return methods
+
+
+@dataclass(frozen=True)
+class _Predicates:
+    """SpeculativeAlgorithm's predicates, judged from their bodies for one algorithm (an enum member name)."""
+
+    members: frozenset[str]
+    methods: Mapping[str, ast.expr]
+
+    def value(self, node: ast.expr, algorithm: str, seen: frozenset[str]) -> Tri:
+        connective, result = logic3(node, lambda operand: self.value(operand, algorithm, seen))
+        if connective:
+            return result
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args:
+            name = node.func.attr
+            if name in self.methods and name not in seen:
+                return self.value(self.methods[name], algorithm, seen | {name})
+            return None
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.left, ast.Name):
+            return self._compare(node.ops[0], node.comparators[0], algorithm)
+        return None
+
+    def _compare(self, op: ast.cmpop, right: ast.expr, algorithm: str) -> Tri:
+        """``self == SpeculativeAlgorithm.EAGLE3``, ``self in (EAGLE, EAGLE3)`` and their negations."""
+        if isinstance(op, ast.Eq | ast.NotEq) and (m := last_name(right)) in self.members:
+            return (m == algorithm) == isinstance(op, ast.Eq)
+        if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Tuple | ast.List | ast.Set):
+            names = {last_name(e) for e in right.elts}
+            if names <= self.members:
+                return (algorithm in names) == isinstance(op, ast.In)
+        return None
+
+
+def _algorithm_predicates(tree: SourceTree) -> dict[str, dict[str, Tri]]:
+    """Each argument-less predicate of SpeculativeAlgorithm, evaluated from its body for EAGLE3 and NONE."""
+    _module, cls = _speculative_algorithm(tree)
+    members = frozenset(
+        t.id
+        for n in cls.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name) and t.id.isupper()
+    )
+    if EAGLE3 not in members:
+        raise ContractError(
+            f"SpeculativeAlgorithm in {SPEC_INFO} has no EAGLE3 member (it has {sorted(members)})"
+        )
+    predicates = _Predicates(members, _one_line_methods(cls))
+    return {
+        name: {alg: predicates.value(expr, alg, frozenset({name})) for alg in (EAGLE3, NO_SPEC)}
+        for name, expr in predicates.methods.items()
+    }
+
+
+def _returns_under(
+    stmts: Sequence[ast.stmt], guards: list[Guard]
+) -> Iterator[tuple[ast.Return, list[Guard]]]:
+    for stmt in stmts:
+        if isinstance(stmt, ast.If):
+            yield from _returns_under(stmt.body, [*guards, (stmt.test, True)])
+            yield from _returns_under(stmt.orelse, [*guards, (stmt.test, False)])
+        elif isinstance(stmt, ast.Return):
+            yield stmt, guards
+        elif isinstance(stmt, ast.Try | ast.With):
+            yield from _returns_under(stmt.body, guards)
+
+
+def _imported_module(fn: ast.FunctionDef, module: ast.Module, name: str) -> str | None:
+    for node in [*ast.walk(fn), *module.body]:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and any((a.asname or a.name) == name for a in node.names)
+        ):
+            return node.module
+    return None
+
+
+def contract_key(root: Path) -> str:
+    """A digest of all `derive_contract(root)` reads and of the code that derives it: a key to cache a contract by."""
+    tree = SourceTree([root])
+    digest = hashlib.sha256()
+    for code in _CODE:
+        digest.update(code.read_bytes())
+    for path in [tree.root / SPEC_INFO, *_scanned(tree)]:
+        if path.is_file():
+            digest.update(tree.relative(path).encode() + b"\0")
+            digest.update(tree.digest(path).encode())
+    return digest.hexdigest()
+
+
+def _eagle3_workers(tree: SourceTree, knowledge: Knowledge) -> list[tuple[Path, str]]:
+    """(file, class) of every worker `create_worker` returns for EAGLE3, and their bases in speculative/."""
+    spec, cls = _speculative_algorithm(tree)
+    fn = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "create_worker"), None)
+    if fn is None:
+        raise ContractError(f"SpeculativeAlgorithm in {SPEC_INFO} has no create_worker()")
+    found: list[tuple[Path, str]] = []
+    for ret, guards in _returns_under(fn.body, []):
+        if not isinstance(ret.value, ast.Name) or not knowledge.reachable(guards, "target"):
+            continue
+        dotted = _imported_module(fn, spec, ret.value.id)
+        cls_ref = tree.resolve_name(dotted, ret.value.id) if dotted else None
+        if not isinstance(cls_ref, ClassRef):
+            continue
+        classes, _external = tree.mro(cls_ref)
+        for worker in classes:
+            if (worker.file, worker.name) not in found and worker.file.is_relative_to(tree.root / SCANNED[0]):
+                found.append((worker.file, worker.name))
+    if not found:
+        raise ContractError(
+            f"create_worker() in {SPEC_INFO} returns no worker for EAGLE3 that could be found"
+        )
+    return found
+
+
+def _truthy_assignments(module: ast.Module) -> Iterator[tuple[str, ast.expr, list[Guard]]]:
+    """(attribute, value, conditions) of every `x.attr = value` whose value is not a constant false."""
+
+    def walk(stmts: Sequence[ast.stmt], guards: list[Guard]) -> Iterator[tuple[str, ast.expr, list[Guard]]]:
+        for stmt in stmts:
+            if isinstance(stmt, ast.If):
+                yield from walk(stmt.body, [*guards, (stmt.test, True)])
+                yield from walk(stmt.orelse, [*guards, (stmt.test, False)])
+                continue
+            if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
+                constant_false = isinstance(stmt.value, ast.Constant) and not stmt.value.value
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for target in targets:
+                    if isinstance(target, ast.Attribute) and not constant_false:
+                        yield target.attr, stmt.value, guards
+            for name in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(stmt, name, None)
+                if isinstance(inner, list):
+                    children = [
+                        s
+                        for item in inner
+                        for s in (item.body if isinstance(item, ast.ExceptHandler) else [item])
+                    ]
+                    yield from walk([s for s in children if isinstance(s, ast.stmt)], guards)
+
+    yield from walk(module.body, [])
+
+
+def _eagle3_flags(
+    tree: SourceTree, files: Sequence[Path], knowledge: Knowledge
+) -> dict[str, frozenset[Role]]:
+    """Attributes that are set (truthy) only where EAGLE-3-family speculation runs, and for which roles.
+
+    A fixed point, because flags are copied: `self.eagle_use_aux_hidden_state = model_runner.eagle_...`.
+    """
+    assignments: dict[str, list[tuple[ast.expr, list[Guard]]]] = {}
+    for path in files:
+        for attr, value, guards in _truthy_assignments(tree.parse(path)):
+            if attr == "is_draft_worker":  # the role itself, which Knowledge.value reads directly
+                continue
+            assignments.setdefault(attr, []).append((value, guards))
+    flags: dict[str, frozenset[Role]] = {}
+    for _ in range(5):
+        known = Knowledge(knowledge.predicates, flags)
+        new: dict[str, frozenset[Role]] = {}
+        for attr, sites in assignments.items():
+            off = World(NO_SPEC, "target")
+            if not all(known.specific(g, "target") or known.value(v, off) is False for v, g in sites):
+                continue
+            new[attr] = frozenset(
+                role
+                for role in ROLES
+                if any(
+                    known.reachable(g, role) and known.value(v, World(EAGLE3, role)) is not False
+                    for v, g in sites
+                )
+            )
+        if new == flags:
+            break
+        flags = new
+    return flags
+
+
+def _scanned(tree: SourceTree) -> list[Path]:
+    return sorted(p for folder in SCANNED for p in tree.files(folder))
+
+
+def derive_contract(root: Path) -> Contract:
+    """What this SGLang tree's EAGLE-3 code uses on the target and the draft model (see the module doc)."""
+    tree = SourceTree([root])
+    knowledge = Knowledge(_algorithm_predicates(tree))
+    workers = _eagle3_workers(tree, knowledge)
+    files = _scanned(tree)
+    flags = _eagle3_flags(tree, [p for p in files if p.is_relative_to(tree.root / SCANNED[1])], knowledge)
+    knowledge = Knowledge(knowledge.predicates, flags)
+    worker_files = {path for path, _ in workers}
+    uses: list[Use] = []
+    flags_used: set[str] = set()
+    for path in files:
+        speculative = path.is_relative_to(tree.root / SCANNED[0])
+        scope = Scope(file=path, worker_module=path in worker_files, speculative=speculative)
+        collector = UseCollector(tree, scope, knowledge, tree.lines(path))
+        collector.module(tree.parse(path))
+        uses.extend(collector.uses)
+        flags_used |= collector.flags_used
+    grouped: dict[tuple[Role, str], list[Use]] = {}
+    for use in uses:
+        grouped.setdefault((use.role, use.name), []).append(use)
+    requirements = tuple(
+        Requirement(
+            role=role,
+            name=name,
+            kind="method" if any(u.kind == "call" for u in group) else "attribute",
+            required=any(not u.optional for u in group),
+            uses=tuple(sorted(group, key=lambda u: site_key(u.site))),
+        )
+        for (role, name), group in sorted(grouped.items())
+    )
+    return Contract(
+        version=tree_version(tree.root),
+        workers=tuple(f"{tree.relative(p)}:{c}" for p, c in workers),
+        flags=tuple(f"{k} ({', '.join(sorted(flags[k])) or 'never'})" for k in sorted(flags_used)),
+        requirements=requirements,
+    )
+
+
+__all__ = ["SCANNED", "SPEC_INFO", "contract_key", "derive_contract", "tree_version"]

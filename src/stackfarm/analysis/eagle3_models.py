@@ -1,0 +1,329 @@
+"""Who provides the EAGLE-3 contract: model classes found by name, their bases across modules, their members.
+
+`check_class(tree, name, role, contract)` finds a model class the way SGLang's registry does (a top-level class
+or alias, `EntryClass` first), linearises its bases across modules (`SourceTree.mro`) and gives, per required
+name, a `Finding`: implemented, inherited, missing or signature-mismatch.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from stackfarm.analysis.eagle3_contract import Contract, Role, Verdict
+from stackfarm.analysis.sourcetree import ClassRef, SourceTree, last_name, source_text, top_level
+
+MODELS = "sglang/srt/models"
+
+
+@dataclass(frozen=True)
+class _Member:
+    kind: Literal["method", "property", "class-attribute", "instance-attribute"]
+    line: int
+    node: ast.FunctionDef | ast.AsyncFunctionDef | None = field(default=None, compare=False, repr=False)
+    value: ast.expr | None = field(default=None, compare=False, repr=False)
+
+
+class _Models:
+    """A tree's model classes by registry name, and what each class defines itself (computed once per tree)."""
+
+    def __init__(self, tree: SourceTree) -> None:
+        self.tree = tree
+        self._members: dict[int, tuple[dict[str, _Member], _Member | None]] = {}
+
+    def find_class(self, name: str) -> ClassRef | None:
+        """A class by the name SGLang's model registry uses: a top-level class or alias, EntryClass first."""
+        candidates: list[tuple[bool, ClassRef]] = []
+        # Only files that define the name at top level are parsed: most model files merely import Llama & co.
+        needle = re.compile(
+            rb"^(class\s+" + re.escape(name.encode()) + rb"\b|" + re.escape(name.encode()) + rb"\s*=)", re.M
+        )
+        for folder in (MODELS, "sglang"):
+            for path in self.tree.files(folder):
+                if not path.is_relative_to(self.tree.root) or not needle.search(path.read_bytes()):
+                    continue
+                ref = self.tree.resolve_name(self.tree.module_of(path), name)
+                if isinstance(ref, ClassRef):  # the class itself, or a module-level alias of one
+                    candidates.append((name in _entry_classes(self.tree.parse(path)), ref))
+            if candidates:
+                break
+        candidates.sort(key=lambda c: not c[0])  # stable: EntryClass-listed definitions first
+        return candidates[0][1] if candidates else None
+
+    def members(self, cls: ClassRef) -> tuple[dict[str, _Member], _Member | None]:
+        """Names a class defines itself (methods, class and instance attributes), and its forwarding
+        __getattr__ if it has one."""
+        key = id(cls.node)
+        if key in self._members:
+            return self._members[key]
+        found: dict[str, _Member] = {}
+        forward: _Member | None = None
+        for stmt in top_level(cls.node.body):
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+                if stmt.name == "__getattr__":
+                    forward = _forwarding(stmt)
+                    continue
+                kind: Literal["method", "property"] = "property" if _is_property(stmt) else "method"
+                found.setdefault(stmt.name, _Member(kind, stmt.lineno, node=stmt))
+            elif isinstance(stmt, ast.Assign | ast.AnnAssign):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        found.setdefault(target.id, _Member("class-attribute", stmt.lineno, value=stmt.value))
+        for stmt in cls.node.body:
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.args.args:
+                this = stmt.args.args[0].arg
+                for name, line, value in _self_assignments(stmt, this):
+                    found.setdefault(name, _Member("instance-attribute", line, value=value))
+        self._members[key] = (found, forward)
+        return found, forward
+
+
+#: One per tree and process (trees over the same roots are equal): members and classes are found once.
+_MODELS_OF: dict[SourceTree, _Models] = {}
+
+
+def _models(tree: SourceTree) -> _Models:
+    if tree not in _MODELS_OF:
+        _MODELS_OF[tree] = _Models(tree)
+    return _MODELS_OF[tree]
+
+
+def _entry_classes(module: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for stmt in top_level(module.body):
+        if isinstance(stmt, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "EntryClass" for t in stmt.targets
+        ):
+            values = stmt.value.elts if isinstance(stmt.value, ast.List | ast.Tuple) else [stmt.value]
+            names |= {v.id for v in values if isinstance(v, ast.Name)}
+    return names
+
+
+def _is_property(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for deco in fn.decorator_list:
+        if last_name(deco) in ("property", "cached_property", "setter", "getter"):
+            return True
+    return False
+
+
+def _self_assignments(
+    fn: ast.FunctionDef | ast.AsyncFunctionDef, this: str
+) -> Iterator[tuple[str, int, ast.expr]]:
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple | ast.List) else [t])]
+            for target in flat:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == this
+                ):
+                    yield target.attr, node.lineno, node.value
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "setattr"
+            and len(node.args) == 3
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id == this
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            yield node.args[1].value, node.lineno, node.args[2]
+
+
+def _forwarding(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> _Member | None:
+    """A __getattr__ counts only if it really forwards the name: `return getattr(self.inner, name)`.
+
+    torch.nn.Module's __getattr__ (parameters, buffers, submodules) forwards nothing and does not count.
+    """
+    if len(fn.args.args) < 2:
+        return None
+    param = fn.args.args[1].arg
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Call):
+            continue
+        args = node.args
+        if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(args) >= 2:
+            target, name = args[0], args[1]
+        elif (
+            isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("__getattr__", "__getattribute__")
+            and args
+        ):
+            target, name = node.func.value, args[0]
+        else:
+            continue
+        if isinstance(name, ast.Name) and name.id == param:
+            return _Member("method", fn.lineno, node=fn, value=target)
+    return None
+
+
+# --------------------------------------------------------------------------------------------- signatures
+
+
+def _accepts(
+    fn: ast.FunctionDef | ast.AsyncFunctionDef, positional: int, keywords: Sequence[str]
+) -> str | None:
+    """None when a call with this many positional arguments and these keywords binds, else why not."""
+    args = fn.args
+    decorators = {d.id for d in fn.decorator_list if isinstance(d, ast.Name)}
+    params = [*args.posonlyargs, *args.args]
+    if "staticmethod" not in decorators and params:
+        params = params[1:]  # self / cls
+    n_posonly = max(0, len(args.posonlyargs) - (0 if "staticmethod" in decorators else 1))
+    n_defaults = len(args.defaults)
+    if positional > len(params) and args.vararg is None:
+        return f"takes at most {len(params)} positional argument(s), called with {positional}"
+    bound = {p.arg for p in params[:positional]}
+    by_keyword = {p.arg for p in params[n_posonly:]} | {p.arg for p in args.kwonlyargs}
+    for kw in keywords:
+        if kw in bound:
+            return f"gets {kw} twice"
+        if kw not in by_keyword and args.kwarg is None:
+            return f"has no parameter {kw}"
+    required = [p.arg for p in params[: len(params) - n_defaults] if p.arg not in bound]
+    required += [p.arg for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
+    missing = [name for name in required if name not in keywords]
+    if missing:
+        return f"needs {', '.join(missing)}, called with {positional} positional argument(s)"
+    return None
+
+
+def _signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    return f"def {fn.name}({ast.unparse(fn.args)})"
+
+
+# --------------------------------------------------------------------------------------------- providers
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One (class, required name) verdict, with everything a report row needs."""
+
+    model_class: str
+    role: Role
+    method: str
+    verdict: Verdict
+    #: "sglang/srt/models/llama.py:749" where the provider is, "" when missing.
+    provider_file: str
+    provider_class: str
+    #: The consumer call sites, "; "-joined.
+    consumer_site: str
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict in ("implemented", "inherited")
+
+
+def _delegation_hint(resolver: _Models, classes: Sequence[ClassRef], name: str) -> str:
+    """For a missing name: an attribute holding a model that has it (the wrapper case: language_model)."""
+    for cls in classes:
+        members, _ = resolver.members(cls)
+        for attr, member in sorted(members.items()):
+            value = member.value
+            if member.kind != "instance-attribute" or not isinstance(value, ast.Call):
+                continue
+            held = resolver.tree.resolve_expr(cls.module, value.func)
+            if not isinstance(held, ClassRef):
+                continue
+            held_classes, _ = resolver.tree.mro(held)
+            for owner in held_classes:
+                if name in resolver.members(owner)[0]:
+                    where = resolver.tree.site(owner.file, resolver.members(owner)[0][name].line)
+                    holds = resolver.tree.site(cls.file, member.line)
+                    return (
+                        f"; it holds self.{attr} = {held.name}(...) ({holds}), "
+                        f"which has {name} ({owner.name}, {where}): it does not delegate to it"
+                    )
+    return ""
+
+
+def _lookup(
+    resolver: _Models, classes: Sequence[ClassRef], name: str
+) -> tuple[ClassRef, _Member, bool] | None:
+    """(owner, member, via_forwarding), like Python's attribute lookup: the MRO first, then __getattr__."""
+    for cls in classes:
+        member = resolver.members(cls)[0].get(name)
+        if member is not None:
+            return cls, member, False
+    for cls in classes:
+        if any(
+            isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef) and s.name == "__getattr__"
+            for s in cls.node.body
+        ):
+            forward = resolver.members(cls)[1]
+            return (cls, forward, True) if forward is not None else None
+    return None
+
+
+def locate_class(tree: SourceTree, class_name: str) -> tuple[str, str] | None:
+    """(module, "file:line") of the class SGLang's registry would use for this name, or None."""
+    cls = _models(tree).find_class(class_name)
+    return None if cls is None else (cls.module, tree.site(cls.file, cls.node.lineno))
+
+
+def check_class(tree: SourceTree, class_name: str, role: Role, contract: Contract) -> tuple[Finding, ...]:
+    """A verdict for every required name of `role` in `contract`, on `class_name` as found in `tree`."""
+    resolver = _models(tree)
+    cls = resolver.find_class(class_name)
+    classes, external = tree.mro(cls) if cls is not None else ([], [])
+    findings = []
+    for req in contract.for_role(role):
+        consumer = "; ".join(req.sites)
+        base = functools.partial(
+            Finding, model_class=class_name, role=role, method=req.name, consumer_site=consumer
+        )
+        if cls is None:
+            findings.append(
+                base(
+                    verdict="missing", provider_file="", provider_class="",
+                    detail=f"no class {class_name} (nor EntryClass entry) in {tree.root / MODELS}",
+                )
+            )  # fmt: skip
+            continue
+        found = _lookup(resolver, classes, req.name)
+        if found is None:
+            outside = f"; bases outside the tree, not inspected: {', '.join(external)}" if external else ""
+            hint = _delegation_hint(resolver, classes, req.name)
+            detail = (
+                f"{class_name} has no {req.name}, which {req.role} models need at {consumer}{hint}{outside}"
+            )
+            findings.append(base(verdict="missing", provider_file="", provider_class="", detail=detail))
+            continue
+        owner, member, forwarded = found
+        where = tree.site(owner.file, member.line)
+        verdict: Verdict = "implemented" if owner == cls and not forwarded else "inherited"
+        how = (
+            f"forwarded by {owner.name}.__getattr__ to {source_text(member.value, 100)}"
+            if forwarded and member.value
+            else ""
+        )
+        how = how or (
+            f"{member.kind} of {owner.name}" + (f", inherited by {class_name}" if owner != cls else "")
+        )
+        problems = []
+        if member.kind == "method" and member.node is not None and not forwarded:
+            for use in req.uses:
+                if use.kind == "call" and use.positional is not None:
+                    why = _accepts(member.node, use.positional, use.keywords)
+                    if why:
+                        problems.append(f"{use.site} calls {req.name}({use.arity}): {why}")
+        if problems:
+            sig = _signature(member.node) if member.node is not None else req.name
+            detail = f"{sig} at {where} does not accept every call: " + "; ".join(problems)
+            verdict = "signature-mismatch"
+        else:
+            detail = how
+        findings.append(base(verdict=verdict, provider_file=where, provider_class=owner.name, detail=detail))
+    return tuple(findings)
+
+
+__all__ = ["MODELS", "Finding", "check_class", "locate_class"]

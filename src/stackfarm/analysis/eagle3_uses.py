@@ -1,0 +1,425 @@
+"""Where SGLang's EAGLE-3 code touches a model: the walker behind `eagle3_derive.derive_contract`.
+
+SGLang's naming is the only type information there is: a model expression is ``<...runner...>.model`` or an
+alias of one, its role (target or draft) told by the names on the way (``target_worker``, ``draft_*runner*``).
+`Knowledge` says what the enclosing conditions mean for EAGLE-3 (three-valued: true, false, or open), so
+`UseCollector` records only the uses on an EAGLE-3 path, each with its site, arity and guards.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, TypeAlias
+
+from stackfarm.analysis.eagle3_contract import ROLES, Role, Use, UseKind
+from stackfarm.analysis.sourcetree import SourceTree, last_name, source_text
+
+#: A model expression's role as its name tells it; "runner" is a ModelRunner's own model, whose role the
+#: enclosing conditions decide (the same ModelRunner class loads the target and the draft).
+_Tag = Literal["target", "draft", "runner"]
+Tri: TypeAlias = bool | None  # three-valued: None is "depends on something we cannot know statically"
+Guard: TypeAlias = tuple[ast.expr, bool]  # an enclosing condition and whether we are in its true branch
+
+EAGLE3 = "EAGLE3"
+NO_SPEC = "NONE"
+_RUNNER_NAME = re.compile(r"runner(_list)?$")
+
+
+# ---------------------------------------------------------------------------------------- three-valued logic
+
+
+def not3(value: Tri) -> Tri:
+    return None if value is None else not value
+
+
+def all3(values: Iterable[Tri]) -> Tri:
+    seen = list(values)
+    if any(v is False for v in seen):
+        return False
+    return True if all(v is True for v in seen) else None
+
+
+def any3(values: Iterable[Tri]) -> Tri:
+    seen = list(values)
+    if any(v is True for v in seen):
+        return True
+    return False if all(v is False for v in seen) else None
+
+
+def logic3(node: ast.expr, value: Callable[[ast.expr], Tri]) -> tuple[bool, Tri]:
+    """(True, the result) when `node` is ``and`` / ``or`` / ``not`` over operands that `value` judges;
+    (False, None) for any other node."""
+    if isinstance(node, ast.BoolOp):
+        parts = [value(v) for v in node.values]
+        return True, all3(parts) if isinstance(node.op, ast.And) else any3(parts)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return True, not3(value(node.operand))
+    return False, None
+
+
+@dataclass(frozen=True)
+class World:
+    """One way the code can run: the speculative algorithm and which model the ModelRunner holds."""
+
+    algorithm: str
+    role: Role
+
+
+@dataclass(frozen=True)
+class Knowledge:
+    """What conditions mean: `SpeculativeAlgorithm` predicates per algorithm, and EAGLE-3 flags with the
+    roles for which they can be true (attributes the runner sets only on EAGLE-3 paths, such as
+    eagle_use_aux_hidden_state).
+    """
+
+    predicates: Mapping[str, Mapping[str, Tri]]
+    flags: Mapping[str, frozenset[Role]] = field(default_factory=dict)
+
+    def value(self, node: ast.expr, world: World) -> Tri:
+        connective, result = logic3(node, lambda operand: self.value(operand, world))
+        if connective:
+            return result
+        if (
+            isinstance(node, ast.Call)
+            and not node.args
+            and not node.keywords
+            and isinstance(node.func, ast.Attribute)
+        ):
+            table = self.predicates.get(node.func.attr)
+            return None if table is None else table.get(world.algorithm)
+        name = last_name(node)
+        if name == "is_draft_worker":
+            return world.role == "draft"
+        if name is not None and name in self.flags:
+            # Flags are set only on EAGLE-3 paths: false without speculation, else open (config-dependent).
+            return False if world.algorithm == NO_SPEC or world.role not in self.flags[name] else None
+        if isinstance(node, ast.Constant):
+            return bool(node.value)
+        return None
+
+    def guard(self, guard: Guard, world: World) -> Tri:
+        value = self.value(guard[0], world)
+        return value if guard[1] else not3(value)
+
+    def reachable(self, guards: Sequence[Guard], role: Role) -> bool:
+        world = World(EAGLE3, role)
+        return all(self.guard(g, world) is not False for g in guards)
+
+    def specific(self, guards: Sequence[Guard], role: Role) -> bool:
+        """True when these conditions cannot hold without speculative decoding: an EAGLE-3(-family) path."""
+        world = World(NO_SPEC, role)
+        return any(self.guard(g, world) is False for g in guards)
+
+
+def _text(node: ast.AST) -> str:
+    return source_text(node, 100)
+
+
+def _guard_text(guards: Sequence[Guard]) -> str:
+    return " and ".join(_text(g) if positive else f"not ({_text(g)})" for g, positive in guards)
+
+
+@dataclass
+class Scope:
+    """Where the walker is: the module, the class, and the aliases of models and runners seen there."""
+
+    file: Path
+    worker_module: bool
+    speculative: bool
+    class_name: str = ""
+    class_models: dict[str, _Tag] = field(default_factory=dict)
+    class_runners: dict[str, _Tag] = field(default_factory=dict)
+    local_models: dict[str, _Tag] = field(default_factory=dict)
+    local_runners: dict[str, _Tag] = field(default_factory=dict)
+
+
+def _segments(node: ast.expr) -> list[str] | None:
+    """`self.draft_runner_list[i].model` -> ["self", "draft_runner_list[]", "model"]; None for others."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        head = _segments(node.value)
+        return None if head is None else [*head, node.attr]
+    if isinstance(node, ast.Subscript | ast.Call):
+        inner = node.value if isinstance(node, ast.Subscript) else node.func
+        head = _segments(inner)
+        return (
+            None
+            if head is None
+            else [*head[:-1], head[-1] + ("[]" if isinstance(node, ast.Subscript) else "()")]
+        )
+    return None
+
+
+def _tag_from_names(names: Sequence[str]) -> _Tag:
+    # SGLang's naming is the only type information there is: the target is reached through `target_worker`,
+    # the draft through `draft_*runner*`/`mtp_*runner*`/`draft_worker`; a bare `model_runner` is either.
+    bare = [n.rstrip("[]()") for n in names]
+    if any(n.startswith(("draft", "mtp")) for n in bare):
+        return "draft"
+    if any("target" in n for n in bare):
+        return "target"
+    return "runner"
+
+
+def _runner_tag(node: ast.expr, scope: Scope) -> _Tag | None:
+    if isinstance(node, ast.Name) and node.id in scope.local_runners:
+        return scope.local_runners[node.id]
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and node.attr in scope.class_runners
+    ):
+        return scope.class_runners[node.attr]
+    names = _segments(node)
+    if not names or not _RUNNER_NAME.search(names[-1].rstrip("[]()")):
+        return None
+    return _tag_from_names(names)
+
+
+def _model_tag(node: ast.expr, scope: Scope) -> _Tag | None:
+    if isinstance(node, ast.Name):
+        return scope.local_models.get(node.id)
+    if not isinstance(node, ast.Attribute):
+        return None
+    if isinstance(node.value, ast.Name) and node.value.id == "self":
+        if node.attr in scope.class_models:
+            return scope.class_models[node.attr]
+        if node.attr == "model" and scope.class_name.endswith("ModelRunner"):
+            return "runner"
+    if node.attr == "model":
+        return _runner_tag(node.value, scope)
+    return None
+
+
+def _assignments(fn: ast.AST) -> list[ast.Assign]:
+    return [n for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1]
+
+
+def _assigned_aliases(
+    assigns: Sequence[ast.Assign],
+    scope: Scope,
+    models: dict[str, _Tag],
+    runners: dict[str, _Tag],
+    *,
+    on_self: bool,
+) -> None:
+    """Record `name = <model or runner expr>` (or `self.name = ...` when on_self), flow-insensitively."""
+    for _ in range(2):  # a second pass picks up aliases of aliases
+        for node in assigns:
+            target = node.targets[0]
+            key: str | None = None
+            if on_self:
+                if (
+                    isinstance(target, ast.Attribute)
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"
+                ):
+                    key = target.attr
+            elif isinstance(target, ast.Name):
+                key = target.id
+            if key is None:
+                continue
+            if (tag := _model_tag(node.value, scope)) is not None:
+                models[key] = tag
+            elif (tag := _runner_tag(node.value, scope)) is not None:
+                runners[key] = tag
+
+
+class UseCollector:
+    """Walks one module with the stack of enclosing conditions, recording model uses on EAGLE-3 paths."""
+
+    def __init__(self, tree: SourceTree, scope: Scope, knowledge: Knowledge, lines: Sequence[str]) -> None:
+        self.tree = tree
+        self.scope = scope
+        self.lines = lines
+        self.knowledge = knowledge
+        self.uses: list[Use] = []
+        #: The flags that decided whether a recorded use is on an EAGLE-3 path (shown in the report).
+        self.flags_used: set[str] = set()
+
+    # -- statements ----------------------------------------------------------------------------------------
+
+    def module(self, module: ast.Module) -> None:
+        for node in module.body:
+            if isinstance(node, ast.ClassDef):
+                self.scope.class_name = node.name
+                self.scope.class_models, self.scope.class_runners = {}, {}
+                methods = [m for m in node.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)]
+                assigns = {id(m): _assignments(m) for m in methods}
+                everything = [a for m in methods for a in assigns[id(m)]]
+                _assigned_aliases(
+                    everything, self.scope, self.scope.class_models, self.scope.class_runners, on_self=True
+                )
+                for method in methods:
+                    self.function(method, assigns[id(method)])
+                self.scope.class_name = ""
+                self.scope.class_models, self.scope.class_runners = {}, {}
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                self.function(node, _assignments(node))
+
+    def function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, assigns: Sequence[ast.Assign]) -> None:
+        # Every model expression spells `.model` or a class alias of one: skip functions that mention neither.
+        text = "\n".join(self.lines[fn.lineno - 1 : fn.end_lineno])
+        if "model" not in text and not any(alias in text for alias in self.scope.class_models):
+            return
+        self.scope.local_models, self.scope.local_runners = {}, {}
+        _assigned_aliases(
+            assigns, self.scope, self.scope.local_models, self.scope.local_runners, on_self=False
+        )
+        self.block(fn.body, [])
+
+    def block(self, stmts: Sequence[ast.stmt], guards: list[Guard]) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, ast.If):
+                self.expr(stmt.test, guards)
+                self.block(stmt.body, [*guards, (stmt.test, True)])
+                self.block(stmt.orelse, [*guards, (stmt.test, False)])
+            elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+                # A closure runs where it is called; the conditions around its definition are the best guess.
+                self.block(stmt.body, guards)
+            elif not isinstance(stmt, ast.ClassDef):
+                self.other(stmt, guards)
+
+    def other(self, node: ast.AST, guards: list[Guard]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                self.block([child], guards)
+            elif isinstance(child, ast.expr):
+                self.expr(child, guards)
+            else:
+                self.other(child, guards)
+
+    # -- expressions ---------------------------------------------------------------------------------------
+
+    def expr(self, node: ast.expr, guards: list[Guard]) -> None:
+        if isinstance(node, ast.BoolOp):
+            # `hasattr(m, "x") and m.x`: each operand runs only when the ones before it allowed it.
+            positive = isinstance(node.op, ast.And)
+            for i, value in enumerate(node.values):
+                self.expr(value, [*guards, *((v, positive) for v in node.values[:i])])
+            return
+        if isinstance(node, ast.IfExp):
+            self.expr(node.test, guards)
+            self.expr(node.body, [*guards, (node.test, True)])
+            self.expr(node.orelse, [*guards, (node.test, False)])
+            return
+        if isinstance(node, ast.Call) and self.call(node, guards):
+            return
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            tag = _model_tag(node.value, self.scope)
+            if tag is not None:
+                self.record(tag, node.attr, "attribute", node=node, receiver=node.value, guards=guards)
+                return
+        self.other(node, guards)
+
+    def call(self, node: ast.Call, guards: list[Guard]) -> bool:
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in ("hasattr", "getattr") and len(node.args) >= 2:
+            receiver, name = node.args[0], node.args[1]
+            tag = _model_tag(receiver, self.scope)
+            if tag is not None and isinstance(name, ast.Constant) and isinstance(name.value, str):
+                probe = func.id == "hasattr"
+                kind: UseKind = "probe" if probe else "attribute"
+                optional = probe or len(node.args) > 2
+                self.record(
+                    tag, name.value, kind, node=node, receiver=receiver, guards=guards, optional=optional
+                )
+                for arg in node.args[2:]:
+                    self.expr(arg, guards)
+                return True
+            return False
+        if isinstance(func, ast.Attribute):
+            tag = _model_tag(func.value, self.scope)
+            if tag is not None:
+                self.record(tag, func.attr, "call", node=node, receiver=func.value, guards=guards, call=node)
+                for arg in [*node.args, *(k.value for k in node.keywords)]:
+                    self.expr(arg, guards)
+                return True
+        return False
+
+    def record(
+        self,
+        tag: _Tag,
+        name: str,
+        kind: UseKind,
+        *,
+        node: ast.expr,
+        receiver: ast.expr,
+        guards: list[Guard],
+        optional: bool = False,
+        call: ast.Call | None = None,
+    ) -> None:
+        if tag == "runner":
+            # In speculative/ every runner but the target's is the draft's (EAGLE workers are draft workers).
+            roles: tuple[Role, ...] = ("draft",) if self.scope.speculative else ROLES
+        else:
+            roles = (tag,)
+        positional: int | None = None
+        keywords: tuple[str, ...] = ()
+        if call is not None:
+            starred = any(isinstance(a, ast.Starred) for a in call.args) or any(
+                k.arg is None for k in call.keywords
+            )
+            positional = None if starred else len(call.args)
+            keywords = tuple(k.arg for k in call.keywords if k.arg is not None)
+        for role in roles:
+            if not self.knowledge.reachable(guards, role):
+                continue
+            if not (self.scope.worker_module or self.knowledge.specific(guards, role)):
+                continue
+            for test, _ in guards:
+                names = {last_name(n) for n in ast.walk(test)}
+                self.flags_used |= {n for n in names if n is not None and n in self.knowledge.flags}
+            self.uses.append(
+                Use(
+                    role=role,
+                    name=name,
+                    kind=kind,
+                    site=self.tree.site(self.scope.file, node.lineno),
+                    receiver=_text(receiver),
+                    positional=positional,
+                    keywords=keywords,
+                    optional=optional or self.probed(name, guards),
+                    guard=_guard_text(guards),
+                )
+            )
+
+    def probed(self, name: str, guards: Sequence[Guard]) -> bool:
+        """Whether a positive enclosing condition is `hasattr(<model>, name)`: then the use is optional."""
+        for test, positive in guards:
+            if not positive:
+                continue
+            parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+            for part in parts:
+                if (
+                    isinstance(part, ast.Call)
+                    and isinstance(part.func, ast.Name)
+                    and part.func.id == "hasattr"
+                    and len(part.args) == 2
+                    and isinstance(part.args[1], ast.Constant)
+                    and part.args[1].value == name
+                    and _model_tag(part.args[0], self.scope) is not None
+                ):
+                    return True
+        return False
+
+
+__all__ = [
+    "EAGLE3",
+    "NO_SPEC",
+    "Guard",
+    "Knowledge",
+    "Scope",
+    "Tri",
+    "UseCollector",
+    "World",
+    "all3",
+    "any3",
+    "not3",
+]
