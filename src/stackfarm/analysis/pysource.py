@@ -54,7 +54,7 @@ from stackfarm.analysis.pyvalues import (
     node_text,
     truth,
 )
-from stackfarm.analysis.sourcetree import SourceError, SourceTree, resolve_relative
+from stackfarm.analysis.sourcetree import SourceError, SourceTree, caught_names, resolve_relative
 
 
 class Evaluator(ExpressionEvaluator):
@@ -343,19 +343,9 @@ class Evaluator(ExpressionEvaluator):
     def _handler(stmt: ast.Try, kind: str) -> ast.ExceptHandler | None:
         caught = CAUGHT_BY.get(kind, {kind, "Exception", "BaseException"})
         for handler in stmt.handlers:
-            if handler.type is None:
+            names = caught_names(handler)
+            if names is None or any(name in caught for name in names):
                 return handler
-            names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-            for name in names:
-                last = (
-                    name.attr
-                    if isinstance(name, ast.Attribute)
-                    else name.id
-                    if isinstance(name, ast.Name)
-                    else ""
-                )
-                if last in caught:
-                    return handler
         return None
 
     def _import(self, stmt: ast.Import | ast.ImportFrom, frame: Frame) -> None:

@@ -59,6 +59,15 @@ def last_name(node: ast.AST) -> str | None:
     return None
 
 
+def caught_names(handler: ast.ExceptHandler) -> tuple[str, ...] | None:
+    """The exception names an ``except`` clause lists (``except (a.KeyError, OSError)`` -> KeyError, OSError);
+    None for a bare ``except:``, which catches everything."""
+    if handler.type is None:
+        return None
+    names = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return tuple(last_name(n) or "" for n in names)
+
+
 def source_text(node: ast.AST, limit: int) -> str:
     """The node's source on one line, cut to `limit` characters."""
     text = " ".join(ast.unparse(node).split())
@@ -359,6 +368,7 @@ __all__ = [
     "Ref",
     "SourceError",
     "SourceTree",
+    "caught_names",
     "last_name",
     "parse_file",
     "resolve_relative",

@@ -1,0 +1,271 @@
+"""Feature gates and flag conditions of a Python tree, judged for a target GPU with `pysource.Evaluator`.
+
+A feature is one entry of matrix.toml's [features] (`parse_features`). `evaluate_gate` runs its deciding
+function for one GPU and says whether the GPU alone turns it off (and where), or crashes it; `flag_sites` finds
+every condition that reads one of its server arguments, and `evaluate_site` judges one such condition.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from stackfarm.analysis.arch import Arch, ArchError, parse_target
+from stackfarm.analysis.pysource import UNKNOWN, Crash, End, Evaluator, Instance, function_locals, truth
+from stackfarm.analysis.sourcetree import SourceError, SourceTree, source_text
+
+GateState = Literal["on", "off", "crash", "unknown"]
+
+
+class FeatureError(ValueError):
+    """matrix.toml's [features] table is malformed; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One entry of matrix.toml's [features]: a capability the deployment wants."""
+
+    name: str
+    #: Candidate deciding functions, "module:qualname"; every one present in the tree is evaluated.
+    gates: tuple[str, ...] = ()
+    #: Server arguments that switch the feature on; every condition reading one is evaluated too.
+    flags: tuple[str, ...] = ()
+    #: Globs (relative to a component's tree) of the binaries the feature needs.
+    libs: tuple[str, ...] = ()
+    #: Target archs where the feature is expected off, with the reason.
+    off: Mapping[Arch, str] = field(default_factory=dict)
+
+
+_FEATURE_KEYS = ("gate", "flags", "libs", "off", "description")
+
+
+def _strings(name: str, key: str, value: object) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) and i for i in items):
+        raise FeatureError(f"[features.{name}] {key} must be a string or a list of strings, got {value!r}")
+    return tuple(items)
+
+
+def parse_features(raw: Mapping[str, Any]) -> tuple[Feature, ...]:
+    """Read matrix.toml's [features] (as `CellSpec.features` carries it); raises `FeatureError` naming the key."""
+    features = []
+    for name, entry in raw.items():
+        if not isinstance(entry, Mapping):
+            raise FeatureError(f"[features] {name} must be a table ([features.{name}]), got {entry!r}")
+        unknown = sorted(set(entry) - set(_FEATURE_KEYS))
+        if unknown:
+            raise FeatureError(f"[features.{name}] unknown key(s) {unknown}; known: {list(_FEATURE_KEYS)}")
+        gates = _strings(name, "gate", entry.get("gate", []))
+        for gate in gates:
+            if ":" not in gate:
+                raise FeatureError(
+                    f"[features.{name}] gate {gate!r} must be 'module:qualname', "
+                    "e.g. 'sglang.srt.layers.communicator:apply_flashinfer_allreduce_fusion'"
+                )
+        off_raw = entry.get("off", {})
+        if not isinstance(off_raw, Mapping):
+            raise FeatureError(f"[features.{name}] off must be a table of arch = reason, got {off_raw!r}")
+        off: dict[Arch, str] = {}
+        for arch, reason in off_raw.items():
+            try:
+                off[parse_target(arch)] = str(reason)
+            except ArchError as exc:
+                raise FeatureError(f"[features.{name}] off: {exc}") from exc
+        features.append(
+            Feature(
+                name=name,
+                gates=gates,
+                flags=_strings(name, "flags", entry.get("flags", [])),
+                libs=_strings(name, "libs", entry.get("libs", [])),
+                off=off,
+            )
+        )
+    return tuple(features)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """What one gate decides for one GPU."""
+
+    symbol: str
+    gpu: Arch
+    #: on: some path enables it (maybe depending on run-time settings); off: every path disables it on this GPU;
+    #: crash: every path raises, at least one with an error (KeyError ...) rather than a deliberate refusal;
+    #: unknown: the gate could not be evaluated (the reason says why).
+    state: GateState
+    path: str = ""
+    line: int = 0
+    reason: str = ""
+
+
+def _end_reason(end: End, tree: SourceTree) -> str:
+    where = _where(tree, end.module, end.line)
+    if end.kind == "crash":
+        text = f"raises {end.detail} at {where}"
+    elif end.kind == "raise":
+        text = f"raises at {where} ({end.detail})"
+    elif end.kind == "return":
+        text = f"returns {_short(end.value)} at {where}"
+    else:
+        text = f"reaches the end at {where}"
+    if end.via:
+        text += " (reached through " + " <- ".join(_where(tree, m, ln) for m, ln in end.via) + ")"
+    if end.decision is not None:
+        d = end.decision
+        text += f", because `{d.text}` is {d.value} at {_where(tree, d.module, d.line)}"
+    return text
+
+
+def _where(tree: SourceTree, module: str, line: int) -> str:
+    path = tree.path_of(module)
+    return f"{tree.relative(path) if path else module}:{line}"
+
+
+def _short(value: object) -> str:
+    if value is UNKNOWN:
+        return "a value known only at run time"
+    if isinstance(value, Instance):
+        return f"a {value.cls.qualname if value.cls else 'new'} object"
+    text = repr(value)
+    return text if len(text) <= 40 else f"a {type(value).__name__}"
+
+
+def _is_on(end: End, constructor: bool) -> bool:
+    if end.kind == "fall":
+        return True
+    if end.kind != "return":
+        return False
+    if constructor:
+        return False  # an early return from __init__ leaves the object disabled
+    return truth(end.value) is not False
+
+
+def evaluate_gate(
+    tree: SourceTree,
+    gate: str,
+    gpu: Arch,
+    cuda: str,
+    *,
+    assume: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> GateResult:
+    """Run gate ``module:qualname`` for `gpu` and decide on / off / crash (see `GateResult.state`).
+
+    `assume` sets attributes (the feature's server flags), `environ` is the deployment's environment.
+    """
+    module, _, qualname = gate.partition(":")
+    evaluator = Evaluator(tree, gpu, cuda, assume=assume, environ=environ)
+    try:
+        ends = evaluator.run(f"{module}.{qualname}")
+    except SourceError as exc:
+        return GateResult(gate, gpu, "unknown", reason=f"cannot evaluate {gate}: {exc}")
+    path = tree.path_of(module)
+    rel = tree.relative(path) if path else module
+    constructor = qualname.endswith("__init__")
+    on = [e for e in ends if _is_on(e, constructor)]
+    if on:
+        return GateResult(gate, gpu, "on", rel, on[0].line, reason=_end_reason(on[0], tree))
+    crashes = [e for e in ends if e.kind == "crash"]
+    failing = crashes or ends
+    if not failing:
+        return GateResult(gate, gpu, "unknown", rel, reason="no path through the gate could be followed")
+    first = failing[0]
+    # "where it is decided": the crash itself, else the last test decided on the way to the first end
+    place = first if crashes or first.decision is None else first.decision
+    reasons = "; ".join(dict.fromkeys(_end_reason(e, tree) for e in failing))
+    where = _where(tree, place.module, place.line)
+    return GateResult(gate, gpu, "crash" if crashes else "off", where.rsplit(":", 1)[0], place.line, reasons)
+
+
+@dataclass(frozen=True)
+class FlagSite:
+    """A condition in the tree that reads one of a feature's flags."""
+
+    module: str
+    path: str
+    line: int
+    symbol: str
+    text: str
+    node: ast.expr = field(compare=False, repr=False)
+    local_names: tuple[str, ...] = field(compare=False, repr=False, default=())
+
+
+def flag_sites(tree: SourceTree, packages: Sequence[str], flags: Sequence[str]) -> tuple[FlagSite, ...]:
+    """Every if / assert / return / boolean condition in `packages` that reads ``<something>.<flag>``."""
+    if not flags:
+        return ()
+    needles = [f.encode() for f in flags]
+    sites: list[FlagSite] = []
+    for package in packages:
+        for path in tree.files(package):
+            if not any(n in tree.read(path) for n in needles):
+                continue
+            try:
+                module_ast = tree.parse(path)
+            except SourceError:
+                continue
+            module = tree.module_of(path)
+            sites.extend(_sites_in(module_ast, module, tree.relative(path), set(flags)))
+    return tuple(dict.fromkeys(sites))
+
+
+def _sites_in(module_ast: ast.Module, module: str, rel: str, flags: set[str]) -> Iterator[FlagSite]:
+    def visit(node: ast.AST, symbol: str, local_names: tuple[str, ...]) -> Iterator[FlagSite]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                yield from visit(child, f"{symbol}.{child.name}".lstrip("."), function_locals(child))
+                continue
+            if isinstance(child, ast.ClassDef):
+                yield from visit(child, f"{symbol}.{child.name}".lstrip("."), local_names)
+                continue
+            condition = _condition_of(child)
+            if condition is not None and any(
+                isinstance(n, ast.Attribute) and n.attr in flags for n in ast.walk(condition)
+            ):
+                yield FlagSite(module, rel, condition.lineno, symbol or "<module>", source_text(condition, 120),
+                               condition, local_names)  # fmt: skip
+            yield from visit(child, symbol, local_names)
+
+    yield from visit(module_ast, "", ())
+
+
+def _condition_of(node: ast.AST) -> ast.expr | None:
+    if isinstance(node, ast.If | ast.While | ast.Assert):
+        return node.test
+    if isinstance(node, ast.Return) and isinstance(node.value, ast.BoolOp | ast.Compare | ast.UnaryOp):
+        return node.value
+    return None
+
+
+def evaluate_site(
+    tree: SourceTree,
+    site: FlagSite,
+    gpu: Arch,
+    cuda: str,
+    *,
+    assume: Mapping[str, object],
+    environ: Mapping[str, str] | None = None,
+) -> bool | None:
+    """The condition's truth on `gpu` (None when unknown), with the feature's flags set as `assume` says."""
+    evaluator = Evaluator(tree, gpu, cuda, assume=assume, environ=environ)
+    try:
+        value = evaluator.expression(site.module, site.node, site.local_names)
+    except Crash:
+        return False
+    t = truth(value)
+    return None if t is UNKNOWN else bool(t)
+
+
+__all__ = [
+    "Feature",
+    "FeatureError",
+    "FlagSite",
+    "GateResult",
+    "GateState",
+    "evaluate_gate",
+    "evaluate_site",
+    "flag_sites",
+    "parse_features",
+]
