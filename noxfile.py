@@ -65,7 +65,7 @@ def plan(session: nox.Session) -> None:
 def patches(session: nox.Session) -> None:
     """Patch series: check [--json] | port SET --from V --to V | resolve DIR --to V."""
     _install(session)
-    session.run("python", "-m", "stackfarm.patches", *(session.posargs or ["check"]))
+    session.run("python", "-m", "stackfarm", "patches", *(session.posargs or ["check"]))
 
 
 @nox.session
@@ -91,7 +91,7 @@ def lint(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Time planning 1,000 synthetic cells, a warm no-op re-run, and a cold vs warm run."""
     _install(session)
-    session.run("python", "-m", "stackfarm.bench", *session.posargs)
+    session.run("python", "-m", "stackfarm", "bench", *session.posargs)
 
 
 @nox.session
@@ -105,7 +105,7 @@ def bundle(session: nox.Session) -> None:
 def qualify(session: nox.Session) -> None:
     """Release sign-off: --cell ID --release NAME --approver NAME, or --verify RECORD."""
     _install(session)
-    session.run("python", "-m", "stackfarm.qualify", *session.posargs)
+    session.run("python", "-m", "stackfarm", "qualify", *session.posargs)
 
 
 @nox.session

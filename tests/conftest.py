@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+
+from stackfarm import verdict
+from stackfarm.verdict import CellReport, SuiteResult
 
 #: One value per axis: the seeds' starting cell.
 BASE_AXES: dict[str, list[str]] = {
@@ -38,3 +42,24 @@ def write_matrix(tmp_path: Path) -> WriteMatrix:
         return path
 
     return write
+
+
+def cell_report(
+    *,
+    cell: str,
+    status: str,
+    reason: str = "",
+    properties: Mapping[str, str] | None = None,
+    suites: Sequence[SuiteResult] = (),
+) -> CellReport:
+    """A CellReport from the flat form earlier runs stored (status "ran"/"reused"/a plan status, a bag of
+    properties): read through the verdict store's own reader of that format, so it is judged by the rule."""
+    return verdict.from_json(
+        {
+            "cell": cell,
+            "status": status,
+            "reason": reason,
+            "properties": dict(properties or {}),
+            "suites": [{**asdict(s), "xml": str(s.xml) if s.xml else None} for s in suites],
+        }
+    )

@@ -17,7 +17,11 @@ import pytest
 from junitparser import Error, Failure, JUnitXml, Properties, Property, Skipped, TestCase, TestSuite
 
 from stackfarm import history, htmlreport
-from stackfarm.reports import CellReport, Outcome, SuiteResult
+from conftest import cell_report
+from stackfarm import verdict
+from stackfarm.errors import StackfarmError
+from stackfarm.history import Outcome
+from stackfarm.verdict import CellReport, SuiteResult
 
 CELL = "cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.9"
 OTHER = "cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"
@@ -93,13 +97,13 @@ def write_cell(
                 xml=Path(xml_prefix) / cell / f"{suite}.xml",
             )
         )
-    report = CellReport(
+    report = cell_report(
         cell=cell, status="ran", reason="", properties=dict(properties or {}), suites=tuple(results)
     )
     data: dict[str, Any] = {"input_hash": (properties or {}).get("stackfarm.input_hash", "0" * 64)}
     if inputs is not None:
         data["inputs"] = dict(inputs)
-    data["report"] = asdict(report)
+    data["report"] = verdict.to_json(report)
     (folder / "verdict.json").write_text(json.dumps(data, default=str, indent=1))
     return report
 
@@ -202,9 +206,8 @@ def test_main_writes_json_markdown_and_html(
     runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out"
-    assert history.main([str(runs), "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert f"cell {CELL} started failing in run run-10" in printed
+    written = history.write(runs, out)
+    assert any(f"cell {CELL} started failing in run run-10" in c.sentence() for c in written.changes)
     data = json.loads((out / "history.json").read_text())
     assert [r["name"] for r in data["runs"]] == ["run-9", "run-10", "run-11"]
     assert data["runs"][1]["cells"][CELL] == "failed"
@@ -225,11 +228,12 @@ def test_bad_input_is_reported_not_crashed_on(
     run = history.read_run(runs / "run-10")
     assert CELL in run.cells
     assert OTHER not in run.cells
-    assert any("unreadable verdict" in p for p in run.problems)
-    assert history.main([str(tmp_path / "nowhere"), "--out", str(tmp_path)]) != 0
-    assert "no such history folder" in capsys.readouterr().err
+    assert any("not a verdict" in p for p in run.problems)
+    with pytest.raises(StackfarmError, match="no such history folder"):
+        history.write(tmp_path / "nowhere", tmp_path)
     (tmp_path / "empty" / "x").mkdir(parents=True)
-    assert history.main([str(tmp_path / "empty"), "--out", str(tmp_path)]) != 0
+    with pytest.raises(StackfarmError):
+        history.write(tmp_path / "empty", tmp_path)
 
 
 def test_diff_inputs_goes_into_nested_tables() -> None:

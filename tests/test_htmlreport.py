@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from stackfarm import history, htmlreport
-from stackfarm.reports import CellReport, report_from_json
+from conftest import cell_report
+from stackfarm import verdict
+from stackfarm.verdict import CellReport
 from test_history import CELL, OTHER, CaseSpec, write_cell
 
 FAILING: dict[str, list[CaseSpec]] = {
@@ -140,7 +142,7 @@ def test_pages_are_self_contained(reports: Path) -> None:
 
 
 def test_runner_list_shows_cells_that_never_ran(reports: Path) -> None:
-    conflict = CellReport(
+    conflict = cell_report(
         cell="cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.10",
         status="conflict",
         reason="sglang 0.5.10 requires sglang-kernel==0.4.1",
@@ -148,7 +150,7 @@ def test_runner_list_shows_cells_that_never_ran(reports: Path) -> None:
         suites=(),
     )
     stored = [
-        report_from_json(json.loads((reports / c / "verdict.json").read_text())["report"])
+        verdict.read(reports / c / "verdict.json").report
         for c in (CELL, OTHER)
     ]
     htmlreport.write(reports, [*stored, conflict])

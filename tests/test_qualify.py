@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from stackfarm import qualify
+from stackfarm import gha, qualify
 from stackfarm.cli import main as stackfarm_main
 from stackfarm.errors import ConfigError, ExitCode
 from stackfarm.history import read_run
@@ -112,9 +112,9 @@ def _plan(*ids: str) -> dict[str, object]:
 def test_job_matrix_picks_the_first_runner_kind_matching_each_cell(tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.toml"
     matrix.write_text(RUNNERS)
-    runners, warnings = qualify.read_runners(matrix)
+    runners, warnings = gha.read_runners(matrix)
     assert warnings == []
-    jobs = qualify.job_matrix(_plan(CELL, "cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"), runners, matrix)
+    jobs = gha.job_matrix(_plan(CELL, "cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"), runners, matrix)
     assert [(j["cell"], j["runner"], j["gpus"]) for j in jobs["include"]] == [
         (CELL, "8x-rtx-pro-6000", 8),
         ("cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15", "1x-h200", 1),
@@ -135,7 +135,7 @@ def test_bad_runner_tables_name_the_line(tmp_path: Path, edit: tuple[str, str], 
     matrix = tmp_path / "matrix.toml"
     matrix.write_text(RUNNERS.replace(*edit))
     with pytest.raises(ConfigError) as info:
-        qualify.read_runners(matrix)
+        gha.read_runners(matrix)
     assert message in str(info.value)
     assert f"{matrix}:" in str(info.value), "the error names file:line"
 
@@ -143,23 +143,23 @@ def test_bad_runner_tables_name_the_line(tmp_path: Path, edit: tuple[str, str], 
 def test_a_cell_no_runner_takes_is_an_error_and_no_table_is_a_warning(tmp_path: Path) -> None:
     matrix = tmp_path / "matrix.toml"
     matrix.write_text(RUNNERS.replace("\n[runners.1x-h200]", "\n[runners.1x-h200]\ncells = ['cu130-*']"))
-    runners, _ = qualify.read_runners(matrix)
+    runners, _ = gha.read_runners(matrix)
     with pytest.raises(ConfigError, match=r"cell cu128-x-sgl0\.6\.0 matches no"):
-        qualify.job_matrix(_plan("cu128-x-sgl0.6.0"), runners, matrix)
+        gha.job_matrix(_plan("cu128-x-sgl0.6.0"), runners, matrix)
     matrix.write_text('[targets]\narchs = ["sm_90"]\n')
-    runners, warnings = qualify.read_runners(matrix)
-    assert runners == (qualify.DEFAULT_RUNNER,)
+    runners, warnings = gha.read_runners(matrix)
+    assert runners == (gha.DEFAULT_RUNNER,)
     assert "has no [runners] table" in warnings[0]
 
 
 def test_annotations_escape_and_name_missing_cells(tmp_path: Path) -> None:
     write_cell(tmp_path, CELL, {"10-capability": [("t", "failed", "KeyError: 12, 100%\nsecond line", {})]})
-    lines = qualify.gha_annotations(read_run(tmp_path), [CELL, "cu-gone"])
+    lines = gha.gha_annotations(read_run(tmp_path), [CELL, "cu-gone"])
     assert lines == [
         "::error title=cu-gone::cu-gone: no report; its job ended before the run wrote one",
         f"::error title={CELL} 10-capability::t: KeyError: 12, 100%25%0Asecond line",
     ]
-    assert qualify.annotation("warning", "a:b,c", "x\ny") == "::warning title=a%3Ab%2Cc::x%0Ay"
+    assert gha.annotation("warning", "a:b,c", "x\ny") == "::warning title=a%3Ab%2Cc::x%0Ay"
 
 
 # --------------------------------------------------------------------------- a real cell (integration)
@@ -220,14 +220,14 @@ def _run(project: Path) -> int:
 
 
 def _qualify(project: Path, release: str, *extra: str) -> int:
-    return qualify.main(
-        ["--cell", CELL, "--release", release, "--approver", "Ana Approver", "--reports",
+    return stackfarm_main(
+        ["qualify", "--cell", CELL, "--release", release, "--approver", "Ana Approver", "--reports",
          str(project / "reports"), "--matrix", str(project / "matrix.toml"), *extra]
     )  # fmt: skip
 
 
 def _verify(project: Path, record: Path) -> int:
-    return qualify.main(["--verify", str(record), "--matrix", str(project / "matrix.toml")])
+    return stackfarm_main(["qualify", "--verify", str(record), "--matrix", str(project / "matrix.toml")])
 
 
 @pytest.mark.integration

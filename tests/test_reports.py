@@ -10,7 +10,8 @@ import pytest
 from junitparser import JUnitXml, TestSuite
 
 from stackfarm import reports
-from stackfarm.reports import CellReport, CellStatus, SuiteResult
+from conftest import cell_report
+from stackfarm.verdict import CellReport, SuiteResult
 
 # Tiny real suites; each becomes one pytest process writing its own --junitxml, as the runner does.
 SUITES = {
@@ -108,8 +109,8 @@ def test_write_skipped_suite(tmp_path: Path, kind: Literal["skipped", "error"]) 
 # --------------------------------------------------------------------------- merge
 
 
-def _plan(cell: str, status: CellStatus, reason: str) -> CellReport:
-    return CellReport(cell=cell, status=status, reason=reason, properties={"torch": "2.9.1"}, suites=())
+def _plan(cell: str, status: str, reason: str) -> CellReport:
+    return cell_report(cell=cell, status=status, reason=reason, properties={"axis.torch": "2.9.1"}, suites=())
 
 
 @pytest.fixture
@@ -117,18 +118,18 @@ def cells(xmls: dict[str, Path], tmp_path: Path) -> list[CellReport]:
     gated = tmp_path / "b-01.xml"
     reports.write_skipped_suite(gated, cell="b", suite="01-kernels", reason="gated off")
     return [
-        CellReport(
+        cell_report(
             cell="a",
             status="ran",
             reason="",
-            properties={"torch": "2.9.1", "sha256:wheel": "abc"},
+            properties={"axis.torch": "2.9.1", "torch.version": "2.9.1", "torch.sha256": "abc"},
             suites=(_read(xmls["pass"], "00-stack", "a"), _read(xmls["fail"], "01-kernels", "a")),
         ),
-        CellReport(
+        cell_report(
             cell="b",
             status="reused",
             reason="",
-            properties={"torch": "2.8.0"},
+            properties={"axis.torch": "2.8.0"},
             suites=(_read(xmls["pass"], "00-stack", "b"), _read(gated, "01-kernels", "b")),
         ),
         _plan("c", "conflict", "sgl-kernel 0.3.21 requires torch==2.8.*"),
@@ -156,12 +157,14 @@ def test_merge_keeps_cells_apart_and_totals_add_up(cells: list[CellReport], tmp_
     assert suites["a::00-stack"].tests == suites["b::00-stack"].tests == 2
 
     assert _props(suites["a::01-kernels"]) == {
-        "torch": "2.9.1",
-        "sha256:wheel": "abc",
+        "axis.torch": "2.9.1",
+        "torch.version": "2.9.1",
+        "torch.sha256": "abc",
+        "torch.source": "",
         "stackfarm.cell": "a",
         "stackfarm.suite": "01-kernels",
     }
-    assert _props(suites["b::00-stack"])["torch"] == "2.8.0"
+    assert _props(suites["b::00-stack"])["axis.torch"] == "2.8.0"
     assert _props(suites["c::plan"])["stackfarm.suite"] == "plan"
 
     (conflict,) = list(suites["c::plan"])
@@ -178,7 +181,7 @@ def test_merge_never_greener_than_the_verdict(xmls: dict[str, Path], tmp_path: P
         cell="a", suite="04-lost", outcome="error", tests=0, failures=0, errors=0, skipped=0,
         time=0.0, first_failure="pytest killed", xml=None,
     )  # fmt: skip
-    cell = CellReport(cell="a", status="ran", reason="", properties={}, suites=(empty, lost))
+    cell = cell_report(cell="a", status="ran", reason="", properties={}, suites=(empty, lost))
     reports.merge([cell], tmp_path / "junit.xml")
     root = JUnitXml.fromfile(str(tmp_path / "junit.xml"))
     assert root.errors == 2
@@ -246,7 +249,7 @@ def test_markdown_all_passed() -> None:
         time=1.0, first_failure=None, xml=None,
     )  # fmt: skip
     md = reports.summary_markdown(
-        [CellReport(cell="a", status="ran", reason="", properties={}, suites=(suite,))]
+        [cell_report(cell="a", status="ran", reason="", properties={}, suites=(suite,))]
     )
     assert "| `a` | ✅ 3/3 | ✅ passed |  |" in md
     assert "**1 cell: 1 passed**" in md
@@ -265,7 +268,7 @@ def test_html_is_escaped_and_standalone(cells: list[CellReport]) -> None:
     assert 'class="conflict"' in page
     assert "1/1/1/0" in page  # passed/failed/skipped/error of a's 01-kernels
     assert page.count("<details>") == len(cells)
-    assert "sha256:wheel" in page
+    assert "torch.sha256" in page
     assert "http" not in page  # no external resources
 
 

@@ -33,6 +33,7 @@ import pytest
 from packaging.utils import parse_wheel_filename
 
 from fakestack import CONFLICT, CU130, NEW, OLD, SGLANG_PINS, FakeProject, cell_id, write_stack
+from stackfarm import verdict
 from stackfarm.errors import ExitCode
 
 pytest_plugins = ("fakestack",)
@@ -46,10 +47,8 @@ NEW_CELL = cell_id(NEW)
 
 def verdict_status(project: FakeProject, cell: str = CELL) -> str:
     """The cell's verdict from reports/<cell>/verdict.json: passed, failed, incomplete, conflict, excluded or
-    error (its top-level "status")."""
-    data = json.loads((project.reports / cell / "verdict.json").read_text(encoding="utf-8"))
-    assert "status" in data, f"verdict.json has no top-level status; its keys: {sorted(data)}"
-    return str(data["status"])
+    error), read through the verdict store."""
+    return str(verdict.read(project.reports / cell / "verdict.json").report.status)
 
 
 def summary_row(project: FakeProject, cell: str = CELL) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from stackfarm import qualify
+from stackfarm import gha
 from stackfarm.matrix import load
 from stackfarm.plan import cell_id, expand
 
@@ -131,7 +131,7 @@ def test_nightly_plans_fans_out_and_merges() -> None:
     assert list(jobs) == ["plan", "cell", "report"]
     plan_step = next(s for s in jobs["plan"]["steps"] if s.get("id") == "plan")
     assert "python -m stackfarm plan --json" in plan_step["run"]
-    assert "gha-matrix" in plan_step["run"]
+    assert "gha matrix" in plan_step["run"]
     cell = jobs["cell"]
     assert cell["needs"] == "plan"
     assert cell["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
@@ -142,7 +142,7 @@ def test_nightly_plans_fans_out_and_merges() -> None:
     assert report["needs"] == ["plan", "cell"]
     assert report["if"].startswith("always()")
     runs = "\n".join(s.get("run", "") for s in report["steps"])
-    for command in ("nox -s report", "python -m stackfarm.history", "gha-annotate", "stackfarm.htmlreport"):
+    for command in ("nox -s report", "python -m stackfarm report --history", "gha annotate"):
         assert command in runs
     assert any(s.get("uses", "").startswith("actions/upload-artifact@") for s in report["steps"])
 
@@ -157,7 +157,7 @@ def test_pr_runs_the_static_tiers_on_hosted_runners() -> None:
     assert "actionlint" in runs["workflows"]
     assert "zizmor" in runs["workflows"]
     assert "python -m stackfarm run" in runs["static"]
-    assert "gha-annotate" in runs["static"]
+    assert "gha annotate" in runs["static"]
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
@@ -191,8 +191,8 @@ def _real_ids() -> list[str]:
 
 def test_job_matrix_from_the_real_matrix(tmp_path: Path) -> None:
     ids = _real_ids()
-    runners, _ = qualify.read_runners(REPO / "matrix.toml")
-    jobs = qualify.job_matrix({"cells": [{"id": i} for i in ids]}, runners, REPO / "matrix.toml")
+    runners, _ = gha.read_runners(REPO / "matrix.toml")
+    jobs = gha.job_matrix({"cells": [{"id": i} for i in ids]}, runners, REPO / "matrix.toml")
     assert [j["cell"] for j in jobs["include"]] == ids
     assert all("self-hosted" in j["labels"] for j in jobs["include"])
     assert len(jobs["include"]) <= 256, "GitHub's limit of jobs per matrix"
@@ -201,11 +201,11 @@ def test_job_matrix_from_the_real_matrix(tmp_path: Path) -> None:
     text = (REPO / "matrix.toml").read_text()
     copy = tmp_path / "matrix.toml"
     copy.write_text(text if "[runners." in text else text + PROPOSED_RUNNERS)
-    runners, warnings = qualify.read_runners(copy)
+    runners, warnings = gha.read_runners(copy)
     assert warnings == []
     placed = {
         j["cell"]: j
-        for j in qualify.job_matrix({"cells": [{"id": i} for i in ids]}, runners, copy)["include"]
+        for j in gha.job_matrix({"cells": [{"id": i} for i in ids]}, runners, copy)["include"]
     }
     assert placed["cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.9"]["labels"][-2:] == ["sm_120", "gpus-8"]
     assert placed["cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"]["arch"] == "sm_90"

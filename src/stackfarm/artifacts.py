@@ -401,6 +401,35 @@ class Cache:
         self._verified: dict[Path, tuple[int, int]] = {}
         self._metadata: dict[str, email.message.Message] = {}
 
+    #: The cache's folders and what each holds (`stackfarm cache info` lists them in this order).
+    AREAS = (
+        ("blobs", "wheels, by sha256"),
+        ("trees", "unpacked wheels, by sha256"),
+        ("cells", "per-cell work dirs (patched trees, cell.json)"),
+        ("resolved", "index answers"),
+        ("analysis", "analysis results, by file hash"),
+        ("tmp", "partial downloads and unpacks"),
+    )
+
+    def usage(self) -> list[tuple[str, str, int, int]]:
+        """(area, what it holds, files, bytes) per folder; a hard-linked file counts once, where first seen."""
+        seen: set[tuple[int, int]] = set()
+        rows = []
+        for area, what in self.AREAS:
+            files = size = 0
+            folder = self.root / area
+            for path in folder.rglob("*") if folder.is_dir() else ():
+                try:
+                    st = path.lstat()
+                except OSError:
+                    continue
+                if not path.is_file() or (st.st_dev, st.st_ino) in seen:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+                files, size = files + 1, size + st.st_size
+            rows.append((area, what, files, size))
+        return rows
+
     def blob_path(self, artifact: Artifact) -> Path:
         """Where the wheel with this sha256 lives once fetched."""
         return self.root / "blobs" / "sha256" / f"{_checked_sha(artifact)}.whl"

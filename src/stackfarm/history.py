@@ -14,11 +14,9 @@ changed between the two runs ("cell X started failing in run Y; inputs that chan
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,12 +24,15 @@ from typing import Any, Literal
 
 from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Properties, Property, Skipped, TestCase
 
-from . import trendplot
-from .errors import ExitCode, StackfarmError
-from .reports import CellReport, Outcome, SuiteResult, report_from_json, write_atomic
+from . import trendplot, verdict
+from .errors import StackfarmError
+from .files import write_atomic
+from .verdict import CellReport, SuiteResult
 
-#: A cell's verdict in one run: "passed" only when every suite passed (a skip is not a pass).
-Verdict = Literal["passed", "failed", "conflict", "excluded", "error"]
+#: A cell's verdict in one run (stackfarm.verdict.Status's value: passed, failed, incomplete, ...).
+Verdict = str
+#: A testcase's outcome as its JUnit file says it.
+Outcome = Literal["passed", "failed", "error", "skipped"]
 
 #: Property names that look numeric but are identities, not measurements (versions, hashes, line numbers).
 _NOT_A_FIGURE = re.compile(r"version|sha256|hash|digest|(^|\.)line$", re.IGNORECASE)
@@ -78,11 +79,7 @@ class CellRun:
 
     @property
     def verdict(self) -> Verdict:
-        status = self.report.status
-        if status in ("conflict", "excluded", "error"):
-            return status
-        passed = bool(self.report.suites) and all(s.outcome == "passed" for s in self.report.suites)
-        return "passed" if passed else "failed"
+        return str(self.report.status)
 
     def suite(self, name: str) -> SuiteRun | None:
         return next((s for s in self.suites if s.result.suite == name), None)
@@ -160,45 +157,30 @@ def _suite_file(folder: Path, result: SuiteResult) -> Path:
     return result.xml
 
 
-def cell_run(folder: Path, report: CellReport, stored: Mapping[str, Any] | None = None) -> CellRun:
+def cell_run(folder: Path, report: CellReport, inputs: Mapping[str, Any] | None = None) -> CellRun:
     suites = []
     for result in report.suites:
         path = _suite_file(folder, result)
         props, cases, stamp = read_junit(path)
         res = SuiteResult(**{**asdict(result), "xml": path})
         suites.append(SuiteRun(result=res, properties=props, cases=cases, timestamp=stamp))
-    stored = stored or {}
-    inputs = stored.get("inputs")
     return CellRun(
         report=report,
-        input_hash=stored.get("input_hash") or report.properties.get("stackfarm.input_hash"),
-        inputs=inputs if isinstance(inputs, Mapping) else None,
+        input_hash=report.input_hash or None,
+        inputs=inputs or None,
         suites=tuple(suites),
     )
 
 
 def read_run(folder: Path, reports: Sequence[CellReport] | None = None, *, name: str | None = None) -> Run:
-    """Read a reports/ folder. `reports` (the runner's list, conflicts and errors included) replaces the
-    verdict.json files when given: cells that never ran have none."""
+    """Read a reports/ folder through the verdict store. `reports` (the runner's list) replaces the stored
+    verdicts when given."""
+    stored, problems = verdict.read_all(folder)
+    by_cell = {s.report.cell: s for s in stored}
     cells: dict[str, CellRun] = {}
-    problems: list[str] = []
-    stored: dict[str, dict[str, Any]] = {}
-    for verdict in sorted(folder.glob("*/verdict.json")):
-        try:
-            data = json.loads(verdict.read_text(encoding="utf-8"))
-            stored[data["report"]["cell"]] = data
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            problems.append(f"{verdict}: unreadable verdict ({type(exc).__name__}: {exc})")
-    if reports is None:
-        found: list[CellReport] = []
-        for cell, data in stored.items():
-            try:
-                found.append(report_from_json(data["report"]))
-            except (KeyError, TypeError) as exc:
-                problems.append(f"{folder / cell / 'verdict.json'}: not a verdict ({exc})")
-        reports = found
-    for report in reports:
-        cells[report.cell] = cell_run(folder, report, stored.get(report.cell))
+    for report in reports if reports is not None else [s.report for s in stored]:
+        found = by_cell.get(report.cell)
+        cells[report.cell] = cell_run(folder, report, found.inputs if found else None)
     stamps = [s.timestamp for c in cells.values() for s in c.suites if s.timestamp]
     return Run(
         name=name or folder.name,
@@ -288,7 +270,7 @@ def changed_inputs(before: CellRun, after: CellRun) -> list[str]:
     if before.inputs is not None and after.inputs is not None:
         return [str(d) for d in diff_inputs(before.inputs, after.inputs)]
     diffs = diff_inputs(before.report.properties, after.report.properties)
-    named = [str(d) for d in diffs if d.key != "stackfarm.input_hash"]
+    named = [str(d) for d in diffs if d.key not in ("stackfarm.input_hash", "stackfarm.run_id")]
     if not named and before.input_hash != after.input_hash:
         # The hash covers suites, settings and matrix tables that the properties do not name.
         return [
@@ -491,25 +473,6 @@ def write(history_dir: Path, out: Path) -> History:
     return history
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stackfarm.history", description=__doc__.split("\n")[0])
-    parser.add_argument("history", type=Path, help="a folder holding one copy of reports/ per run")
-    parser.add_argument("--out", type=Path, default=Path("reports"), help="where history.* go (reports/)")
-    args = parser.parse_args(argv)
-    try:
-        history = write(args.history, args.out)
-    except StackfarmError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return int(exc.exit_code)
-    for change in history.changes:
-        print(change.sentence())
-    print(
-        f"{len(history.runs)} runs, {len(history.changes)} verdict changes — "
-        f"{args.out}/history.md, {args.out}/history.json"
-    )
-    return int(ExitCode.OK)
-
-
 __all__ = [
     "Case",
     "CellRun",
@@ -529,7 +492,6 @@ __all__ = [
     "figures",
     "from_json",
     "load_history",
-    "main",
     "markdown",
     "read_junit",
     "read_run",
@@ -538,6 +500,3 @@ __all__ = [
     "varying",
     "write",
 ]
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,18 +23,16 @@ external resources), so a report copied off a CI runner opens anywhere.
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ExitCode
+from .files import write_atomic
 from .history import Case, CellRun, History, Run, Series, SuiteRun, as_number, from_json, read_run, varying
-from .reports import CellReport, write_atomic
+from .verdict import CellReport
 
 #: Fill colour of each outcome and verdict (GitHub's palette: readable with white text, tellable apart).
 COLOURS: dict[str, str] = {
@@ -42,6 +40,8 @@ COLOURS: dict[str, str] = {
     "failed": "#cf222e",
     "error": "#82071e",
     "skipped": "#9a6700",
+    "incomplete": "#9a6700",
+    "not_applicable": "#57606a",
     "missing": "#d0d7de",
     "conflict": "#bc4c00",
     "excluded": "#6e7781",
@@ -83,7 +83,7 @@ def _page(title: str, body: str) -> str:
 
 
 def _badge(kind: str, text: str | None = None) -> str:
-    css = f"o-{kind}" if kind in ("passed", "failed", "error", "skipped", "missing") else f"v-{kind}"
+    css = f"o-{kind}" if kind in ("passed", "failed", "error", "skipped", "incomplete", "missing") else f"v-{kind}"
     return f'<span class="badge {css}">{e(text or kind)}</span>'
 
 
@@ -208,6 +208,10 @@ def _grid_cell(suite: SuiteRun | None) -> str:
         text = f"{res.passed}/{res.tests}" + (f" ({res.skipped} skip)" if res.skipped else "")
     elif res.outcome == "skipped":
         text = "skipped"
+    elif res.outcome == "incomplete":
+        text = f"{res.passed}/{res.tests}, {res.skipped} skipped"
+    elif res.outcome == "not_applicable":
+        text = "n/a"
     else:
         text = f"{res.outcome} {res.failures + res.errors}/{res.tests}" if res.tests else res.outcome
     why = res.first_failure or next((c.message for c in suite.cases if c.outcome != "passed"), "")
@@ -225,14 +229,14 @@ def index_page(run: Run, *, links: Sequence[tuple[str, str]] = ()) -> str:
         verdict = cell.verdict
         counts[verdict] = counts.get(verdict, 0) + 1
         link = f'<a href="{e(cell_id)}/index.html">{e(cell_id)}</a>'
-        if cell.report.status in ("conflict", "excluded", "error"):
+        if not cell.report.ran:
             tds = (
                 f'<td class="o v-{verdict}" data-outcome="{verdict}" colspan="{max(len(suites), 1)}">'
                 f'<span class="why">{e(cell.report.reason[:300])}</span></td>'
             )
         else:
             tds = "".join(_grid_cell(cell.suite(s)) for s in suites)
-        reused = " (reused)" if cell.report.status == "reused" else ""
+        reused = " (reused)" if cell.report.reused else ""
         rows.append(
             f'<tr data-cell="{e(cell_id)}" data-verdict="{verdict}"><th class="cell">{link}</th>{tds}'
             f'<td class="o v-{verdict}" data-outcome="{verdict}">{e(verdict)}{e(reused)}</td></tr>'
@@ -240,7 +244,8 @@ def index_page(run: Run, *, links: Sequence[tuple[str, str]] = ()) -> str:
     head = "".join(f"<th>{e(s)}</th>" for s in suites) or "<th>suites</th>"
     total = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no cells"
     legend = " ".join(
-        _badge(k) for k in ("passed", "failed", "error", "skipped", "missing", "conflict", "excluded")
+        _badge(k)
+        for k in ("passed", "failed", "error", "incomplete", "skipped", "missing", "conflict", "excluded")
     )
     extra = " · ".join(f'<a href="{e(href)}">{e(text)}</a>' for text, href in links)
     problems = "".join(f"<li>{e(p)}</li>" for p in run.problems)
@@ -253,7 +258,8 @@ def index_page(run: Run, *, links: Sequence[tuple[str, str]] = ()) -> str:
         f'<table class="grid"><thead><tr><th>cell</th>{head}<th>verdict</th></tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
         f'<p class="legend">{legend}</p>'
-        '<p class="muted">A cell passes only when every suite passed; a skipped suite is not a pass. '
+        '<p class="muted">A cell passes only when every suite ran and passed; a skipped testcase makes it '
+        "incomplete, never passed. "
         "Click a cell for its stack, patches, findings and figures.</p>"
         + (f"<h2>Unreadable files</h2><ul>{problems}</ul>" if problems else "")
     )
@@ -600,22 +606,6 @@ def write(reports_dir: Path, cells: Sequence[CellReport] | None = None) -> list[
     return [index, *written]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m stackfarm.htmlreport", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--reports", type=Path, default=Path("reports"), help="the reports folder (reports/)")
-    args = parser.parse_args(argv)
-    if not any(args.reports.glob("*/verdict.json")):
-        print(
-            f"error: no verdicts under {args.reports}/: run `python -m stackfarm run` first", file=sys.stderr
-        )
-        return int(ExitCode.CELLS_FAILED)
-    written = write(args.reports)
-    print(f"{written[0]} and {len(written) - 1} cell pages")
-    return int(ExitCode.OK)
-
-
 __all__ = [
     "COLOURS",
     "Bar",
@@ -624,9 +614,5 @@ __all__ = [
     "history_page",
     "index_page",
     "line_chart",
-    "main",
     "write",
 ]
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """Release qualification: a sign-off record bound to the hashes of what was tested, and its verification.
 
-    python -m stackfarm.qualify --cell ID --release NAME --approver NAME [--reports DIR] [--matrix PATH]
-    python -m stackfarm.qualify --verify reports/qualifications/NAME.json [--matrix PATH]
+    stackfarm qualify --cell ID --release NAME --approver NAME [--reports DIR] [--matrix PATH]
+    stackfarm qualify --verify reports/qualifications/NAME.json [--matrix PATH]
 
 Qualifying refuses unless the cell's latest run (``reports/<cell>/verdict.json``) passed every suite the matrix
 requires and every step the runner reported, and was made from the inputs the matrix gives now. A skip is not a
@@ -14,44 +14,30 @@ suite verdicts with their testcases' properties (values over 200 characters kept
 the time, the git commit of matrix.toml, the inputs dict whose hash is the cell's input hash, and the sha256 of
 the record itself. ``--verify`` checks that seal, then plans the cell afresh and compares its inputs with the
 recorded ones key by key, naming every input (and every patch file) that changed.
-
-CI helpers for the workflows in .github/workflows/:
-
-    python -m stackfarm plan --json | python -m stackfarm.qualify gha-matrix [--matrix PATH] [--github-output F]
-    python -m stackfarm.qualify gha-annotate [--reports DIR] [--expect FILE]
-
-gha-matrix turns the plan into the nightly's job matrix (``{"include": [{"cell", "runner", "labels", "arch",
-"gpus"}]}``): each cell runs on the first ``[runners.<kind>]`` of matrix.toml whose ``cells`` globs match its
-id. gha-annotate turns the reports into GitHub annotations (an error per failed suite or missing cell, a warning
-per skipped one) and exits 1 when there is an error.
 """
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import hashlib
 import json
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-import tomlkit.exceptions
-
 from . import __version__
 from .artifacts import Artifact, Cache
-from .errors import ConfigError, ExitCode, StackfarmError, did_you_mean
-from .history import CellRun, Difference, Run, diff_inputs, read_run
-from .matrix import Matrix, load, locate
+from .errors import ConfigError, StackfarmError, did_you_mean
+from .files import write_atomic
+from .history import CellRun, Difference, diff_inputs, read_run
+from .junit import NOT_APPLICABLE
+from .matrix import Matrix, load
 from .plan import Cell, Component, input_hash
 from .proc import call
-from .reports import write_atomic
-from .resolve import Resolver
+from .resolve import Resolver, plan_matrix
 from .runner import cell_inputs, gpu_unavailable_reason
 
 #: Bumped when the record's layout changes; --verify reads the versions it knows.
@@ -59,7 +45,7 @@ SCHEMA = 1
 #: Property values longer than this are recorded as their sha256: contracts and logs would swamp the record.
 MAX_VALUE = 200
 _RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
-_SEAL = "record_sha256"
+SEAL = "record_sha256"
 
 
 # --------------------------------------------------------------------------- the latest run, judged
@@ -77,7 +63,7 @@ def judge(cell: CellRun, required: Sequence[str], allow_skips: Sequence[str] = (
     """Every required suite, and every step the run reported, passed; every skipped testcase is accepted."""
     missing: list[str] = []
     accepted: list[dict[str, str]] = []
-    if cell.report.status not in ("ran", "reused"):
+    if not cell.report.ran:
         missing.append(f"the cell did not run: {cell.report.status} ({cell.report.reason})")
     ran = {s.result.suite: s for s in cell.suites}
     for name in [*required, *(s for s in ran if s not in required)]:
@@ -86,12 +72,12 @@ def judge(cell: CellRun, required: Sequence[str], allow_skips: Sequence[str] = (
             missing.append(f"{name}: not in the latest run")
             continue
         res = suite.result
-        if res.outcome != "passed":
+        if res.outcome not in ("passed", "not_applicable"):
             why = res.first_failure or next((c.message for c in suite.cases if c.outcome != "passed"), "")
             missing.append(f"{name}: {res.outcome}" + (f" ({why})" if why else ""))
             continue
         for case in suite.cases:
-            if case.outcome != "skipped":
+            if case.outcome != "skipped" or case.message.startswith(NOT_APPLICABLE.strip()):
                 continue
             key = f"{name}::{case.name}"
             if any(fnmatch.fnmatchcase(key, glob) for glob in allow_skips):
@@ -119,13 +105,9 @@ class Planned:
 def plan_cell(matrix_path: Path, cell_id: str, *, backend: str, gpu: bool) -> Planned:
     """Load the matrix, plan it (sglang's pins from the index), and compute this cell's inputs as the
     runner does. Raises StackfarmError naming the cell when the plan has no such cell to run."""
-    from .cli import (
-        make_plan,
-    )  # the CLI's planning step (pins, unreachable indexes); imported late: cli is a face
-
     matrix = load(matrix_path)
     resolver = Resolver(matrix, Cache())
-    plan, unreachable = make_plan(matrix, resolver, None)
+    plan, unreachable = plan_matrix(matrix, resolver, None)
     cell = next((c for c in plan.cells if c.id == cell_id), None)
     if cell is None:
         conflict = next((c for c in plan.conflicts if c.cell.id == cell_id), None)
@@ -167,21 +149,21 @@ def plan_cell(matrix_path: Path, cell_id: str, *, backend: str, gpu: bool) -> Pl
 
 
 def _canonical(record: Mapping[str, Any]) -> bytes:
-    body = {k: v for k, v in record.items() if k != _SEAL}
+    body = {k: v for k, v in record.items() if k != SEAL}
     return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def seal(record: dict[str, Any]) -> dict[str, Any]:
     """The record with its own sha256 (over its canonical JSON, the seal left out) as the last key."""
     return {
-        **{k: v for k, v in record.items() if k != _SEAL},
-        _SEAL: hashlib.sha256(_canonical(record)).hexdigest(),
+        **{k: v for k, v in record.items() if k != SEAL},
+        SEAL: hashlib.sha256(_canonical(record)).hexdigest(),
     }
 
 
 def seal_problem(record: Mapping[str, Any]) -> str | None:
     """None when the record is as sealed; else what is wrong with it."""
-    stored = record.get(_SEAL)
+    stored = record.get(SEAL)
     actual = hashlib.sha256(_canonical(record)).hexdigest()
     if not isinstance(stored, str):
         return "the record has no record_sha256: it was not written by stackfarm.qualify"
@@ -258,7 +240,8 @@ def build_record(
     matrix: Mapping[str, Any],
     now: datetime,
 ) -> dict[str, Any]:
-    props = cell.report.properties
+    report = cell.report
+    wheels = {w.distribution: w for w in report.wheels}
     record = {
         "schema": SCHEMA,
         "release": release,
@@ -267,23 +250,20 @@ def build_record(
         "components": [
             {
                 "distribution": c.distribution,
-                "version": props.get(f"{c.distribution}.version", c.version),
-                "sha256": props.get(f"{c.distribution}.sha256"),
-                "source": props.get(f"{c.distribution}.source"),
+                "version": wheels[c.distribution].version if c.distribution in wheels else c.version,
+                "sha256": wheels[c.distribution].sha256 if c.distribution in wheels else None,
+                "source": wheels[c.distribution].source if c.distribution in wheels else None,
                 "index": c.index,
             }
             for c in planned.cell.components
         ],
-        "patch_sets": {n: props.get(f"patches.{n}.sha256") for n in planned.cell.patch_sets},
+        "patch_sets": {n: report.patch_sets.get(n) for n in planned.cell.patch_sets},
         "patch_files": planned.patch_files,
-        "patch_statuses": {
-            k.removeprefix("patch.").removesuffix(".status"): v
-            for k, v in sorted(props.items())
-            if k.startswith("patch.") and k.endswith(".status")
-        },
-        # Set by the docker backend (image.digest / image.tag); a local tree has no image.
-        "image_digest": props.get("image.digest"),
-        "image_tag": props.get("image.tag"),
+        "patch_statuses": dict(sorted(report.patches.items())),
+        # What the docker backend says of the image it ran (a local tree or a host has none).
+        "image_digest": report.image_digest,
+        "image_tag": report.backend_facts.get("docker.image"),
+        "run_id": report.run_id,
         "backend": planned.inputs.get("backend"),
         "gpu": planned.inputs.get("gpu"),
         "suites": _suites(cell),
@@ -316,7 +296,7 @@ def record_markdown(record: Mapping[str, Any], json_name: str) -> str:
         f"- backend: {record['backend']}, GPU: {'yes' if record['gpu'] else 'no'}, "
         f"image digest: {record['image_digest'] or 'none (no docker image)'}",
         f"- input hash: `{record['input_hash']}`",
-        f"- record sha256: `{record[_SEAL]}`",
+        f"- record sha256: `{record[SEAL]}`",
         "",
         "## Components",
         "",
@@ -360,7 +340,7 @@ def record_markdown(record: Mapping[str, Any], json_name: str) -> str:
     if figures:
         lines += ["", "## Key figures", "", "| suite | testcase | figure | value |", "|---|---|---|---|"]
         lines += [f"| {s} | {_md(c)} | {_md(k)} | {v} |" for s, c, k, v in figures]
-    lines += ["", f"Check it still holds: `python -m stackfarm.qualify --verify {json_name}`", ""]
+    lines += ["", f"Check it still holds: `stackfarm qualify --verify {json_name}`", ""]
     return "\n".join(lines)
 
 
@@ -405,7 +385,7 @@ def qualify(
         plan_cell(matrix_path, cell_id, backend=backend, gpu=True)
         raise StackfarmError(
             f"refused: cell {cell_id} has no run in {reports}/ ({verdict} is missing); "
-            f"run `python -m stackfarm run --cells {cell_id}` first"
+            f"run `stackfarm run --cells {cell_id}` first"
         )
     run = read_run(reports)
     cell = run.cells.get(cell_id)
@@ -423,7 +403,7 @@ def qualify(
         missing.append(
             f"the latest run was made from other inputs than {matrix_path} gives now "
             f"(input hash {str(cell.input_hash)[:12]}… ≠ {planned.input_hash[:12]}…){why}; "
-            f"re-run `python -m stackfarm run --cells {cell_id}`"
+            f"re-run `stackfarm run --cells {cell_id}`"
         )
     if missing:
         listing = "\n".join(f"  - {m}" for m in missing)
@@ -493,267 +473,19 @@ def verify(record_path: Path, matrix_path: Path | None = None) -> Verification:
     return Verification(holds=False, lines=tuple(lines), changed=changed)
 
 
-# --------------------------------------------------------------------------- GitHub Actions
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunnerKind:
-    """A kind of self-hosted runner: the labels a job asks for, and which cells run there."""
-
-    name: str
-    labels: tuple[str, ...]
-    arch: str | None
-    gpus: int
-    #: fnmatch globs on cell ids; the first kind (in file order) that matches a cell runs it.
-    cells: tuple[str, ...]
-
-
-#: Used when matrix.toml has no [runners] table: every cell on one generic GPU runner.
-DEFAULT_RUNNER = RunnerKind(
-    name="gpu", labels=("self-hosted", "linux", "x64", "gpu"), arch=None, gpus=1, cells=("*",)
-)
-_RUNNER_KEYS = ("labels", "arch", "gpus", "cells")
-
-
-def read_runners(matrix_path: Path) -> tuple[tuple[RunnerKind, ...], list[str]]:
-    """The ``[runners.<kind>]`` tables of matrix.toml, validated; and warnings (none when the table is there)."""
-    try:
-        data = tomlkit.parse(matrix_path.read_text(encoding="utf-8")).unwrap()
-    except (OSError, tomlkit.exceptions.TOMLKitError) as exc:
-        raise ConfigError(matrix_path, f"cannot read it: {exc}") from None
-    table = data.get("runners")
-    if table is None:
-        return (DEFAULT_RUNNER,), [
-            f"{matrix_path} has no [runners] table: every cell runs on runs-on {list(DEFAULT_RUNNER.labels)}"
-        ]
-    archs = data.get("targets", {}).get("archs", [])
-    kinds = []
-    for name, entry in table.items():
-        where = f"runners.{name}"
-
-        def bad(message: str, key: str | None = None, fix: str = "", where: str = where) -> ConfigError:
-            return ConfigError(matrix_path, message, line=locate(matrix_path, where, key), fix=fix)
-
-        if not isinstance(entry, dict):
-            raise bad(f"[{where}] must be a table", fix='e.g. labels = ["self-hosted", "gpu"]')
-        for key in entry:
-            if key not in _RUNNER_KEYS:
-                hint = did_you_mean(key, _RUNNER_KEYS)
-                raise bad(f"`{key}` in [{where}] is unknown" + (f"; {hint}" if hint else ""), key,
-                          f"use one of: {', '.join(_RUNNER_KEYS)}")  # fmt: skip
-        labels = entry.get("labels")
-        if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x for x in labels):
-            raise bad(f"labels of [{where}] must be a non-empty list of strings", "labels",
-                      'e.g. labels = ["self-hosted", "linux", "x64", "sm_120", "gpus-8"]')  # fmt: skip
-        arch = entry.get("arch")
-        if arch is not None and arch not in archs:
-            raise bad(f"arch `{arch}` of [{where}] is not in [targets] archs {archs}", "arch", "add it there")
-        gpus = entry.get("gpus", 1)
-        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
-            raise bad(f"gpus of [{where}] must be a whole number >= 1, got {gpus!r}", "gpus")
-        cells = entry.get("cells", ["*"])
-        cells = [cells] if isinstance(cells, str) else cells
-        if not isinstance(cells, list) or not all(isinstance(x, str) for x in cells):
-            raise bad(
-                f"cells of [{where}] must be a list of cell-id globs", "cells", 'e.g. cells = ["*-sgl0.5.9"]'
-            )
-        kinds.append(
-            RunnerKind(
-                name=name, labels=tuple(labels), arch=arch, gpus=gpus, cells=tuple(str(c) for c in cells)
-            )
-        )
-    if not kinds:
-        raise ConfigError(matrix_path, "[runners] lists no runner", fix="add a [runners.<kind>] table")
-    return tuple(kinds), []
-
-
-def job_matrix(plan: Mapping[str, Any], runners: Sequence[RunnerKind], matrix_path: Path) -> dict[str, Any]:
-    """The plan's cells as a GitHub Actions matrix: one entry per cell, on the first runner kind matching it."""
-    include = []
-    for cell in plan.get("cells", []):
-        cell_id = str(cell["id"])
-        kind = next((k for k in runners if any(fnmatch.fnmatchcase(cell_id, g) for g in k.cells)), None)
-        if kind is None:
-            raise ConfigError(
-                matrix_path,
-                f"cell {cell_id} matches no [runners.*] cells glob: it would never run",
-                line=locate(matrix_path, "runners"),
-                fix='add a catch-all kind last (cells = ["*"]) or a glob for it',
-            )
-        include.append(
-            {"cell": cell_id, "runner": kind.name, "labels": list(kind.labels), "arch": kind.arch or "",
-             "gpus": kind.gpus}
-        )  # fmt: skip
-    return {"include": include}
-
-
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
-def annotation(level: str, title: str, message: str) -> str:
-    """A GitHub workflow command (``::error title=...::message``), escaped as the runner expects."""
-    return f"::{level} title={_escape_property(title)}::{_escape_data(message)}"
-
-
-def gha_annotations(run: Run, expected: Sequence[str] = ()) -> list[str]:
-    out = [
-        annotation("error", cell, f"{cell}: no report; its job ended before the run wrote one")
-        for cell in expected
-        if cell not in run.cells
-    ]
-    for cell_id, cell in run.cells.items():
-        if cell.report.status in ("conflict", "error"):
-            out.append(annotation("error", cell_id, f"{cell.report.status}: {cell.report.reason}"))
-            continue
-        for suite in cell.suites:
-            res = suite.result
-            if res.outcome in ("failed", "error"):
-                out.append(annotation("error", f"{cell_id} {res.suite}", res.first_failure or res.outcome))
-            elif res.outcome == "skipped":
-                why = next((c.message for c in suite.cases if c.message), "skipped")
-                out.append(annotation("warning", f"{cell_id} {res.suite}", f"skipped: {why}"))
-    out += [annotation("warning", "unreadable report", p) for p in run.problems]
-    return out
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m stackfarm.qualify", description=__doc__.split("\n")[0])
-    parser.add_argument("--cell", help="the cell id to qualify")
-    parser.add_argument("--release", help="the release name (the record's file name)")
-    parser.add_argument("--approver", help="who signs off")
-    parser.add_argument("--reports", type=Path, default=Path("reports"), help="the reports folder (reports/)")
-    parser.add_argument("--matrix", type=Path, default=None, help="the matrix file (matrix.toml)")
-    parser.add_argument("--backend", choices=("local", "docker", "host"), default="local",
-                        help="the backend the run used (it is one of the inputs)")  # fmt: skip
-    parser.add_argument("--allow-skip", action="append", default=[], metavar="GLOB",
-                        help="accept skipped testcases matching SUITE::TESTCASE glob (recorded as not verified)")  # fmt: skip
-    parser.add_argument("--replace", action="store_true", help="overwrite an existing record of this release")
-    parser.add_argument("--verify", type=Path, metavar="RECORD", help="check a record against a fresh plan")
-    return parser
-
-
-def _cmd_qualify(args: argparse.Namespace) -> int:
-    missing = [f"--{k}" for k in ("cell", "release", "approver") if not getattr(args, k)]
-    if missing:
-        raise ConfigError(
-            "command line", f"{', '.join(missing)} missing", fix="give --cell, --release and --approver"
-        )
-    target = qualify(
-        cell_id=args.cell,
-        release=args.release,
-        approver=args.approver,
-        reports=args.reports,
-        matrix_path=args.matrix or Path("matrix.toml"),
-        backend=args.backend,
-        allow_skips=args.allow_skip,
-        replace=args.replace,
-    )
-    record = json.loads(target.read_text(encoding="utf-8"))
-    print(f"qualified {record['cell']} as {record['release']} (approved by {record['approver']})")
-    for skip in record["accepted_skips"]:
-        print(f"  not verified (accepted): {skip['case']}: {skip['reason']}")
-    if record["matrix"].get("modified_since_commit"):
-        print(f"  note: {record['matrix']['path']} has uncommitted changes; the record keeps its sha256")
-    print(f"{target} and {target.with_suffix('.md')}; record sha256 {record[_SEAL]}")
-    return int(ExitCode.OK)
-
-
-def _cmd_verify(args: argparse.Namespace) -> int:
-    result = verify(args.verify, args.matrix)
-    print("\n".join(result.lines))
-    return int(ExitCode.OK if result.holds else ExitCode.CELLS_FAILED)
-
-
-def _read_json(source: str) -> Any:
-    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise StackfarmError(f"{source}: not JSON ({exc})") from None
-
-
-def _cmd_gha_matrix(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stackfarm.qualify gha-matrix")
-    parser.add_argument("--plan", default="-", help="`stackfarm plan --json` output (a file, or - for stdin)")
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
-    parser.add_argument("--github-output", type=Path, default=None,
-                        help="also append matrix=<json> and count=<n> to this file ($GITHUB_OUTPUT)")  # fmt: skip
-    args = parser.parse_args(argv)
-    plan = _read_json(args.plan)
-    runners, warnings = read_runners(args.matrix)
-    matrix = job_matrix(plan, runners, args.matrix)
-    for warning in warnings:
-        print(annotation("warning", "runners", warning), file=sys.stderr)
-    for conflict in plan.get("conflicts", []):
-        print(
-            annotation("warning", f"{conflict['id']} conflict", "; ".join(conflict["problems"])),
-            file=sys.stderr,
-        )
-    text = json.dumps(matrix, separators=(",", ":"))
-    if args.github_output is not None:
-        with args.github_output.open("a", encoding="utf-8") as out:
-            out.write(f"matrix={text}\ncount={len(matrix['include'])}\n")
-    print(text)
-    return int(ExitCode.OK)
-
-
-def _cmd_gha_annotate(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stackfarm.qualify gha-annotate")
-    parser.add_argument("--reports", type=Path, default=Path("reports"))
-    parser.add_argument(
-        "--expect", default=None, help="the gha-matrix JSON (a file, or -): cells that must have a report"
-    )
-    args = parser.parse_args(argv)
-    expected = [str(e["cell"]) for e in _read_json(args.expect).get("include", [])] if args.expect else []
-    lines = gha_annotations(read_run(args.reports), expected)
-    print("\n".join(lines))
-    return int(ExitCode.CELLS_FAILED if any(line.startswith("::error") for line in lines) else ExitCode.OK)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if args_list[:1] == ["gha-matrix"]:
-            return _cmd_gha_matrix(args_list[1:])
-        if args_list[:1] == ["gha-annotate"]:
-            return _cmd_gha_annotate(args_list[1:])
-        args = _parser().parse_args(args_list)
-        return _cmd_verify(args) if args.verify else _cmd_qualify(args)
-    except StackfarmError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return int(exc.exit_code)
-
-
 __all__ = [
-    "DEFAULT_RUNNER",
     "SCHEMA",
+    "SEAL",
     "Judgement",
     "Planned",
-    "RunnerKind",
     "Verification",
-    "annotation",
     "build_record",
-    "gha_annotations",
-    "job_matrix",
     "judge",
-    "main",
     "matrix_provenance",
     "plan_cell",
     "qualify",
-    "read_runners",
     "record_markdown",
     "seal",
     "seal_problem",
     "verify",
 ]
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from .artifacts import Artifact, Cache, Target, find_artifact, requires_dist
 from .errors import ArtifactError, ConfigError, IndexUnreachableError
 from .matrix import Matrix, locate
-from .plan import Component
+from .plan import Component, Plan, plan, select
 from .stack import WHEEL_AXES, distributions
 
 
@@ -104,4 +104,16 @@ class Resolver:
         return pins
 
 
-__all__ = ["Resolver"]
+def plan_matrix(
+    matrix: Matrix, resolver: Resolver, cells: str | None
+) -> tuple[Plan, dict[tuple[str, str], str]]:
+    """Look every axis value up (errors before any work), read sglang's own pins, plan, select.
+
+    Also returns the values whose index did not answer ({(distribution, version): reason}): their cells are
+    errors of the environment, the rest of the plan goes on."""
+    unreachable = resolver.check_axes()
+    versions = {*matrix.axes["sglang"], *(dict(r.match)["sglang"] for r in matrix.include)}
+    return select(plan(matrix, resolver.pins(sorted(versions))), cells), unreachable
+
+
+__all__ = ["Resolver", "plan_matrix"]

@@ -2,40 +2,35 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
 import shutil
 import threading
+import time
+import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import __version__, patches
+from . import __version__, patches, verdict
 from .artifacts import Artifact, Cache
 from .backends import PATCHED_SGLANG, Backend
 from .cellspec import CellSpec
-from .errors import StackfarmError
+from .errors import ArtifactError, EnvironmentProblem, IndexUnreachableError, StackfarmError
+from .junit import Step, write_skipped_suite, write_steps
 from .matrix import Matrix, Suite
 from .plan import Cell, Component, Plan, input_hash
 from .proc import call
-from .reports import (
-    CellReport,
-    Step,
-    SuiteResult,
-    read_suite,
-    report_from_json,
-    write_atomic,
-    write_skipped_suite,
-    write_steps,
-)
 from .resolve import Resolver
 from .ui import CellProgress
+from .verdict import Cause, CellReport, Status, SuiteResult, Wheel, read_suite
 
 #: pytest's exit code when it collected no tests: not a pass (pytest's ExitCode.NO_TESTS_COLLECTED).
 NO_TESTS_COLLECTED = 5
-#: pytest's exit code after Ctrl-C (ExitCode.INTERRUPTED); a signal death shows as -SIGINT.
-PYTEST_INTERRUPTED = (2, -2)
+#: pytest's exit code after Ctrl-C (ExitCode.INTERRUPTED) — also what a collection error gives, which its
+#: output tells apart; a death by SIGINT shows as -2.
+PYTEST_INTERRUPTED = 2
 
 
 #: The runner's own first step, reported like a suite (it sorts before 00-stack in every table).
@@ -44,6 +39,11 @@ PATCH_STEP = "00-patches"
 
 class Interrupted(StackfarmError):
     """The run was interrupted while this cell ran: it keeps no verdict, so a re-run runs it again."""
+
+
+def new_run_id() -> str:
+    """A run's id: when it started (UTC) and a random part, e.g. 20261201T103100Z-3f9a1c."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +96,7 @@ class Runner:
         self.unreachable = unreachable or {}
         self.no_gpu_reason = no_gpu_reason
         self.cancel = threading.Event()
+        self.run_id = new_run_id()
         self.finished: dict[str, CellReport] = {}
         self._patched_files: dict[str, tuple[str, ...]] = {}
 
@@ -105,22 +106,12 @@ class Runner:
         """Every cell's report, sorted by id. On Ctrl-C, `self.finished` keeps the cells that completed."""
         reports = self.finished
         for conflict in plan.conflicts:
-            reports[conflict.cell.id] = CellReport(
-                cell=conflict.cell.id,
-                status="conflict",
-                reason="; ".join(conflict.problems),
-                properties=_values(conflict.cell),
-                suites=(),
+            reports[conflict.cell.id] = self._store(
+                self._unrun(conflict.cell, Status.CONFLICT, "; ".join(conflict.problems))
             )
             self.ui.done(conflict.cell.id, "conflict", conflict.problems[0])
         for excluded in plan.excluded:
-            reports[excluded.cell.id] = CellReport(
-                cell=excluded.cell.id,
-                status="excluded",
-                reason=excluded.reason,
-                properties=_values(excluded.cell),
-                suites=(),
-            )
+            reports[excluded.cell.id] = self._store(self._unrun(excluded.cell, Status.EXCLUDED, excluded.reason))
         pool = ThreadPoolExecutor(max_workers=max(1, self.options.jobs), thread_name_prefix="cell")
         futures: dict[str, Future[CellReport]] = {c.id: pool.submit(self._guarded, c) for c in plan.cells}
         try:
@@ -138,20 +129,43 @@ class Runner:
         return [reports[k] for k in sorted(reports)]
 
     def _guarded(self, cell: Cell) -> CellReport:
-        """One broken cell never stops the others: any failure becomes that cell's error verdict."""
+        """One broken cell never stops the others: any failure becomes that cell's error verdict.
+
+        An error verdict is stored (so merged reports list the cell) but never reused: a re-run tries again."""
         if self.cancel.is_set():
-            return self._error(cell, "interrupted before it started")
+            return self._error(cell, "interrupted before it started", Cause.ENVIRONMENT, store=False)
         try:
-            report = self.run_cell(cell)
+            return self.run_cell(cell)
+        except Interrupted as exc:
+            return self._error(cell, str(exc), Cause.ENVIRONMENT, store=False)
+        except (ArtifactError, EnvironmentProblem) as exc:
+            return self._error(cell, str(exc), Cause.ENVIRONMENT)
         except StackfarmError as exc:
-            report = self._error(cell, str(exc))
+            return self._error(cell, str(exc), Cause.INTERNAL)
         except Exception as exc:
-            report = self._error(cell, f"{type(exc).__name__}: {exc}")
+            return self._error(cell, f"{type(exc).__name__}: {exc}", Cause.INTERNAL)
+
+    def _unrun(self, cell: Cell, status: Status, reason: str, cause: Cause = Cause.NONE) -> CellReport:
+        return CellReport(
+            cell=cell.id,
+            status=status,
+            reason=reason,
+            cause=cause,
+            values=cell.as_dict(),
+            overridden=cell.overridden,
+            backend=self.backend.name,
+            run_id=self.run_id,
+            no_gpu_reason=self.no_gpu_reason,
+        )
+
+    def _store(self, report: CellReport, inputs: Mapping[str, object] | None = None) -> CellReport:
+        verdict.save(self.options.reports, report, inputs)
         return report
 
-    def _error(self, cell: Cell, reason: str) -> CellReport:
+    def _error(self, cell: Cell, reason: str, cause: Cause, *, store: bool = True) -> CellReport:
         self.ui.done(cell.id, "error", reason.splitlines()[0])
-        return CellReport(cell=cell.id, status="error", reason=reason, properties=_values(cell), suites=())
+        report = self._unrun(cell, Status.ERROR, reason, cause)
+        return self._store(report) if store else report
 
     # -- one cell ---------------------------------------------------------------------------------------------
 
@@ -162,7 +176,7 @@ class Runner:
         for comp in cell.components:
             key = (comp.distribution, comp.version)
             if key in self.unreachable:
-                raise StackfarmError(self.unreachable[key])
+                raise IndexUnreachableError(self.unreachable[key])
             found[comp] = self.resolver.artifact(comp, cell["python"])
         return found
 
@@ -173,36 +187,33 @@ class Runner:
 
     def run_cell(self, cell: Cell) -> CellReport:
         cell_reports = self.options.reports / cell.id
-        verdict_file = cell_reports / "verdict.json"
         self.ui.update(cell.id, "resolve")
         artifacts = self._artifacts(cell)
         inputs = self.inputs(cell, artifacts)
         digest = input_hash(inputs)
-        properties = {**_values(cell), **_artifact_properties(artifacts), "stackfarm.input_hash": digest}
         patch_hashes = inputs["patch_sets"]
         assert isinstance(patch_hashes, dict)  # cell_inputs' own shape; narrows the type for mypy
-        properties.update({f"patches.{name}.sha256": str(sha) for name, sha in patch_hashes.items()})
-        # A host's installation can change without any input we could hash cheaply: it always runs.
-        reusable = self.backend.needs_artifacts and not self.options.force
-        if reusable and verdict_file.is_file():
-            stored = json.loads(verdict_file.read_text(encoding="utf-8"))
-            if stored.get("input_hash") == digest:
-                report = report_from_json(stored["report"])
-                self.ui.done(cell.id, "reused", "inputs unchanged since the last run")
-                return CellReport(
-                    cell=cell.id,
-                    status="reused",
-                    reason="",
-                    properties=report.properties,
-                    suites=report.suites,
-                )
+        report = replace(
+            self._unrun(cell, Status.INCOMPLETE, ""),
+            wheels=tuple(
+                Wheel(distribution=c.distribution, version=a.version, sha256=a.sha256, source=a.source)
+                for c, a in artifacts.items()
+            ),
+            patch_sets={str(k): str(v) for k, v in patch_hashes.items()},
+            input_hash=digest,
+        )
+        reused = self._reuse(cell, digest)
+        if reused is not None:
+            return reused
+        # From here on the old verdict no longer describes what is on disk: it goes first, the new one last.
+        verdict.path_of(self.options.reports, cell.id).unlink(missing_ok=True)
         workdir = cell_workdir(self.cache.root, cell.id, digest)
         workdir.mkdir(parents=True, exist_ok=True)
         patch_step = self._patch(cell, artifacts, workdir, cell_reports)
         if patch_step is not None:
-            properties.update(patch_step[1])
+            report = replace(report, patches=patch_step[1])
         installed = self.backend.realise(cell, artifacts, workdir, lambda text: self.ui.update(cell.id, text))
-        properties.update(self.backend.properties(cell))
+        report = replace(report, backend_facts=self.backend.properties(cell))
         spec = CellSpec(
             id=cell.id,
             values=cell.as_dict(),
@@ -211,9 +222,7 @@ class Runner:
             archs=self.matrix.archs,
             reference_arch=self.matrix.reference_arch,
             models=tuple(asdict(m) for m in self.matrix.models),
-            patch_sets=tuple(
-                {"name": n, "sha256": properties[f"patches.{n}.sha256"]} for n in cell.patch_sets
-            ),
+            patch_sets=tuple({"name": n, "sha256": report.patch_sets[n]} for n in cell.patch_sets),
             features=dict(self.matrix.features),
             thresholds=dict(self.matrix.thresholds),
             settings={s.name: dict(s.settings) for s in self.matrix.suites},
@@ -223,25 +232,33 @@ class Runner:
         spec_path = workdir / "cell.json"
         spec.dump(spec_path)
         suites = self._run_suites(cell, spec_path, cell_reports, first=patch_step[0] if patch_step else None)
-        report = CellReport(
-            cell=cell.id, status="ran", reason="", properties=properties, suites=tuple(suites)
-        )
-        write_atomic(
-            verdict_file,
-            json.dumps(
-                {"input_hash": digest, "inputs": inputs, "report": asdict(report)}, default=str, indent=1
-            ),
-        )
-        verdict = "passed" if cell_passed(report) else "failed"
-        first = next(
-            (f"{s.suite}: {s.first_failure or s.outcome}" for s in suites if s.outcome != "passed"), ""
-        )
-        self.ui.done(cell.id, verdict, first)
+        if self.cancel.is_set():
+            raise Interrupted(f"interrupted while {cell.id} ran: no verdict kept, a re-run runs it again")
+        report = self._store(verdict.judged(replace(report, suites=tuple(suites))), inputs)
+        self.ui.done(cell.id, str(report.status), report.first_problem())
         return report
+
+    def _reuse(self, cell: Cell, digest: str) -> CellReport | None:
+        """The stored verdict when it may stand for this run (same inputs, its JUnit files intact), else None.
+
+        A host's installation can change without any input we could hash cheaply: it always runs."""
+        path = verdict.path_of(self.options.reports, cell.id)
+        if self.options.force or not self.backend.needs_artifacts or not path.is_file():
+            return None
+        try:
+            stored = verdict.read(path)
+        except ValueError as exc:
+            self.ui.note(f"{exc}; running the cell again")
+            return None
+        if verdict.reusable(stored, digest) is not None:
+            return None
+        self.ui.done(cell.id, "reused", f"{stored.report.status}: inputs unchanged since run {stored.report.run_id}")
+        return replace(stored.report, reused=True)
 
     def _patch(
         self, cell: Cell, artifacts: dict[Component, Artifact], workdir: Path, out: Path
     ) -> tuple[SuiteResult, dict[str, str]] | None:
+        """The patch step's result and {"set/patch": status}, or None when the cell has no patch sets."""
         """Apply the cell's patch sets to a copy of its sglang tree (the `patches` step, reported as JUnit)."""
         shutil.rmtree(
             workdir / PATCHED_SGLANG, ignore_errors=True
@@ -279,14 +296,14 @@ class Runner:
                 }
             )
         )
-        return read_suite(junit, cell=cell.id, suite=PATCH_STEP), patches.junit_properties(results)
+        return read_suite(junit, cell=cell.id, suite=PATCH_STEP), {f"{r.set}/{r.patch}": r.status for r in results}
 
     def _run_suites(
         self, cell: Cell, spec_path: Path, out: Path, *, first: SuiteResult | None = None
     ) -> list[SuiteResult]:
         results: list[SuiteResult] = [first] if first else []
         blocked: str | None = None
-        if first is not None and first.outcome != "passed":
+        if first is not None and first.outcome not in ("passed", "not_applicable"):
             blocked = f"gated: {first.suite} did not pass ({first.first_failure or first.outcome})"
         for suite in self.matrix.suites:
             junit = out / f"{suite.name}.xml"
@@ -303,7 +320,7 @@ class Runner:
                 self._run_one(suite, spec_path, junit)
             result = read_suite(junit, cell=cell.id, suite=suite.name)
             results.append(result)
-            if suite.gate and result.outcome != "passed" and blocked is None:
+            if suite.gate and result.outcome not in ("passed", "not_applicable") and blocked is None:
                 blocked = f"gated: {suite.name} did not pass ({result.outcome})"
         return results
 
@@ -314,14 +331,17 @@ class Runner:
         log = junit.with_suffix(".log")
         outcome = self.backend.run_suite(suite.path, spec_path, tmp, suite.timeout, log)
         problem = None
-        if outcome.returncode in PYTEST_INTERRUPTED or self.cancel.is_set():
+        interrupted = outcome.returncode == -2 or (
+            outcome.returncode == PYTEST_INTERRUPTED and "KeyboardInterrupt" in outcome.output
+        )
+        if interrupted or self.cancel.is_set():
             tmp.unlink(missing_ok=True)
             raise Interrupted(f"interrupted during suite {suite.name}")
         if outcome.timed_out:
             problem = f"suite timed out after {suite.timeout}s (see {log.name})"
         elif outcome.returncode == NO_TESTS_COLLECTED:
             problem = "pytest collected no tests (exit 5): a suite that tests nothing is an error"
-        elif outcome.returncode not in (0, 1) or not tmp.is_file():
+        elif outcome.returncode not in (0, 1, PYTEST_INTERRUPTED) or not tmp.is_file():
             tail = outcome.output.strip().splitlines()[-1:] or [""]
             problem = f"pytest exited {outcome.returncode}: {tail[0][:200]} (see {log.name})"
         if problem is not None:
@@ -337,6 +357,12 @@ def cell_workdir(cache_root: Path, cell_id: str, digest: str) -> Path:
     return cache_root / "cells" / f"{cell_id}-{digest[:12]}"
 
 
+@functools.cache
+def own_sources() -> str:
+    """sha256 of stackfarm's own installed sources: editing the harness (or a suite library) is a new input."""
+    return hash_tree(Path(__file__).resolve().parent)
+
+
 def cell_inputs(
     matrix: Matrix, cell: Cell, artifacts: Mapping[Component, Artifact], *, backend: str, gpu: bool
 ) -> dict[str, object]:
@@ -344,6 +370,7 @@ def cell_inputs(
     conftest = matrix.root / "suites" / "conftest.py"
     return {
         "stackfarm": __version__,
+        "stackfarm_sources": own_sources(),
         "backend": backend,
         "values": cell.as_dict(),
         "artifacts": {c.distribution: a.sha256 for c, a in artifacts.items()},
@@ -362,34 +389,11 @@ def cell_inputs(
     }
 
 
-def _values(cell: Cell) -> dict[str, str]:
-    props = {f"axis.{k}": v for k, v in cell.values}
-    for note in cell.overridden:
-        props.setdefault("overridden", "")
-        props["overridden"] += note + "; "
-    return props
-
-
-def _artifact_properties(artifacts: dict[Component, Artifact]) -> dict[str, str]:
-    props = {}
-    for comp, art in artifacts.items():
-        props[f"{comp.distribution}.version"] = art.version
-        props[f"{comp.distribution}.sha256"] = art.sha256
-        props[f"{comp.distribution}.source"] = art.source
-    return props
-
-
-def cell_passed(report: CellReport) -> bool:
-    """A cell passes only when it ran (or was reused) and every suite passed: a skip is not a pass."""
-    return report.status in ("ran", "reused") and all(s.outcome == "passed" for s in report.suites)
-
-
 __all__ = [
     "NO_TESTS_COLLECTED",
     "RunOptions",
     "Runner",
     "cell_inputs",
-    "cell_passed",
     "cell_workdir",
     "gpu_unavailable_reason",
     "hash_tree",

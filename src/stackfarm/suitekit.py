@@ -18,10 +18,7 @@ import pytest
 from packaging.version import Version
 
 from .cellspec import CellSpec
-
-
-#: The prefix of a skip message that means "this testcase does not apply to this cell" (not a missing answer).
-NOT_APPLICABLE = "n/a: "
+from .junit import NOT_APPLICABLE
 
 
 def not_applicable(reason: str) -> None:

@@ -1,4 +1,4 @@
-"""`nox -s bench`: the figures that keep stackfarm fast, measured the same way every time.
+"""`stackfarm bench` (`nox -s bench`): the figures that keep stackfarm fast, measured the same way every time.
 
 1. planning 1,000 synthetic cells (target < 1 s);
 2. a warm no-op re-run of the default matrix (target <= 2 s);
@@ -7,19 +7,18 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import os
 import statistics
 import tempfile
 import time
+from argparse import ArgumentParser, Namespace, _SubParsersAction
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .cli import main as cli_main
-from .matrix import load
-from .plan import plan
+from ..matrix import load
+from ..plan import plan
 
 _SYNTHETIC = """
 [axes]
@@ -74,14 +73,10 @@ def _timed(run: Callable[[], int]) -> tuple[float, int]:
     return time.perf_counter() - start, code
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="stackfarm.bench", description=__doc__)
-    parser.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
-    parser.add_argument(
-        "--cell", default="cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.9", help="the cold/warm cell"
-    )
-    parser.add_argument("--skip-cold", action="store_true", help="skip the cold run (it downloads ~1.6 GB)")
-    args = parser.parse_args(argv)
+def run(args: Namespace) -> int:
+    """`stackfarm bench`: every figure in one table, side by side."""
+    from . import main as cli_main  # the command being measured
+
     rows: list[tuple[str, float, str]] = []
 
     seconds, count = time_planning()
@@ -110,5 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def register(sub: _SubParsersAction[ArgumentParser]) -> None:
+    p = sub.add_parser("bench", help="time planning, a warm no-op re-run, one cell cold vs warm")
+    p.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
+    p.add_argument("--cell", default="cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.9", help="the cold/warm cell")
+    p.add_argument("--skip-cold", action="store_true", help="skip the cold run (it downloads ~1.6 GB)")
+    p.set_defaults(func=run)
+
+
+__all__ = ["register", "run", "time_planning"]

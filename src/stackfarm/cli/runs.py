@@ -1,0 +1,211 @@
+"""`stackfarm plan | run | report | bundle`: plan the matrix, run its cells, rebuild the reports from the store."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .. import history, htmlreport, verdict
+from ..artifacts import Cache
+from ..backends import NAMES, get_backend
+from ..errors import ExitCode, StackfarmError
+from ..matrix import Matrix, load
+from ..plan import Plan, plan, select
+from ..reports import write_summaries
+from ..resolve import Resolver, plan_matrix
+from ..runner import Runner, RunOptions, gpu_unavailable_reason
+from ..ui import CellProgress
+from ..verdict import CellReport
+
+_Sub = argparse._SubParsersAction  # argparse's type for add_subparsers()
+
+
+def register(sub: _Sub[argparse.ArgumentParser]) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--matrix", type=Path, default=Path("matrix.toml"), help="the matrix file (matrix.toml)"
+    )
+    common.add_argument(
+        "--cells", default=None, help="only cells whose id matches this glob (comma-separated)"
+    )
+    p_plan = sub.add_parser("plan", parents=[common], help="print the cells, conflicts and exclusions")
+    p_plan.add_argument("--json", action="store_true", help="machine-readable output")
+    p_plan.set_defaults(func=cmd_plan)
+    p_run = sub.add_parser("run", parents=[common], help="realise the cells and run their suites")
+    p_run.add_argument("--reports", type=Path, default=Path("reports"), help="where reports go (reports/)")
+    p_run.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="cells in parallel (default: cores)"
+    )
+    p_run.add_argument("--force", action="store_true", help="re-run cells whose inputs are unchanged")
+    p_run.add_argument("--backend", choices=("auto", *NAMES), default="auto", help="how cells are realised")
+    p_run.add_argument("--python", default=None, help="the host backend's Python (default: this one)")
+    p_run.add_argument(
+        "--suites", default=None, help="only suites whose name matches this glob (comma-separated)"
+    )
+    p_run.set_defaults(func=cmd_run)
+    p_report = sub.add_parser(
+        "report", help="rebuild junit.xml, the summaries and index.html from stored verdicts"
+    )
+    p_report.add_argument("--reports", type=Path, default=Path("reports"))
+    p_report.add_argument(
+        "--history", type=Path, default=None, help="a folder of past reports/ copies: trends"
+    )
+    p_report.add_argument(
+        "--gate", action="store_true", help="exit with the merged verdicts' code, as `run` does"
+    )
+    p_report.set_defaults(func=cmd_report)
+    p_bundle = sub.add_parser("bundle", help="write a cell's Docker image as a tarball for an offline runner")
+    p_bundle.add_argument("cell", help="a cell id (or an image tag) built by --backend docker")
+    p_bundle.add_argument("--out", type=Path, default=None, help="the tarball (default: reports/<cell>.tar)")
+    p_bundle.set_defaults(func=cmd_bundle)
+
+
+def _plan_json(p: Plan) -> dict[str, object]:
+    return {
+        "cells": [{**asdict(c), "values": c.as_dict()} for c in p.cells],
+        "conflicts": [{"id": c.cell.id, "problems": list(c.problems)} for c in p.conflicts],
+        "excluded": [{"id": e.cell.id, "reason": e.reason} for e in p.excluded],
+        "warnings": list(p.warnings),
+    }
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    console = Console(highlight=False, soft_wrap=True)
+    matrix = load(args.matrix)
+    p, unreachable = plan_matrix(matrix, Resolver(matrix, Cache()), args.cells)
+    if args.json:
+        print(json.dumps(_plan_json(p), indent=2, default=str))
+        return 0
+    table = Table("cell", "status", "detail", box=None)
+    table.columns[0].no_wrap = True  # ids are never cut: two cells must never print alike
+    for cell in p.cells:
+        missing = [c.distribution for c in cell.components if (c.distribution, c.version) in unreachable]
+        detail = f"index unreachable for {', '.join(missing)}" if missing else cell.origin
+        table.add_row(escape(cell.id), "run", escape(detail))
+    for conflict in p.conflicts:
+        table.add_row(escape(conflict.cell.id), "[yellow]conflict[/]", escape("; ".join(conflict.problems)))
+    for excluded in p.excluded:
+        table.add_row(escape(excluded.cell.id), "[dim]excluded[/]", escape(excluded.reason))
+    console.print(table)
+    for warning in p.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
+    return 0
+
+
+def choose_backend(name: str, console: Console) -> str:
+    """`auto`: Docker when an engine answers, else the local backend, said in one line."""
+    if name != "auto":
+        return name
+    from ..backends.docker import engine_unavailable_reason  # the docker CLI is probed only for `auto`
+
+    reason = engine_unavailable_reason()
+    if reason is None:
+        return "docker"
+    console.print(f"backend: local ({escape(reason.splitlines()[0])})")
+    return "local"
+
+
+def only_suites(matrix: Matrix, pattern: str | None) -> Matrix:
+    """The matrix with just the suites matching `pattern` (e.g. "40-*" to re-measure throughput alone)."""
+    if not pattern:
+        return matrix
+    globs = [g.strip() for g in pattern.split(",") if g.strip()]
+    chosen = tuple(s for s in matrix.suites if any(fnmatch.fnmatchcase(s.name, g) for g in globs))
+    if not chosen:
+        known = ", ".join(s.name for s in matrix.suites)
+        raise StackfarmError(f"no suite matches --suites {pattern!r}; the suites are: {known}")
+    return dataclasses.replace(matrix, suites=chosen)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    console = Console(highlight=False, soft_wrap=True)
+    matrix = only_suites(load(args.matrix), args.suites)
+    cache = Cache()
+    resolver = Resolver(matrix, cache)
+    backend = get_backend(
+        choose_backend(args.backend, console), cache, python=args.python, docker=matrix.docker
+    )
+    installed_pins = getattr(backend, "pins", None)
+    if not backend.needs_artifacts and callable(installed_pins):
+        # The stack is already installed (and the host may have no network): its own sglang gives the pins.
+        p, unreachable = select(plan(matrix, installed_pins()), args.cells), dict[tuple[str, str], str]()
+    else:
+        p, unreachable = plan_matrix(matrix, resolver, args.cells)
+    if not (p.cells or p.conflicts):
+        raise StackfarmError(f"no cell of {args.matrix} matches --cells {args.cells!r}")
+    options = RunOptions(reports=args.reports, jobs=args.jobs, force=args.force)
+    no_gpu = gpu_unavailable_reason()
+    with CellProgress() as ui:
+        for warning in p.warnings:
+            ui.note(f"warning: {warning}")
+        runner = Runner(matrix, resolver, backend, options, ui, unreachable=unreachable, no_gpu_reason=no_gpu)
+        try:
+            reports = runner.run(p)
+        except KeyboardInterrupt:
+            done = [runner.finished[k] for k in sorted(runner.finished)]
+            write_reports(args.reports, done)
+            console.print(
+                f"interrupted: kept {len(done)} finished cells in {args.reports}/; a re-run resumes"
+            )
+            return ExitCode.INTERRUPTED
+    write_reports(args.reports, reports)
+    print_summary(reports, args.reports, console)
+    return verdict.exit_code(reports)
+
+
+def write_reports(where: Path, current: Sequence[CellReport] = ()) -> list[CellReport]:
+    """junit.xml, summary.md/.html and the browsable report, from every verdict in the store with this run's
+    own reports over them: a run of one cell updates its own row, the other cells keep theirs."""
+    stored, problems = verdict.read_all(where)
+    for problem in problems:
+        error_line(problem)
+    mine = {r.cell: r for r in current}
+    reports = sorted(
+        [*mine.values(), *(s.report for s in stored if s.report.cell not in mine)], key=lambda r: r.cell
+    )
+    write_summaries(reports, where)
+    htmlreport.write(where, reports)
+    return reports
+
+
+def error_line(text: str) -> None:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[yellow]warning:[/] {escape(text)}")
+
+
+def print_summary(reports: Sequence[CellReport], where: Path, console: Console) -> None:
+    console.print(
+        escape(verdict.totals(reports)) + f" — {where}/index.html, {where}/summary.md, {where}/junit.xml"
+    )
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    console = Console(highlight=False, soft_wrap=True)
+    stored, _ = verdict.read_all(args.reports)
+    if not stored:
+        raise StackfarmError(f"no verdicts under {args.reports}/: run `stackfarm run` first")
+    if args.history is not None:
+        htmlreport.write_history(history.write(args.history, args.reports), args.reports)
+    reports = write_reports(args.reports)
+    print_summary(reports, args.reports, console)
+    return verdict.exit_code(reports) if args.gate else 0
+
+
+def cmd_bundle(args: argparse.Namespace) -> int:
+    from ..backends.docker import bundle
+
+    out = args.out or Path("reports") / f"{args.cell.replace('/', '_').replace(':', '_')}.tar"
+    Console(highlight=False).print(f"wrote {bundle(args.cell, out)} (load it with `docker load -i`)")
+    return 0
+
+
+__all__ = ["choose_backend", "cmd_plan", "cmd_report", "cmd_run", "only_suites", "register", "write_reports"]

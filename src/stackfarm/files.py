@@ -1,0 +1,42 @@
+"""Atomic file writes: a reader sees the old file or the new one, never a mix (temp file in the same folder,
+fsync, ``os.replace``, then an fsync of the folder where the platform allows it)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.chmod(path.stat().st_mode & 0o7777 if path.exists() else 0o644)  # mkstemp makes 0600
+        tmp.replace(path)  # os.replace
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable; not possible everywhere, and not essential
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` so that readers see the old file or the new one, never a mix."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+__all__ = ["write_atomic", "write_bytes_atomic"]

@@ -1,0 +1,420 @@
+"""The verdict of a cell, owned once: its typed result and each suite's, the one rule that turns suite results
+into a cell verdict, the exit code a run returns, and the one store (``reports/<cell>/verdict.json``) that writes
+and reads it. Every reader (runner, summaries, HTML report, history, qualification, CI annotations) goes
+through this module.
+
+The rule (also in the README):
+
+- a **suite** passes when it ran, at least one testcase ran, none failed or errored, and every skipped testcase
+  was marked "does not apply" (``suitekit.not_applicable``). A suite with other skips is *incomplete*
+  (*skipped* when nothing else ran); a suite whose every testcase does not apply is *not_applicable*;
+- a **cell** passes only when every enabled suite ran and passed (or did not apply); a failed or errored suite
+  makes it *failed*; zero suites run is *incomplete*, never passed; a skipped required testcase (no GPU, a gate,
+  an undecidable question) makes it *incomplete*. A cell that never ran is *conflict*, *excluded* or *error*
+  (with its cause: the environment, or stackfarm itself).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from . import junit
+from .errors import ExitCode
+from .files import write_atomic
+
+Outcome = Literal["passed", "failed", "error", "skipped", "incomplete", "not_applicable"]
+#: The name of a cell's stored verdict inside its reports folder.
+VERDICT = "verdict.json"
+#: The store's format: 1 was a flat bag of properties with status "ran"/"reused"; 2 is this module's record.
+FORMAT = 2
+
+
+class Status(str, enum.Enum):
+    """A cell's verdict."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    INCOMPLETE = "incomplete"
+    CONFLICT = "conflict"
+    EXCLUDED = "excluded"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Cause(str, enum.Enum):
+    """Why a cell has the status `error`: the exit code differs."""
+
+    NONE = ""
+    #: The environment stood in the way: an index unreachable, the engine down, the cache unusable.
+    ENVIRONMENT = "environment"
+    #: stackfarm or the cell's own inputs failed (a bug, a patch series that cannot be read, ...).
+    INTERNAL = "internal"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteResult:
+    """One suite of one cell, as its JUnit file says and the rule judges it."""
+
+    cell: str
+    suite: str  # e.g. "00-stack"
+    outcome: Outcome
+    tests: int
+    failures: int
+    errors: int
+    #: Skipped testcases that owed an answer (they keep the cell from passing).
+    skipped: int
+    time: float
+    #: "testname: first line" of the first failure (or, for incomplete suites, the first skip), or None.
+    first_failure: str | None
+    xml: Path | None  # the per-suite JUnit file, if one exists
+    #: Skipped testcases that do not apply to this cell (they do not count against it).
+    not_applicable: int = 0
+    #: sha256 of the JUnit file this result summarises.
+    sha256: str | None = None
+
+    @property
+    def passed(self) -> int:
+        return max(self.tests - self.failures - self.errors - self.skipped - self.not_applicable, 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wheel:
+    """One artifact a cell was computed from."""
+
+    distribution: str
+    version: str
+    sha256: str
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellReport:
+    """The verdict of one cell and everything it was computed from."""
+
+    cell: str
+    status: Status
+    #: Why, when the cell did not pass ("" when it passed).
+    reason: str = ""
+    cause: Cause = Cause.NONE
+    #: True when this verdict was stored by an earlier run with the same inputs.
+    reused: bool = False
+    values: Mapping[str, str] = field(default_factory=dict)
+    wheels: tuple[Wheel, ...] = ()
+    #: Patch set -> sha256 of its folder; "set/patch" -> the status the patch step gave.
+    patch_sets: Mapping[str, str] = field(default_factory=dict)
+    patches: Mapping[str, str] = field(default_factory=dict)
+    backend: str = ""
+    #: What the backend says of the realised stack (docker.image, docker.image_digest, host.python, ...).
+    backend_facts: Mapping[str, str] = field(default_factory=dict)
+    overridden: tuple[str, ...] = ()
+    input_hash: str = ""
+    #: The run that computed this verdict (a reused verdict keeps the run it came from).
+    run_id: str = ""
+    #: Why no GPU was usable (None when one was).
+    no_gpu_reason: str | None = None
+    suites: tuple[SuiteResult, ...] = ()
+
+    @property
+    def ran(self) -> bool:
+        """The cell was realised and its suites judged (whatever the outcome)."""
+        return self.status in (Status.PASSED, Status.FAILED, Status.INCOMPLETE)
+
+    @property
+    def image_digest(self) -> str | None:
+        return self.backend_facts.get("docker.image_digest")
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """The flat view written as JUnit testsuite properties (for JUnit consumers; readers use the fields)."""
+        props = {f"axis.{k}": v for k, v in self.values.items()}
+        for w in self.wheels:
+            props |= {f"{w.distribution}.version": w.version, f"{w.distribution}.sha256": w.sha256}
+            props[f"{w.distribution}.source"] = w.source
+        props |= {f"patches.{name}.sha256": sha for name, sha in self.patch_sets.items()}
+        props |= {f"patch.{name}.status": status for name, status in self.patches.items()}
+        props |= dict(self.backend_facts)
+        if self.overridden:
+            props["overridden"] = "; ".join(self.overridden)
+        if self.backend:
+            props["stackfarm.backend"] = self.backend
+        if self.input_hash:
+            props["stackfarm.input_hash"] = self.input_hash
+        if self.run_id:
+            props["stackfarm.run_id"] = self.run_id
+        return props
+
+    def first_problem(self) -> str:
+        """The one line that says why the cell is not green ("" when it is)."""
+        if self.reason or not self.ran:
+            return self.reason
+        for s in self.suites:
+            if s.outcome not in ("passed", "not_applicable"):
+                return f"{s.suite}: {s.first_failure or s.outcome}"
+        return ""
+
+
+# --------------------------------------------------------------------------- the rule
+
+
+def suite_outcome(counts: junit.Counts) -> tuple[Outcome, str | None]:
+    """A suite's outcome from its JUnit counts, and the line that explains it (None when it passed)."""
+    if counts.errors:
+        return "error", counts.first_failure
+    if counts.failures:
+        return "failed", counts.first_failure
+    if counts.tests == 0:
+        return "error", "no tests ran"
+    if counts.skipped:
+        nothing_else = counts.skipped + counts.not_applicable >= counts.tests
+        return ("skipped" if nothing_else else "incomplete"), counts.first_skip
+    if counts.not_applicable >= counts.tests:
+        return "not_applicable", None
+    return "passed", None
+
+
+def read_suite(path: Path, *, cell: str, suite: str) -> SuiteResult:
+    """Judge one per-suite JUnit file. A missing or unreadable file is an "error" with zero tests."""
+    try:
+        counts = junit.count(path)
+    except junit.UNREADABLE as exc:
+        why = "no JUnit report" if not path.exists() else f"unreadable JUnit report ({exc})"
+        return SuiteResult(
+            cell=cell, suite=suite, outcome="error", tests=0, failures=0, errors=0, skipped=0,
+            time=0.0, first_failure=f"{suite}: {why}", xml=path if path.exists() else None,
+        )  # fmt: skip
+    outcome, explained = suite_outcome(counts)
+    return SuiteResult(
+        cell=cell, suite=suite, outcome=outcome, tests=counts.tests, failures=counts.failures,
+        errors=counts.errors, skipped=counts.skipped, not_applicable=counts.not_applicable,
+        time=counts.time, first_failure=explained, xml=path, sha256=counts.sha256,
+    )  # fmt: skip
+
+
+def cell_status(suites: Sequence[SuiteResult]) -> tuple[Status, str]:
+    """The one rule: passed only when every enabled suite ran and passed (or did not apply)."""
+    for s in suites:
+        if s.outcome in ("failed", "error"):
+            return Status.FAILED, f"{s.suite}: {s.first_failure or s.outcome}"
+    if not any(s.outcome != "not_applicable" for s in suites):
+        return Status.INCOMPLETE, "no suite ran: a cell with zero suites is not a pass"
+    for s in suites:
+        if s.outcome in ("skipped", "incomplete"):
+            return Status.INCOMPLETE, f"{s.suite}: {s.first_failure or s.outcome}"
+    return Status.PASSED, ""
+
+
+def judged(report: CellReport) -> CellReport:
+    """`report` with its status and reason set from its suites by the rule (cells that ran only)."""
+    status, reason = cell_status(report.suites)
+    return replace(report, status=status, reason=reason)
+
+
+def exit_code(reports: Iterable[CellReport]) -> ExitCode:
+    """What a run of these cells returns: failed > environment error > incomplete > ok."""
+    statuses = [(r.status, r.cause) for r in reports if r.status is not Status.EXCLUDED]
+    if any(
+        s in (Status.FAILED, Status.CONFLICT) or (s is Status.ERROR and c is not Cause.ENVIRONMENT)
+        for s, c in statuses
+    ):
+        return ExitCode.CELLS_FAILED
+    if any(s is Status.ERROR for s, _ in statuses):
+        return ExitCode.ENVIRONMENT
+    if not statuses or any(s is Status.INCOMPLETE for s, _ in statuses):
+        return ExitCode.INCOMPLETE
+    return ExitCode.OK
+
+
+def counts(reports: Iterable[CellReport]) -> dict[Status, int]:
+    """How many cells have each status, in the Status order."""
+    found: dict[Status, int] = {}
+    for r in reports:
+        found[r.status] = found.get(r.status, 0) + 1
+    return {s: found[s] for s in Status if s in found}
+
+
+def totals(reports: Sequence[CellReport]) -> str:
+    """"6 cells: 3 failed, 1 conflict, 2 error" — the one line every summary prints."""
+    head = f"{len(reports)} cell{'' if len(reports) == 1 else 's'}"
+    parts = [f"{n} {s}" for s, n in counts(reports).items()]
+    return f"{head}: {', '.join(parts)}" if parts else head
+
+
+# --------------------------------------------------------------------------- the store
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stored:
+    """A verdict as the store holds it."""
+
+    report: CellReport
+    inputs: Mapping[str, Any]
+    input_hash: str
+    path: Path
+
+
+def to_json(report: CellReport) -> dict[str, Any]:
+    data = asdict(report)
+    data["status"], data["cause"] = str(report.status), str(report.cause)
+    data["suites"] = [{**asdict(s), "xml": str(s.xml) if s.xml else None} for s in report.suites]
+    return data
+
+
+def from_json(data: Mapping[str, Any]) -> CellReport:
+    """A CellReport from its JSON form (format 2, or the flat format 1 of earlier runs)."""
+    suites = tuple(
+        SuiteResult(**{**s, "xml": Path(s["xml"]) if s.get("xml") else None}) for s in data.get("suites", ())
+    )
+    if "properties" in data:  # format 1
+        return _from_format_1(data, suites)
+    return CellReport(
+        **{
+            **data,
+            "status": Status(data["status"]),
+            "cause": Cause(data.get("cause", "")),
+            "wheels": tuple(Wheel(**w) for w in data.get("wheels", ())),
+            "overridden": tuple(data.get("overridden", ())),
+            "suites": suites,
+        }
+    )
+
+
+def _from_format_1(data: Mapping[str, Any], suites: tuple[SuiteResult, ...]) -> CellReport:
+    props: Mapping[str, str] = data["properties"]
+    dists = sorted(
+        k.removesuffix(".sha256") for k in props if k.endswith(".sha256") and not k.startswith(("patch", "stackfarm."))
+    )
+    wheels = tuple(
+        Wheel(distribution=d, version=props.get(f"{d}.version", ""), sha256=props[f"{d}.sha256"],
+              source=props.get(f"{d}.source", ""))
+        for d in dists
+    )  # fmt: skip
+    facts = {k: v for k, v in props.items() if k.split(".")[0] in ("docker", "image", "host")}
+    report = CellReport(
+        cell=data["cell"],
+        status=Status.ERROR if data["status"] not in ("ran", "reused") else Status.PASSED,
+        reason=data.get("reason", ""),
+        reused=data["status"] == "reused",
+        values={k.removeprefix("axis."): v for k, v in props.items() if k.startswith("axis.")},
+        wheels=wheels,
+        patch_sets={
+            k.removeprefix("patches.").removesuffix(".sha256"): v
+            for k, v in props.items()
+            if k.startswith("patches.") and k.endswith(".sha256")
+        },
+        patches={
+            k.removeprefix("patch.").removesuffix(".status"): v
+            for k, v in props.items()
+            if k.startswith("patch.") and k.endswith(".status")
+        },
+        backend_facts=facts,
+        input_hash=props.get("stackfarm.input_hash", ""),
+        suites=suites,
+    )
+    if data["status"] in ("conflict", "excluded", "error"):
+        return replace(report, status=Status(data["status"]))
+    return judged(report)
+
+
+def path_of(reports_dir: Path, cell: str) -> Path:
+    return reports_dir / cell / VERDICT
+
+
+def save(reports_dir: Path, report: CellReport, inputs: Mapping[str, Any] | None = None) -> Path:
+    """Store a cell's verdict, atomically, last of everything its run writes."""
+    path = path_of(reports_dir, report.cell)
+    record = {
+        "format": FORMAT,
+        "input_hash": report.input_hash,
+        "run_id": report.run_id,
+        "inputs": dict(inputs or {}),
+        "report": to_json(report),
+    }
+    write_atomic(path, json.dumps(record, default=str, indent=1))
+    return path
+
+
+def read(path: Path) -> Stored:
+    """One stored verdict; raises ValueError (with the file named) when it cannot be used."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        report = from_json(data["report"])
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot read the verdict ({exc})") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a verdict ({type(exc).__name__}: {exc})") from None
+    inputs = data.get("inputs")
+    return Stored(
+        report=report,
+        inputs=inputs if isinstance(inputs, Mapping) else {},
+        input_hash=str(data.get("input_hash") or report.input_hash),
+        path=path,
+    )
+
+
+def read_all(reports_dir: Path) -> tuple[list[Stored], list[str]]:
+    """Every stored verdict under a reports folder, sorted by cell, and one line per file that is unusable."""
+    found: list[Stored] = []
+    problems: list[str] = []
+    for path in sorted(reports_dir.glob(f"*/{VERDICT}")):
+        try:
+            found.append(read(path))
+        except ValueError as exc:
+            problems.append(str(exc))
+    return sorted(found, key=lambda s: s.report.cell), problems
+
+
+def reusable(stored: Stored, input_hash: str) -> str | None:
+    """None when a stored verdict may stand for a new run with these inputs, else why not.
+
+    Only a verdict of a cell that ran (passed, failed, incomplete) is reused, and only while every JUnit
+    file it summarises is on disk with the bytes it was computed from."""
+    report = stored.report
+    if stored.input_hash != input_hash:
+        return "inputs changed"
+    if not report.ran:
+        return f"the last run ended in {report.status}"
+    for s in report.suites:
+        xml = stored.path.parent / f"{s.suite}.xml"
+        if s.sha256 is None:
+            return f"{s.suite}: the verdict binds no JUnit hash (an older format)"
+        if not xml.is_file() or hashlib.sha256(xml.read_bytes()).hexdigest() != s.sha256:
+            return f"{s.suite}: its JUnit file is not the one the verdict summarised"
+    return None
+
+
+__all__ = [
+    "FORMAT",
+    "VERDICT",
+    "Cause",
+    "CellReport",
+    "Outcome",
+    "Status",
+    "Stored",
+    "SuiteResult",
+    "Wheel",
+    "cell_status",
+    "counts",
+    "exit_code",
+    "from_json",
+    "judged",
+    "path_of",
+    "read",
+    "read_all",
+    "read_suite",
+    "reusable",
+    "save",
+    "suite_outcome",
+    "to_json",
+    "totals",
+]
