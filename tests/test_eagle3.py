@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ from stackfarm.analysis.eagle3 import (
     parse_file,
 )
 from stackfarm.artifacts import Cache, Source, Target, find_artifact
+from stackfarm.junit import NOT_APPLICABLE
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "suites" / "20-eagle3"
@@ -620,7 +622,7 @@ def test_probe_is_import_safe_and_its_tiny_configs_fit_together() -> None:
         probe.tiny_configs("KimiK25ForConditionalGeneration", "LlamaForCausalLMEagle3")  # type: ignore[attr-defined]
 
 
-def _cell_json(tmp_path: Path, sglang_root: Path, **settings: object) -> Path:
+def _cell_json(tmp_path: Path, sglang_root: Path, matrix: str = "", **settings: object) -> Path:
     cell = {
         "id": "synthetic-sgl0.5.9",
         "values": {"sglang": "0.5.9", "python": "3.11"},
@@ -635,6 +637,7 @@ def _cell_json(tmp_path: Path, sglang_root: Path, **settings: object) -> Path:
         "models": [{"name": "kimi", "target": "KimiK25ForConditionalGeneration", "draft": "DraftLM"}],
         "settings": {"20-eagle3": {"extra_targets": ["InheritedLM"], **settings}},
         "no_gpu_reason": "no NVIDIA GPU in the unit tests",
+        "matrix": matrix,
     }  # fmt: skip
     path = tmp_path / "cell.json"
     path.write_text(json.dumps(cell), encoding="utf-8")
@@ -673,6 +676,67 @@ def test_suite_end_to_end_on_a_synthetic_tree(tree: Path, tmp_path: Path) -> Non
     report = json.loads((junit.parent / "eagle3-contract.json").read_text(encoding="utf-8"))
     assert {r["name"] for r in report["contract"]["requirements"]} >= {"get_embed_and_head", "set_embed"}
     assert list((tmp_path / "cache" / "eagle3").glob("contract-*.json"))  # the contract was cached on disk
+
+
+def _run_suite(tmp_path: Path, cell: Path) -> dict[str, ET.Element]:
+    junit = tmp_path / "reports" / "20-eagle3.xml"
+    env = {**os.environ, "STACKFARM_CELL": str(cell), "STACKFARM_CACHE": str(tmp_path / "cache")}
+    subprocess.run(
+        [sys.executable, "-m", "pytest", str(SUITE), f"--junitxml={junit}", "-q", "-p", "no:cacheprovider"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    return {c.get("name") or "": c for c in ET.parse(junit).getroot().iter("testcase")}
+
+
+def _wheel(folder: Path, tree: Path, version: str) -> Path:
+    """A pure sglang wheel of `tree`, as an index would serve it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"sglang-{version}-py3-none-any.whl"
+    info = f"sglang-{version}.dist-info"
+    with zipfile.ZipFile(path, "w") as whl:
+        for file in sorted(tree.rglob("*.py")):
+            whl.write(file, file.relative_to(tree).as_posix())
+        whl.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n")
+        whl.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        whl.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def test_contract_diff_fetches_through_the_matrix_index(tree: Path, tmp_path: Path) -> None:
+    """The older SGLang comes from the index the cell's matrix routes it to (here a local find-links folder)."""
+    older = _sglang_tree(tmp_path / "older", "0.5.8")
+    _wheel(tmp_path / "wheels", older, "0.5.8")
+    matrix = tmp_path / "matrix.toml"
+    matrix.write_text(
+        '[axes]\ncuda = ["12.8"]\ntorch = ["2.9.1"]\nsgl_kernel = ["0.3.21"]\nflashinfer = ["0.6.3"]\n'
+        'sglang = ["0.5.9"]\npython = ["3.11"]\n\n[indexes.local]\nfind_links = "wheels"\n',
+        encoding="utf-8",
+    )
+    cell = _cell_json(tmp_path, tree, str(matrix), compare_with=["0.5.8"])
+    diff = _run_suite(tmp_path, cell)["test_contract_diff"]
+    assert diff.find("failure") is None
+    assert diff.find("error") is None
+    assert diff.find("skipped") is None
+    props = {p.get("name"): p.get("value") for p in diff.iter("property")}
+    assert props["compared_with"] == "0.5.8"
+    assert "sglang 0.5.8 -> 0.5.9" in (props["contract_diff"] or "")
+    # unpacked in the shared cache, where every cell's wheels are
+    assert list((tmp_path / "cache" / "trees").glob("*/sglang-0.5.8.dist-info"))
+
+
+def test_contract_diff_without_a_baseline(tree: Path, tmp_path: Path) -> None:
+    """Nothing to compare with does not apply; a baseline that cannot be fetched is an unanswered question."""
+    cases = _run_suite(tmp_path / "a", _cell_json(tmp_path, tree))
+    skipped = cases["test_contract_diff"].find("skipped")
+    assert skipped is not None
+    assert (skipped.get("message") or "").startswith(NOT_APPLICABLE)
+    cases = _run_suite(tmp_path / "b", _cell_json(tmp_path, tree, compare_with=["0.5.8"]))
+    skipped = cases["test_contract_diff"].find("skipped")
+    assert skipped is not None
+    message = skipped.get("message") or ""
+    assert not message.startswith(NOT_APPLICABLE)
+    assert "cannot fetch sglang 0.5.8" in message
+    assert "the cell names no matrix file" in message
 
 
 # --------------------------------------------------------------------------------------------- real wheels

@@ -48,6 +48,9 @@ class CellSpec:
     no_gpu_reason: str | None = None
     #: sglang files (relative to its root) that the cell's patches changed: they differ from the wheel's RECORD.
     patched_files: tuple[str, ...] = ()
+    #: The matrix file the cell comes from, as the suite sees it ("" when unknown): a suite that fetches more
+    #: wheels (20-eagle3's older SGLang) resolves them with its [indexes] and [[route]] (`stackfarm.resolve`).
+    matrix: str = ""
 
     def component(self, distribution: str) -> InstalledComponent:
         for comp in self.components:

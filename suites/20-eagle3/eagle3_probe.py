@@ -209,7 +209,15 @@ class _Probe:
         target_dir = _write_model(workdir / "target", target_config)
         draft_dir = _write_model(workdir / "draft", draft_config)
         self.stage(_prepare_toolchain(workdir))
+        self._import_sglang()
+        bench, server_args, runner, target = self._load_target(target_dir)
+        tensors: dict[str, Any] = {}
+        self._check_target(bench, runner, target, tensors)
+        draft = self._build_draft(server_args, draft_dir)
+        self._check_draft(draft, tensors)
 
+    def _import_sglang(self) -> None:
+        args = self.args
         import sglang
         import torch
 
@@ -226,15 +234,14 @@ class _Probe:
         self.stage(
             f"sglang {self.result['sglang']} from {Path(sglang.__file__).parent}, torch {torch.__version__}"
         )
+
+    def _load_target(self, target_dir: str) -> tuple[Any, Any, Any, Any]:
+        """bench_one_batch (the module), the server args, the target's model runner and the target model."""
+        args = self.args
         try:
             from sglang.benchmark import one_batch as bench
         except ImportError:
             from sglang import bench_one_batch as bench
-        from sglang.srt.configs.device_config import DeviceConfig
-        from sglang.srt.configs.load_config import LoadConfig
-        from sglang.srt.configs.model_config import ModelConfig
-        from sglang.srt.layers.logits_processor import LogitsProcessor
-        from sglang.srt.model_loader import get_model
         from sglang.srt.server_args import PortArgs, ServerArgs
 
         server_args = ServerArgs(
@@ -265,9 +272,14 @@ class _Probe:
         self.stage(f"target built: {type(target).__name__}")
         if type(target).__name__ != args.target:
             raise RuntimeError(f"SGLang built {type(target).__name__}, not {args.target}")
-        needs_target = [n for n in args.target_needs.split(",") if n]
-        needs_draft = [n for n in args.draft_needs.split(",") if n]
-        tensors: dict[str, Any] = {}
+        return bench, server_args, runner, target
+
+    def _check_target(self, bench: Any, runner: Any, target: Any, tensors: dict[str, Any]) -> None:
+        """Call the target's hooks: get_embed_and_head first (its tensors go to the draft), then the others."""
+        import torch
+        from sglang.srt.layers.logits_processor import LogitsProcessor
+
+        needs_target = [n for n in self.args.target_needs.split(",") if n]
 
         def embed_and_head() -> tuple[bool, str]:
             embed, head = target.get_embed_and_head()
@@ -322,6 +334,13 @@ class _Probe:
             action = known_target.get(name) or self._present(target, name)
             self.guarded("target", name, action)
 
+    def _build_draft(self, server_args: Any, draft_dir: str) -> Any:
+        from sglang.srt.configs.device_config import DeviceConfig
+        from sglang.srt.configs.load_config import LoadConfig
+        from sglang.srt.configs.model_config import ModelConfig
+        from sglang.srt.model_loader import get_model
+
+        args = self.args
         self.stage("building the draft with sglang.srt.model_loader.get_model")
         draft_model_config = ModelConfig.from_server_args(
             server_args, model_path=draft_dir, is_draft_model=True
@@ -334,6 +353,10 @@ class _Probe:
         self.stage(f"draft built: {type(draft).__name__}")
         if type(draft).__name__ != args.draft:
             raise RuntimeError(f"SGLang built {type(draft).__name__}, not {args.draft}")
+        return draft
+
+    def _check_draft(self, draft: Any, tensors: dict[str, Any]) -> None:
+        """Hand the target's tensors to the draft (set_embed / set_embed_and_head), then the other hooks."""
 
         def shares(names: tuple[str, ...]) -> tuple[bool, str]:
             if "embed" not in tensors:
@@ -353,7 +376,7 @@ class _Probe:
             "set_embed": lambda: shares(("embed",)),
             "set_embed_and_head": lambda: shares(("embed", "head")),
         }
-        for name in needs_draft:
+        for name in [n for n in self.args.draft_needs.split(",") if n]:
             self.guarded("draft", name, known_draft.get(name) or self._present(draft, name))
 
     @staticmethod

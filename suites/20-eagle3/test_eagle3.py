@@ -7,8 +7,9 @@ tree by `stackfarm.analysis.eagle3`, then:
 
 - test_contract: the derived contract, as the `contract` / `contract_json` properties (and
   eagle3-contract.json next to the JUnit file when pytest writes one);
-- test_contract_diff: the diff against the nearest older SGLang in `compare_with`, plus how the configured
-  classes' verdicts change, so an upgrade's interface changes are visible;
+- test_contract_diff: the diff against the nearest older SGLang in `compare_with` (its wheel found on the
+  index the cell's matrix routes it to, [indexes] and [[route]], and kept in the shared cache), plus how the
+  configured classes' verdicts change, so an upgrade's interface changes are visible;
 - test_provider[role:Class.name]: one testcase per (class, required name), with the properties model_class,
   method, verdict, provider_file, consumer_site (and role, provider_class, detail);
 - test_runtime[Target+Draft]: on a GPU, the pair built from tiny configs in a child process (eagle3_probe.py).
@@ -23,7 +24,6 @@ Settings ([suites.20-eagle3.settings], all optional):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
@@ -48,18 +48,19 @@ from stackfarm.analysis.eagle3 import (
     format_diff,
     locate_class,
 )
-from stackfarm.artifacts import Artifact, Cache, Source, Target, find_artifact
+from stackfarm.artifacts import Cache
 from stackfarm.cellspec import CellSpec, RecordProperty, load
 from stackfarm.errors import IndexUnreachableError
+from stackfarm.matrix import load as load_matrix
+from stackfarm.plan import Component
 from stackfarm.proc import call
-from stackfarm.suitekit import need_gpu
+from stackfarm.resolve import Resolver
+from stackfarm.suitekit import need_gpu, not_applicable
 
 SUITE = "20-eagle3"
 #: The type of pytest's `record_property` fixture.
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "eagle3_probe.py"
-#: A pure-Python wheel: any platform tag finds it, so the baseline needs no platform from the cell.
-_PURE_PLATFORM = "manylinux_2_17_x86_64"
 _DEFAULT_RUNTIME_PAIRS = (("LlamaForCausalLM", "LlamaForCausalLMEagle3"),)
 #: The seeds' pair, checked when matrix.toml has no [[models]].
 _DEFAULT_MODELS = (
@@ -102,6 +103,11 @@ def _check(root: str, name: str, role: Role) -> tuple[Finding, ...]:
 
 
 def _sglang_root(cell: CellSpec) -> Path:
+    """The cell's (patched) SGLang tree; a cell without SGLang has no EAGLE-3 contract to check."""
+    if not any(c.distribution == "sglang" for c in cell.components):
+        not_applicable(
+            f"the cell has no sglang component ({', '.join(c.distribution for c in cell.components)})"
+        )
     return Path(cell.component("sglang").root)
 
 
@@ -186,19 +192,25 @@ def test_contract(cell: CellSpec, record_property: RecordProperty, request: pyte
         )
 
 
-def _baseline_root(version: str, python: str) -> Path:
-    """The unpacked sglang wheel of `version` from the stackfarm cache, resolved once, remembered on disk."""
+class _CannotFetch(Exception):
+    """The older SGLang cannot be fetched here: the diff is left unanswered (a plain skip)."""
+
+
+def _baseline_root(cell: CellSpec, version: str) -> Path:
+    """The unpacked sglang wheel of `version`, found on the index the cell's matrix routes it to ([indexes] and
+    [[route]]) and kept in the shared sha256 cache, as the farm fetches every wheel (stackfarm.resolve)."""
+    if not cell.matrix or not Path(cell.matrix).is_file():
+        where = f"{cell.matrix} is not readable here" if cell.matrix else "the cell names no matrix file"
+        raise _CannotFetch(f"no [indexes] to look it up on: {where}")
+    matrix = load_matrix(cell.matrix)
     cache = Cache()
-    memo = cache.root / "eagle3" / f"sglang-{version}-py{python}.json"
-    if memo.is_file():
-        artifact = Artifact(**json.loads(memo.read_text(encoding="utf-8")))
-    else:
-        source = Source(name="pypi", url="https://pypi.org/simple")
-        artifact = find_artifact(source, "sglang", version, Target(python=python, platform=_PURE_PLATFORM))
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(dataclasses.asdict(artifact)), encoding="utf-8")
-        tmp.replace(memo)
+    component = Component(
+        axis="sglang", distribution="sglang", version=version, index=matrix.index_for("sglang", version)
+    )
+    try:
+        artifact = Resolver(matrix, cache).artifact(component, cell.values.get("python", "3.11"))
+    except IndexUnreachableError as exc:
+        raise _CannotFetch(f"(offline?) {exc}") from exc
     return cache.unpack(artifact)
 
 
@@ -208,13 +220,15 @@ def test_contract_diff(
     current = Version(cell.component("sglang").version)
     versions = [str(v) for v in _settings(cell).get("compare_with", [])]
     older = sorted((Version(v) for v in versions if Version(v) < current), reverse=True)
-    if not older:
-        pytest.skip(f"no SGLang older than {current} in [suites.{SUITE}.settings] compare_with = {versions}")
+    if not older:  # nothing configured to compare with: no question to answer
+        not_applicable(
+            f"no SGLang older than {current} in [suites.{SUITE}.settings] compare_with = {versions}"
+        )
     previous = str(older[0])
     try:
-        old_root = _baseline_root(previous, cell.values.get("python", "3.11"))
-    except IndexUnreachableError as exc:
-        pytest.skip(f"cannot fetch sglang {previous} to diff against (offline?): {exc}")
+        old_root = _baseline_root(cell, previous)
+    except _CannotFetch as exc:  # the question stands, unanswered here
+        pytest.skip(f"cannot fetch sglang {previous} to diff against: {exc}")
     old, new = _contract(str(old_root)), _contract(str(_sglang_root(cell)))
     changes = diff_contracts(old, new)
     text = format_diff(old, new, changes)
@@ -271,7 +285,7 @@ def test_runtime(
         for n, known in ((target, eagle3_probe.TINY_TARGETS), (draft, eagle3_probe.TINY_DRAFTS))
         if n not in known
     ]
-    if missing:
+    if missing:  # the pair is configured, but this probe cannot build it: unanswered, not inapplicable
         pytest.skip(f"no tiny config for {', '.join(missing)} in eagle3_probe.py: built only statically")
     settings = _settings(cell)
     root = _sglang_root(cell)

@@ -161,7 +161,7 @@ def _imported_module(fn: ast.FunctionDef, module: ast.Module, name: str) -> str 
 def contract_key(root: Path) -> str:
     """A digest of all `derive_contract(root)` reads and of the code that derives it: a key to cache a contract by."""
     tree = SourceTree([root])
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(tree_version(tree.root).encode() + b"\0")  # the contract names its version
     for code in _CODE:
         digest.update(code.read_bytes())
     for path in [tree.root / SPEC_INFO, *_scanned(tree)]:

@@ -212,6 +212,12 @@ def _read_elf(fh: BinaryIO, path: Path, file_size: int, wanted: frozenset[str]) 
             f"{path}: truncated: section names end at {str_off + str_size}, file is {file_size} bytes"
         )
     names = _read_exact(fh, str_off, str_size, "section names", path)
+    return _Elf(abi_version=head[8], machine=machine, flags=flags, sections=_sections(table, names, wanted))
+
+
+def _sections(table: bytes, names: bytes, wanted: frozenset[str]) -> dict[str, tuple[int, int]]:
+    """name -> (file offset, size) of the `wanted` sections that occupy file space, from the section headers
+    and the section name table."""
     offsets: dict[int, str] = {}
     for name in wanted:
         needle = name.encode() + b"\0"
@@ -226,7 +232,7 @@ def _read_elf(fh: BinaryIO, path: Path, file_size: int, wanted: frozenset[str]) 
             found = offsets.get(name_off)
             if found is not None and sh_type != _SHT_NOBITS:
                 sections.setdefault(found, (offset, size))
-    return _Elf(abi_version=head[8], machine=machine, flags=flags, sections=sections)
+    return sections
 
 
 # --------------------------------------------------------------------------- readers
