@@ -7,6 +7,7 @@ lookup style. The last tests run the 10-capability suite end to end on a synthet
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -30,7 +31,11 @@ from stackfarm.analysis.captables import (
     parse_features,
     scan_tables,
 )
+from stackfarm.analysis.fatbin import Binary, Code, Unit
+from stackfarm.analysis.kernels import Library
 from stackfarm.analysis.pysource import UNKNOWN, Evaluator, SourceTree
+from stackfarm.cellspec import InstalledComponent
+from stackfarm.junit import NOT_APPLICABLE
 
 SM90, SM100, SM120 = Arch(9, 0), Arch(10, 0), Arch(12, 0)
 REPO = Path(__file__).resolve().parent.parent
@@ -545,3 +550,43 @@ def test_suite_fails_unpatched_and_passes_patched(tmp_path: Path) -> None:
     assert verdicts[("sm_120", "MAX_SIZES")] == "ok"
     assert verdicts[("sm_120", "Communicator.__init__")] == "ok"
     assert verdicts[("sm_90", "MAX_SIZES")] == "ok"
+
+
+@pytest.mark.integration
+def test_suite_leaves_a_computed_table_unanswered(tmp_path: Path) -> None:
+    """A table whose keys are computed cannot be decided: a plain skip (the cell is incomplete), not n/a."""
+    files = {
+        **SYMM_059,
+        "sglang/srt/computed.py": """\
+            import torch
+            BASE = 9
+            COMPUTED = {BASE + 1: 2, **{9: 1}}
+            def computed():
+                return COMPUTED[torch.cuda.get_device_capability()[0]]
+            """,
+    }
+    cases = _run_suite(tmp_path / "run", write_tree(tmp_path / "tree", files), ["sm_120"])
+    computed = [c for c in cases.values() if c.get("symbol") == "COMPUTED"]
+    assert len(computed) == 1
+    assert computed[0]["outcome"] == "skipped"
+    assert "cannot decide statically" in computed[0]["message"]
+    assert not computed[0]["message"].startswith(NOT_APPLICABLE)
+
+
+def test_a_cubin_family_without_the_arch_does_not_apply() -> None:
+    """flashinfer picks cubins per GPU: a family with no code for an arch is n/a there, not a failure."""
+    sys.path.insert(0, str(REPO / "suites" / "10-capability"))
+    findings = importlib.import_module("capability_findings")
+    sm90 = Arch(9, 0)
+    family = Library(
+        "flashinfer-cubin", "flashinfer_cubin/cubins/fmha/*", spread="any-unit",
+        binary=Binary("flashinfer_cubin/cubins/fmha/*", 1, "cubin", (Unit((Code("sass", sm90),)),)),
+    )  # fmt: skip
+    comp = InstalledComponent(axis="flashinfer", distribution="flashinfer-cubin", version="0.6.3",
+                              filename="x.whl", sha256="0" * 64, source="test", root="/nowhere")  # fmt: skip
+    off = findings._binary_finding(comp, family, Arch(12, 0), ())
+    assert (off.outcome, off.verdict) == ("n/a", "no-code")
+    assert "flashinfer loads a cubin family only on the GPUs it was built for" in off.message
+    assert findings._binary_finding(comp, family, sm90, ()).outcome == "pass"
+    analysis = findings.Analysis([off])
+    assert findings.grid(analysis) == {("sm_120", "flashinfer-cubin"): "ok"}

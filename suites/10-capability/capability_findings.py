@@ -8,9 +8,11 @@ Verdicts: ok, missing-crash, missing-graceful, gated-off, ptx-jit, no-code. Poli
 
 - binaries: ``no-code`` fails (the kernels in those units cannot launch), unless a feature that needs the
   library is declared off on that arch; ``ptx-jit`` passes (the driver JITs the PTX on first launch);
-  a flashinfer-cubin family without code for an arch is skipped, since flashinfer picks cubins per GPU;
+  a flashinfer-cubin family without code for an arch does not apply there (outcome ``n/a``), since
+  flashinfer picks cubins per GPU;
 - sgl-kernel: only the ops library its loader picks for the arch is judged (the other one is never loaded);
-- tables: ``missing-crash`` and ``missing-graceful`` fail; a table with computed keys is skipped as undecidable;
+- tables: ``missing-crash`` and ``missing-graceful`` fail; a table with computed keys is skipped as undecidable
+  (outcome ``skip``: a question left unanswered, so the cell is incomplete);
 - gates: ``gated-off`` (or a crash) fails unless [features.X] off declares the arch;
 - an ``off`` declaration whose feature turns out to be available on that arch fails as stale.
 """
@@ -45,7 +47,8 @@ from stackfarm.cellspec import CellSpec, InstalledComponent, component_files
 
 SUITE = "10-capability"
 Kind = Literal["binary", "loader", "table", "gate", "flag", "expectation", "error"]
-Outcome = Literal["pass", "fail", "skip"]
+#: skip: undecidable (an unanswered question); n/a: the question does not arise for this arch.
+Outcome = Literal["pass", "fail", "skip", "n/a"]
 
 _KERNELS = ("sgl-kernel", "sglang-kernel")
 _BINARY_COMPONENTS = ("torch", *_KERNELS, "flashinfer-python", "flashinfer-cubin")
@@ -161,7 +164,7 @@ def _binary_finding(
         return base
     if lib.spread == "any-unit":
         why = f"{explain}: flashinfer loads a cubin family only on the GPUs it was built for"
-        return replace(base, outcome="skip", message=why)
+        return replace(base, outcome="n/a", message=why)
     expected = _off_for(features, lib.relpath, arch)
     if expected:
         feature, reason = expected
@@ -477,11 +480,11 @@ def grid(analysis: Analysis) -> dict[tuple[str, str], str]:
     cells: dict[tuple[str, str], dict[str, int]] = {}
     for f in analysis.findings:
         counts = cells.setdefault((f.arch, f.component), {})
-        label = f.verdict if f.outcome == "fail" else "ok" if f.outcome == "pass" else "skipped"
+        label = {"fail": f.verdict, "pass": "ok", "skip": "skipped"}.get(f.outcome, f.outcome)
         counts[label] = counts.get(label, 0) + 1
     out: dict[tuple[str, str], str] = {}
     for key, counts in cells.items():
-        bad = {k: v for k, v in counts.items() if k not in ("ok", "skipped")}
+        bad = {k: v for k, v in counts.items() if k not in ("ok", "skipped", "n/a")}
         out[key] = ", ".join(f"{k or 'error'} x{v}" for k, v in sorted(bad.items())) or "ok"
     return out
 

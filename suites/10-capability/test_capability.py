@@ -22,7 +22,7 @@ from stackfarm.analysis.arch import Arch, parse_target
 from stackfarm.analysis.fatbin import read_binary
 from stackfarm.analysis.kernels import sgl_kernel_loader
 from stackfarm.cellspec import CellSpec
-from stackfarm.suitekit import need_gpu, stack_module
+from stackfarm.suitekit import need_gpu, not_applicable, stack_module
 
 #: The type of pytest's record_property fixture.
 RecordProperty = Callable[[str, object], None]
@@ -35,6 +35,8 @@ def _judge(finding: Finding, record_property: RecordProperty) -> None:
     if finding.feature:
         record_property("feature", finding.feature)
     record_property("detail", finding.message)
+    if finding.outcome == "n/a":
+        not_applicable(finding.message)
     if finding.outcome == "skip":
         pytest.skip(finding.message)
     if finding.outcome == "fail":
