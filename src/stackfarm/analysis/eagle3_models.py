@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from stackfarm.analysis.eagle3_contract import Contract, Role, Verdict
-from stackfarm.analysis.sourcetree import ClassRef, SourceTree, last_name, source_text, top_level
+from stackfarm.analysis.sourcetree import ClassRef, SourceTree, last_name, named_call, source_text, top_level
 
 MODELS = "sglang/srt/models"
 
@@ -125,17 +125,11 @@ def _self_assignments(
                     and target.value.id == this
                 ):
                     yield target.attr, node.lineno, node.value
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id == "setattr"
-            and len(node.args) == 3
-            and isinstance(node.args[0], ast.Name)
-            and node.args[0].id == this
-            and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str)
-        ):
-            yield node.args[1].value, node.lineno, node.args[2]
+        elif isinstance(node, ast.Call) and (found := named_call(node, "setattr", 3)) is not None:
+            # setattr(self, "name", value)
+            (obj, _, value), name = found
+            if isinstance(obj, ast.Name) and obj.id == this and name is not None:
+                yield name, node.lineno, value
 
 
 def _forwarding(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> _Member | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal, TypeAlias
 
 from stackfarm.analysis.eagle3_contract import ROLES, Role, Use, UseKind
-from stackfarm.analysis.sourcetree import SourceTree, last_name, source_text
+from stackfarm.analysis.sourcetree import SourceTree, last_name, named_call, source_text
 
 #: A model expression's role as its name tells it; "runner" is a ModelRunner's own model, whose role the
 #: enclosing conditions decide (the same ModelRunner class loads the target and the draft).
@@ -397,15 +397,8 @@ class UseCollector:
                 continue
             parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
             for part in parts:
-                if (
-                    isinstance(part, ast.Call)
-                    and isinstance(part.func, ast.Name)
-                    and part.func.id == "hasattr"
-                    and len(part.args) == 2
-                    and isinstance(part.args[1], ast.Constant)
-                    and part.args[1].value == name
-                    and _model_tag(part.args[0], self.scope) is not None
-                ):
+                found = named_call(part, "hasattr", 2)
+                if found is not None and found[1] == name and _model_tag(found[0][0], self.scope) is not None:
                     return True
         return False
 

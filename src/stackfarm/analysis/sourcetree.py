@@ -59,6 +59,18 @@ def last_name(node: ast.AST) -> str | None:
     return None
 
 
+def named_call(node: ast.AST, function: str, count: int) -> tuple[list[ast.expr], str | None] | None:
+    """``function(a, "name", ...)`` called by its bare name with `count` positional arguments: (the arguments,
+    the second one when it is a string constant, else None); None for any other node."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == function):
+        return None
+    if len(node.args) != count:
+        return None
+    second = node.args[1] if count > 1 else None
+    text = second.value if isinstance(second, ast.Constant) and isinstance(second.value, str) else None
+    return node.args, text
+
+
 def caught_names(handler: ast.ExceptHandler) -> tuple[str, ...] | None:
     """The exception names an ``except`` clause lists (``except (a.KeyError, OSError)`` -> KeyError, OSError);
     None for a bare ``except:``, which catches everything."""
@@ -370,6 +382,7 @@ __all__ = [
     "SourceTree",
     "caught_names",
     "last_name",
+    "named_call",
     "parse_file",
     "resolve_relative",
     "source_text",
