@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import shutil
+import signal
 import threading
 import time
 import uuid
@@ -13,9 +14,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import __version__, patches, verdict
+from . import __version__, patches, proc, verdict
 from .artifacts import Artifact, Cache
-from .backends import PATCHED_SGLANG, Backend
+from .backends import PATCHED_SGLANG, Backend, groups_file
 from .cellspec import CellSpec
 from .errors import ArtifactError, EnvironmentProblem, IndexUnreachableError, StackfarmError
 from .junit import Step, write_skipped_suite, write_steps
@@ -111,15 +112,19 @@ class Runner:
             )
             self.ui.done(conflict.cell.id, "conflict", conflict.problems[0])
         for excluded in plan.excluded:
-            reports[excluded.cell.id] = self._store(self._unrun(excluded.cell, Status.EXCLUDED, excluded.reason))
+            reports[excluded.cell.id] = self._store(
+                self._unrun(excluded.cell, Status.EXCLUDED, excluded.reason)
+            )
         pool = ThreadPoolExecutor(max_workers=max(1, self.options.jobs), thread_name_prefix="cell")
         futures: dict[str, Future[CellReport]] = {c.id: pool.submit(self._guarded, c) for c in plan.cells}
         try:
             for cell_id, future in futures.items():
                 reports[cell_id] = future.result()
         except KeyboardInterrupt:
-            # Stop starting cells; running suites got the same SIGINT from the terminal. Keep what finished.
+            # Stop starting cells, stop every command in flight (each suite's whole process group), keep what
+            # finished. A cell stopped half-way keeps no verdict.
             self.cancel.set()
+            proc.stop(signal.SIGINT)
             pool.shutdown(wait=True, cancel_futures=True)
             for cell_id, future in futures.items():
                 if future.done() and not future.cancelled() and future.exception() is None:
@@ -252,7 +257,9 @@ class Runner:
             return None
         if verdict.reusable(stored, digest) is not None:
             return None
-        self.ui.done(cell.id, "reused", f"{stored.report.status}: inputs unchanged since run {stored.report.run_id}")
+        self.ui.done(
+            cell.id, "reused", f"{stored.report.status}: inputs unchanged since run {stored.report.run_id}"
+        )
         return replace(stored.report, reused=True)
 
     def _patch(
@@ -296,7 +303,9 @@ class Runner:
                 }
             )
         )
-        return read_suite(junit, cell=cell.id, suite=PATCH_STEP), {f"{r.set}/{r.patch}": r.status for r in results}
+        return read_suite(junit, cell=cell.id, suite=PATCH_STEP), {
+            f"{r.set}/{r.patch}": r.status for r in results
+        }
 
     def _run_suites(
         self, cell: Cell, spec_path: Path, out: Path, *, first: SuiteResult | None = None
@@ -327,28 +336,42 @@ class Runner:
     def _run_one(self, suite: Suite, spec_path: Path, junit: Path) -> None:
         # pytest writes its XML in place; write to a temp name and rename so a report is never half-written.
         tmp = junit.with_name(f".{junit.name}.running")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
         tmp.unlink(missing_ok=True)
         log = junit.with_suffix(".log")
-        outcome = self.backend.run_suite(suite.path, spec_path, tmp, suite.timeout, log)
-        problem = None
+        try:
+            outcome = self.backend.run_suite(suite.path, spec_path, tmp, suite.timeout, log)
+        except proc.Stopped as exc:
+            raise Interrupted(str(exc)) from None
+        finally:
+            # Servers and engines the suite started in sessions of their own end with it, however it ended.
+            leftover = proc.reap_groups(groups_file(tmp))
         interrupted = outcome.returncode == -2 or (
             outcome.returncode == PYTEST_INTERRUPTED and "KeyboardInterrupt" in outcome.output
         )
         if interrupted or self.cancel.is_set():
             tmp.unlink(missing_ok=True)
             raise Interrupted(f"interrupted during suite {suite.name}")
-        if outcome.timed_out:
-            problem = f"suite timed out after {suite.timeout}s (see {log.name})"
-        elif outcome.returncode == NO_TESTS_COLLECTED:
-            problem = "pytest collected no tests (exit 5): a suite that tests nothing is an error"
-        elif outcome.returncode not in (0, 1, PYTEST_INTERRUPTED) or not tmp.is_file():
-            tail = outcome.output.strip().splitlines()[-1:] or [""]
-            problem = f"pytest exited {outcome.returncode}: {tail[0][:200]} (see {log.name})"
+        if leftover:
+            self.ui.note(f"{suite.name}: killed {len(leftover)} process group(s) the suite left running")
+        problem = _suite_problem(outcome, suite, ran=tmp.is_file(), log=log.name)
         if problem is not None:
             tmp.unlink(missing_ok=True)
             write_skipped_suite(junit, cell=junit.parent.name, suite=suite.name, reason=problem, kind="error")
         else:
             tmp.replace(junit)
+
+
+def _suite_problem(outcome: proc.Outcome, suite: Suite, *, ran: bool, log: str) -> str | None:
+    """Why a suite's pytest run cannot be read as its result (None when its JUnit file stands)."""
+    if outcome.timed_out:
+        return f"suite timed out after {suite.timeout}s; its processes were killed (see {log})"
+    if outcome.returncode == NO_TESTS_COLLECTED:
+        return "pytest collected no tests (exit 5): a suite that tests nothing is an error"
+    if outcome.returncode not in (0, 1, PYTEST_INTERRUPTED) or not ran:
+        tail = outcome.output.strip().splitlines()[-1:] or [""]
+        return f"pytest exited {outcome.returncode}: {tail[0][:200]} (see {log})"
+    return None
 
 
 def cell_workdir(cache_root: Path, cell_id: str, digest: str) -> Path:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from ..artifacts import Artifact, Cache
 from ..cellspec import InstalledComponent
 from ..plan import Cell, Component
-from ..proc import Outcome
+from ..proc import GROUPS_ENV, Outcome
 
 #: progress(text) — a short status line for the cell, e.g. "fetch torch 41%".
 Progress = Callable[[str], None]
@@ -42,6 +42,17 @@ PATCHED_SGLANG = "sglang-patched"
 
 #: The folder a suite may write extra files to (figures, contracts): the cell's reports folder.
 SUITE_OUT_ENV = "STACKFARM_SUITE_OUT"
+
+
+def groups_file(junit: Path) -> Path:
+    """Where the process groups a suite starts in sessions of their own are listed (proc.register_group)."""
+    return junit.parent / f".{junit.name}.pgids"
+
+
+def suite_env(spec: Path, junit: Path) -> dict[str, str]:
+    """The environment every backend gives a suite: the cell, where its extra files go, where its
+    long-lived process groups are registered."""
+    return {"STACKFARM_CELL": str(spec), SUITE_OUT_ENV: str(junit.parent), GROUPS_ENV: str(groups_file(junit))}
 
 
 def pytest_argv(python: str, suite: str, junit: str) -> list[str]:
@@ -75,4 +86,14 @@ def get_backend(
     raise ValueError(f"unknown backend {name!r}; use one of {', '.join(NAMES)}")
 
 
-__all__ = ["NAMES", "PATCHED_SGLANG", "SUITE_OUT_ENV", "Backend", "Progress", "get_backend", "pytest_argv"]
+__all__ = [
+    "NAMES",
+    "PATCHED_SGLANG",
+    "SUITE_OUT_ENV",
+    "Backend",
+    "Progress",
+    "get_backend",
+    "groups_file",
+    "pytest_argv",
+    "suite_env",
+]

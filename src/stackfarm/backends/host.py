@@ -18,7 +18,7 @@ from ..cellspec import InstalledComponent
 from ..errors import CellError
 from ..plan import Cell, Component
 from ..proc import Outcome, call
-from . import SUITE_OUT_ENV, Progress, pytest_argv
+from . import Progress, pytest_argv, suite_env
 
 #: Run inside the host Python: where each distribution is installed, and its version.
 _PROBE = """
@@ -94,7 +94,7 @@ class HostBackend:
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
         argv = pytest_argv(self.python, str(suite_dir), str(junit))
         path = os.pathsep.join(p for p in (str(_SRC), os.environ.get("PYTHONPATH", "")) if p)
-        env = {"STACKFARM_CELL": str(spec), "PYTHONPATH": path, SUITE_OUT_ENV: str(junit.parent)}
+        env = {**suite_env(spec, junit), "PYTHONPATH": path}
         return call(argv, cwd=suite_dir.parent.parent, env=env, timeout=timeout, log=log)
 
 

@@ -13,7 +13,7 @@ from ..artifacts import Artifact, Cache
 from ..cellspec import InstalledComponent
 from ..plan import Cell, Component
 from ..proc import Outcome, call
-from . import PATCHED_SGLANG, SUITE_OUT_ENV, Progress, pytest_argv
+from . import PATCHED_SGLANG, Progress, pytest_argv, suite_env
 
 
 class LocalBackend:
@@ -68,7 +68,7 @@ class LocalBackend:
         return call(
             argv,
             cwd=suite_dir.parent.parent,
-            env={"STACKFARM_CELL": str(spec), SUITE_OUT_ENV: str(junit.parent)},
+            env=suite_env(spec, junit),
             timeout=timeout,
             log=log,
         )

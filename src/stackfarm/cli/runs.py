@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import fnmatch
 import json
 import os
-from collections.abc import Sequence
+import signal
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from types import FrameType
 
 from rich.console import Console
 from rich.markup import escape
@@ -145,7 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise StackfarmError(f"no cell of {args.matrix} matches --cells {args.cells!r}")
     options = RunOptions(reports=args.reports, jobs=args.jobs, force=args.force)
     no_gpu = gpu_unavailable_reason()
-    with CellProgress() as ui:
+    with CellProgress() as ui, sigterm_interrupts():
         for warning in p.warnings:
             ui.note(f"warning: {warning}")
         runner = Runner(matrix, resolver, backend, options, ui, unreachable=unreachable, no_gpu_reason=no_gpu)
@@ -161,6 +165,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     write_reports(args.reports, reports)
     print_summary(reports, args.reports, console)
     return verdict.exit_code(reports)
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (a CI runner cancelling the job, `kill`) takes the Ctrl-C path: every suite's process group is
+    stopped, finished cells keep their reports, no half-done verdict is kept."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        del signum, frame
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread (e.g. a test calling main() in a thread)
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def write_reports(where: Path, current: Sequence[CellReport] = ()) -> list[CellReport]:
