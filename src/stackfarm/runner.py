@@ -233,6 +233,7 @@ class Runner:
             settings={s.name: dict(s.settings) for s in self.matrix.suites},
             no_gpu_reason=self.no_gpu_reason,
             patched_files=self._patched_files.get(cell.id, ()),
+            matrix=str(self.matrix.path.resolve()),
         )
         spec_path = workdir / "cell.json"
         spec.dump(spec_path)

@@ -13,6 +13,7 @@ import importlib
 import importlib.metadata
 from collections.abc import Sequence
 from types import ModuleType
+from typing import NoReturn
 
 import pytest
 from packaging.version import Version
@@ -21,7 +22,7 @@ from .cellspec import CellSpec
 from .junit import NOT_APPLICABLE
 
 
-def not_applicable(reason: str) -> None:
+def not_applicable(reason: str) -> NoReturn:
     """Skip a testcase that has no question to answer for this cell; the verdict does not count it missing."""
     pytest.skip(NOT_APPLICABLE + reason)
 
