@@ -149,10 +149,7 @@ def test_runner_list_shows_cells_that_never_ran(reports: Path) -> None:
         properties={},
         suites=(),
     )
-    stored = [
-        verdict.read(reports / c / "verdict.json").report
-        for c in (CELL, OTHER)
-    ]
+    stored = [verdict.read(reports / c / "verdict.json").report for c in (CELL, OTHER)]
     htmlreport.write(reports, [*stored, conflict])
     page = (reports / "index.html").read_text()
     assert 'data-verdict="conflict"' in page

@@ -152,6 +152,4 @@ def gha_annotations(run: Run, expected: Sequence[str] = ()) -> list[str]:
     return out
 
 
-
-
 __all__ = ["DEFAULT_RUNNER", "RunnerKind", "annotation", "gha_annotations", "job_matrix", "read_runners"]

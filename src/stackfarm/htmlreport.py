@@ -83,7 +83,11 @@ def _page(title: str, body: str) -> str:
 
 
 def _badge(kind: str, text: str | None = None) -> str:
-    css = f"o-{kind}" if kind in ("passed", "failed", "error", "skipped", "incomplete", "missing") else f"v-{kind}"
+    css = (
+        f"o-{kind}"
+        if kind in ("passed", "failed", "error", "skipped", "incomplete", "missing")
+        else f"v-{kind}"
+    )
     return f'<span class="badge {css}">{e(text or kind)}</span>'
 
 

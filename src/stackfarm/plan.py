@@ -75,7 +75,9 @@ def kernel_distribution(version: str) -> str:
 def components(matrix: Matrix, values: Mapping[str, str]) -> tuple[Component, ...]:
     """The wheels of a cell, in the stack table's order (axes absent from the matrix have none)."""
     return tuple(
-        Component(axis=axis, distribution=dist, version=values[axis], index=matrix.index_for(dist, values[axis]))
+        Component(
+            axis=axis, distribution=dist, version=values[axis], index=matrix.index_for(dist, values[axis])
+        )
         for axis in stack.WHEEL_AXES
         if axis in values
         for dist in stack.distributions(axis, values[axis], values)

@@ -173,7 +173,9 @@ def docker_stages() -> dict[str, tuple[str, ...]]:
 
 def cell_id(values: Mapping[str, str], *, with_python: bool = False) -> str:
     """A cell's id: each present axis' prefix and value, e.g. cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.9."""
-    parts = [p.id_prefix + p.id_version(values[p.axis]) for p in PARTS if p.axis in ID_AXES and p.axis in values]
+    parts = [
+        p.id_prefix + p.id_version(values[p.axis]) for p in PARTS if p.axis in ID_AXES and p.axis in values
+    ]
     if with_python:
         parts.append(BY_AXIS["python"].id_prefix + values["python"])
     return "-".join(parts)

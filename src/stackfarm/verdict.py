@@ -244,7 +244,7 @@ def counts(reports: Iterable[CellReport]) -> dict[Status, int]:
 
 
 def totals(reports: Sequence[CellReport]) -> str:
-    """"6 cells: 3 failed, 1 conflict, 2 error" — the one line every summary prints."""
+    """ "6 cells: 3 failed, 1 conflict, 2 error" — the one line every summary prints."""
     head = f"{len(reports)} cell{'' if len(reports) == 1 else 's'}"
     parts = [f"{n} {s}" for s, n in counts(reports).items()]
     return f"{head}: {', '.join(parts)}" if parts else head
@@ -292,7 +292,9 @@ def from_json(data: Mapping[str, Any]) -> CellReport:
 def _from_format_1(data: Mapping[str, Any], suites: tuple[SuiteResult, ...]) -> CellReport:
     props: Mapping[str, str] = data["properties"]
     dists = sorted(
-        k.removesuffix(".sha256") for k in props if k.endswith(".sha256") and not k.startswith(("patch", "stackfarm."))
+        k.removesuffix(".sha256")
+        for k in props
+        if k.endswith(".sha256") and not k.startswith(("patch", "stackfarm."))
     )
     wheels = tuple(
         Wheel(distribution=d, version=props.get(f"{d}.version", ""), sha256=props[f"{d}.sha256"],

@@ -17,7 +17,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("gha", help="GitHub Actions glue: the job matrix, annotations")
     verbs = p.add_subparsers(dest="gha_command", required=True, metavar="VERB")
     p_matrix = verbs.add_parser("matrix", help="`stackfarm plan --json` -> the nightly's job matrix")
-    p_matrix.add_argument("--plan", default="-", help="`stackfarm plan --json` output (a file, or - for stdin)")
+    p_matrix.add_argument(
+        "--plan", default="-", help="`stackfarm plan --json` output (a file, or - for stdin)"
+    )
     p_matrix.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
     p_matrix.add_argument("--github-output", type=Path, default=None,
                           help="also append matrix=<json> and count=<n> to this file ($GITHUB_OUTPUT)")  # fmt: skip
