@@ -173,3 +173,33 @@ def test_call_kills_the_group_on_timeout(tmp_path: Path) -> None:
     assert outcome.timed_out
     assert outcome.returncode == 124
     assert not alive(int(marker.read_text()))
+
+
+def test_a_reports_folder_that_cannot_be_written_is_an_environment_error(
+    fake_project: FakeProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_project.suite("00-suite", "pass")
+    fake_project.write_matrix()
+    blocker = fake_project.root / "not-a-folder"
+    blocker.write_text("a file where the reports folder should be")
+    from stackfarm.cli import main
+
+    code = main([*fake_project.argv()[:3], "--reports", str(blocker / "reports"), "--backend", "local"])
+    assert code == ExitCode.ENVIRONMENT
+    err = capsys.readouterr().err
+    assert "cannot make the reports folder" in err
+    assert "Traceback" not in err
+    assert fake_project.runs() == [], "nothing ran"
+
+
+def test_matrix_values_are_never_read_as_markup(
+    fake_project: FakeProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_project.suite("00-suite", "pass")
+    fake_project.write_matrix(
+        extra='\n[[exclude]]\nsglang = "0.5.9"\nreason = "[/red] not [bold]this[/bold] one"\n'
+    )
+    from stackfarm.cli import main
+
+    assert main(["plan", "--matrix", str(fake_project.matrix)]) == 0
+    assert "[/red] not [bold]this[/bold] one" in capsys.readouterr().out

@@ -62,6 +62,10 @@ class EnvironmentProblem(StackfarmError):
 
     exit_code = ExitCode.ENVIRONMENT
 
+    def __init__(self, message: str, *, fix: str = "") -> None:
+        self.fix = fix
+        super().__init__(message + (f"\n  fix: {fix}" if fix else ""))
+
 
 class IndexUnreachableError(ArtifactError):
     """The package index did not answer after retries."""

@@ -7,8 +7,21 @@ import os
 import tempfile
 from pathlib import Path
 
+from .errors import EnvironmentProblem
+
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` atomically; a folder that cannot be written (read-only, full) is an EnvironmentProblem."""
+    try:
+        _write(path, data)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"{path}: cannot write it ({exc.strerror or exc}); nothing half-written was left there",
+            fix="free space or fix the folder's permissions, or choose another folder (--reports DIR)",
+        ) from None
+
+
+def _write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     tmp = Path(tmp_name)

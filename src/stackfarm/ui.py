@@ -12,7 +12,15 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-_ICONS = {"passed": "✅", "failed": "❌", "error": "💥", "conflict": "⚠️", "reused": "♻️", "excluded": "⏭"}
+_ICONS = {
+    "passed": "✅",
+    "failed": "❌",
+    "incomplete": "⏭",
+    "error": "💥",
+    "conflict": "⚠️",
+    "reused": "♻️",
+    "excluded": "⏭",
+}
 
 
 class CellProgress:
@@ -52,13 +60,13 @@ class CellProgress:
             stage = text.split(" ", maxsplit=1)[0]
             if self._last_line.get(cell) != stage:
                 self._last_line[cell] = stage
-                self.console.print(f"  {cell}: {escape(text)}")
+                self.console.print(f"  {escape(cell)}: {escape(text)}")
 
     def done(self, cell: str, verdict: str, detail: str = "") -> None:
         icon = _ICONS.get(verdict, "•")
         with self._lock:
             self._state.pop(cell, None)
-            line = f"{icon} {cell}: {verdict}" + (f" — {escape(detail)}" if detail else "")
+            line = f"{icon} {escape(cell)}: {escape(verdict)}" + (f" — {escape(detail)}" if detail else "")
             if self._live is not None:
                 self._live.console.print(line)
                 self._live.update(self._table())
@@ -69,7 +77,7 @@ class CellProgress:
         table = Table.grid(padding=(0, 2))
         elapsed = time.monotonic() - self._started
         for cell, text in sorted(self._state.items()):
-            table.add_row(f"[bold]{cell}[/]", text)
+            table.add_row(f"[bold]{escape(cell)}[/]", escape(text))
         table.add_row(f"[dim]{len(self._state)} running, {elapsed:.0f}s[/]", "")
         return table
 

@@ -22,7 +22,8 @@ from rich.table import Table
 from .. import history, htmlreport, verdict
 from ..artifacts import Cache
 from ..backends import NAMES, get_backend
-from ..errors import ExitCode, StackfarmError
+from ..errors import EnvironmentProblem, ExitCode, StackfarmError
+from ..files import write_atomic
 from ..matrix import Matrix, load
 from ..plan import Plan, plan, select
 from ..reports import write_summaries
@@ -147,6 +148,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         p, unreachable = plan_matrix(matrix, resolver, args.cells)
     if not (p.cells or p.conflicts):
         raise StackfarmError(f"no cell of {args.matrix} matches --cells {args.cells!r}")
+    writable(args.reports)
     options = RunOptions(reports=args.reports, jobs=args.jobs, force=args.force)
     no_gpu = gpu_unavailable_reason()
     with CellProgress() as ui, sigterm_interrupts():
@@ -165,6 +167,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     write_reports(args.reports, reports)
     print_summary(reports, args.reports, console)
     return verdict.exit_code(reports)
+
+
+def writable(folder: Path) -> None:
+    """Refuse before any work when the reports folder cannot be written (read-only, full, a file)."""
+    probe = folder / ".stackfarm-write-probe"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"{folder}: cannot make the reports folder ({exc.strerror or exc})",
+            fix="choose another --reports DIR",
+        ) from None
+    write_atomic(probe, "")
+    probe.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
