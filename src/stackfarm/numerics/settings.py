@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import StackfarmError, did_you_mean
+from ..errors import StackfarmError
+from ..schema import Bool, Enum, Int, List, Map, Number, Problem, Str, Table, first_problem
 
 SUITE = "30-numerics"
 
@@ -38,7 +39,7 @@ class SettingsError(StackfarmError):
 
     def __init__(self, key: str, message: str, fix: str = "") -> None:
         self.key = key
-        text = f"[suites.{SUITE}.settings] {key}: {message}"
+        text = f"[suites.{SUITE}.settings] {key} {message}"
         super().__init__(text + (f"; fix: {fix}" if fix else ""))
 
 
@@ -106,117 +107,102 @@ class Settings:
     seed: int = 0
 
 
-_NUMBERS = {
-    "near_tie_tol": (0.0, math.inf),
-    "max_near_tie_rate": (0.0, 1.0),
-    "drift_factor": (0.0, 100.0),
-    "max_drift": (0.0, math.inf),
-    "logit_std": (1e-3, 1e3),
-    "engine_timeout": (1.0, 1e5),
-    "mem_fraction_static": (0.01, 0.95),
-}
-_INTEGERS = {
-    "prompts": (1, 4096),
-    "prompt_len": (1, 4096),
-    "max_new_tokens": (1, 8192),
-    "tree_examples": (1, 100_000),
-    "seed": (0, 2**31 - 1),
-}
-_STRINGS = ("model_path", "draft_path", "dtype", "attention_backend")
-_KNOWN = (*_NUMBERS, *_INTEGERS, *_STRINGS, "tolerance", "cpu_dtypes", "fp32_lm_head")
+def _number(low: float, high: float, what: str) -> Number:
+    return Number(f"{what}: a number in [{low:g}, {high:g}]", min=low, max=high)
 
 
-def _number(key: str, value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        kind = "a string" if isinstance(value, str) else type(value).__name__
-        raise SettingsError(
-            key, f"must be a number, got {value!r} ({kind})", "write a bare number, e.g. 1e-2"
-        )
-    number = float(value)
-    if not math.isfinite(number) or not low <= number <= high:
-        raise SettingsError(key, f"{number!r} is outside [{low:g}, {high:g}]")
-    return number
+def _integer(low: int, high: int, what: str) -> Int:
+    return Int(f"{what}: a whole number in [{low}, {high}]", min=low, max=high)
 
 
-def _integer(key: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SettingsError(key, f"must be an integer, got {value!r}")
-    if not low <= value <= high:
-        raise SettingsError(key, f"{value} is outside [{low}, {high}]")
-    return value
+def _path(what: str) -> Str:
+    return Str(f'{what}: a folder, e.g. "/models/..."')
 
 
-def _dtype(key: str, value: Any) -> str:
-    if value not in DTYPES:
-        hint = did_you_mean(str(value), DTYPES)
-        raise SettingsError(
-            key, f"unknown dtype {value!r}" + (f"; {hint}" if hint else ""), f"one of {DTYPES}"
-        )
-    return str(value)
+_DTYPE = Enum(DTYPES, f"one of {', '.join(DTYPES)}", noun="dtype")
 
 
-def _tolerances(raw: Any) -> dict[str, Tolerance]:
+def _draft_needs_model(raw: Mapping[str, Any]) -> list[Problem]:
+    if "draft_path" in raw and "model_path" not in raw:
+        return [
+            Problem(("draft_path",), "is set without model_path", "set model_path too, or remove draft_path")
+        ]
+    return []
+
+
+#: [suites.30-numerics.settings], declared: every key, its type, bounds and what it means (see Settings).
+SCHEMA = Table(
+    {
+        "near_tie_tol": _number(
+            0.0, math.inf, "nats: a divergence at a top-1/top-2 gap <= this is a near-tie"
+        ),
+        "max_near_tie_rate": _number(0.0, 1.0, "the share of prompts that may diverge at near-ties"),
+        "drift_factor": _number(0.0, 100.0, "the tie tolerance grows to this x the drift between the runs"),
+        "max_drift": _number(0.0, math.inf, "nats: a larger drift fails by itself"),
+        "logit_std": _number(1e-3, 1e3, "the tiny target's logit spread"),
+        "engine_timeout": _number(1.0, 1e5, "seconds per engine child process"),
+        "mem_fraction_static": _number(0.01, 0.95, "SGLang's share of GPU memory"),
+        "prompts": _integer(1, 4096, "prompts per run"),
+        "prompt_len": _integer(1, 4096, "tokens per prompt"),
+        "max_new_tokens": _integer(1, 8192, "tokens generated per prompt"),
+        "tree_examples": _integer(1, 100_000, "hypothesis examples per EAGLE tree kernel"),
+        "seed": _integer(0, 2**31 - 1, "the random seed"),
+        "model_path": _path("a real target model on a GPU runner"),
+        "draft_path": _path("the EAGLE-3 draft of model_path"),
+        "dtype": _DTYPE,
+        "attention_backend": Str('SGLang\'s --attention-backend, e.g. "triton"'),
+        "cpu_dtypes": List(_DTYPE, f"a non-empty list of dtypes: {', '.join(DTYPES)}", min_len=1),
+        "fp32_lm_head": Bool("true or false: compute SGLang's LM head in float32"),
+        "tolerance": Map(
+            Table(
+                {
+                    "atol": Number("an absolute tolerance in [0, 1000]", min=0.0, max=1e3),
+                    "rtol": Number("a relative tolerance in [0, 1]", min=0.0, max=1.0),
+                },
+                "a table with atol and rtol",
+            ),
+            "per dtype: bfloat16 = { atol = ..., rtol = ... }",
+            keys=DTYPES,
+            noun="dtype",
+        ),
+    },
+    rules=(_draft_needs_model,),
+    noun="setting",
+)
+
+
+def _tolerances(raw: Mapping[str, Mapping[str, float]]) -> dict[str, Tolerance]:
     out = dict(DEFAULT_TOLERANCES)
-    if raw is None:
-        return out
-    if not isinstance(raw, Mapping):
-        raise SettingsError(
-            "tolerance", f"must be a table of dtypes, got {raw!r}", "[...settings.tolerance.bfloat16]"
-        )
     for dtype, entry in raw.items():
-        key = f"tolerance.{dtype}"
-        _dtype(key, dtype)
-        if not isinstance(entry, Mapping):
-            raise SettingsError(key, f"must be a table with atol and rtol, got {entry!r}")
-        unknown = sorted(set(entry) - {"atol", "rtol"})
-        if unknown:
-            raise SettingsError(f"{key}.{unknown[0]}", "unknown key", "only atol and rtol")
         base = out[dtype]
         out[dtype] = Tolerance(
-            atol=_number(f"{key}.atol", entry.get("atol", base.atol), 0.0, 1e3),
-            rtol=_number(f"{key}.rtol", entry.get("rtol", base.rtol), 0.0, 1.0),
+            atol=float(entry.get("atol", base.atol)), rtol=float(entry.get("rtol", base.rtol))
         )
     return out
 
 
 def parse(raw: Mapping[str, Any] | None) -> Settings:
-    """The suite's settings from the raw TOML table (None or {} gives the defaults)."""
+    """The suite's settings from the raw TOML table (None or {} gives the defaults), checked against SCHEMA."""
     raw = dict(raw or {})
-    for key in raw:
-        if key not in _KNOWN:
-            hint = did_you_mean(key, _KNOWN)
-            raise SettingsError(
-                key, "unknown setting" + (f"; {hint}" if hint else ""), f"known: {', '.join(_KNOWN)}"
-            )
-    values: dict[str, Any] = {}
-    for key, (low, high) in _NUMBERS.items():
-        if key in raw:
-            values[key] = _number(key, raw[key], low, high)
-    for key, (ilow, ihigh) in _INTEGERS.items():
-        if key in raw:
-            values[key] = _integer(key, raw[key], ilow, ihigh)
-    for key in _STRINGS:
-        if key in raw:
-            if not isinstance(raw[key], str) or not raw[key]:
-                raise SettingsError(key, f"must be a non-empty string, got {raw[key]!r}")
-            values[key] = raw[key]
-    if "dtype" in values:
-        _dtype("dtype", values["dtype"])
-    if "cpu_dtypes" in raw:
-        dtypes = raw["cpu_dtypes"]
-        if not isinstance(dtypes, list | tuple) or not dtypes:
-            raise SettingsError("cpu_dtypes", f"must be a non-empty list of dtypes, got {dtypes!r}")
-        values["cpu_dtypes"] = tuple(_dtype("cpu_dtypes", d) for d in dtypes)
-    if "fp32_lm_head" in raw:
-        if not isinstance(raw["fp32_lm_head"], bool):
-            raise SettingsError("fp32_lm_head", f"must be true or false, got {raw['fp32_lm_head']!r}")
-        values["fp32_lm_head"] = raw["fp32_lm_head"]
-    if "draft_path" in values and "model_path" not in values:
-        raise SettingsError(
-            "draft_path", "is set without model_path", "set model_path too, or remove draft_path"
+    problem = first_problem(raw, SCHEMA)
+    if problem is not None:
+        raise SettingsError(problem.key, problem.message, problem.fix)
+    values: dict[str, Any] = {"tolerances": _tolerances(raw.pop("tolerance", {}))}
+    for key, value in raw.items():
+        kind = SCHEMA.fields[key]
+        values[key] = (
+            float(value) if isinstance(kind, Number) else tuple(value) if isinstance(kind, List) else value
         )
-    values["tolerances"] = _tolerances(raw.get("tolerance"))
     return Settings(**values)
 
 
-__all__ = ["DEFAULT_TOLERANCES", "DTYPES", "SUITE", "Settings", "SettingsError", "Tolerance", "parse"]
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "DTYPES",
+    "SCHEMA",
+    "SUITE",
+    "Settings",
+    "SettingsError",
+    "Tolerance",
+    "parse",
+]
