@@ -1,0 +1,373 @@
+"""`DockerBackend`: the backend protocol (`stackfarm.backends.Backend`) over a Docker engine.
+
+realise:    base image ─▶ patch overlay ─▶ build context ─▶ input hash ─▶ tag
+            ──exists?──▶ done (a no-op costs one `docker image inspect`)
+            └─ no ──▶ `docker build` (BuildKit, docker/Dockerfile)
+run_suite:  create a container (project, stackfarm's src, cell.json: all read-only) ─▶ start --attach
+            ─▶ copy the JUnit file out ─▶ remove the container, whatever happened
+properties: the image a cell ran in: its tag and its content id
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...artifacts import Artifact, Cache, Source, Target, find_artifact
+from ...cellspec import CellSpec, InstalledComponent, load
+from ...plan import Cell, Component
+from ...proc import Outcome
+from .. import PATCHED_SGLANG, SUITE_OUT_ENV, Progress, pytest_argv
+from .base import DEFAULT_BASE, BaseImages, base_for
+from .commands import ContainerSpec, Mount
+from .common import (
+    DEFAULT_SHM_SIZE,
+    LABEL_CELL,
+    LABEL_INPUTS,
+    OUT,
+    PROJECT,
+    RUN_SPEC,
+    SRC,
+    DiskFullError,
+    DockerError,
+    site_packages,
+    validate_build_args,
+    validate_shm_size,
+    validate_ulimits,
+)
+from .context import DOCKERFILE, context_digest, image_name, make_overlay, write_context
+from .engine import DockerEngine, EngineInfo, ImageIdentity
+
+#: stackfarm's own sources, mounted into every container so suites import the same code as on the host.
+STACKFARM_SRC = Path(__file__).resolve().parents[3]
+#: NVIDIA's advice for its framework containers (pinned memory, deep stacks); given to GPU runs only, since
+#: raising memlock needs a host that allows it.
+DEFAULT_ULIMITS: Mapping[str, str] = {"memlock": "-1", "stack": "67108864"}
+#: The suites' tools inside the image, pinned (their hashes come from the index) so a verdict does not drift
+#: with whatever pytest is newest: pytest and its dependencies, plus what suites import besides the stack.
+DEFAULT_TOOLS = (
+    "pytest==9.0.3",
+    "iniconfig==2.3.0",
+    "pluggy==1.6.0",
+    "pygments==2.20.0",
+    "packaging==26.4",
+    "pyelftools==0.33",
+    "tomlkit==0.15.2",
+    "junitparser==5.0.3",
+)
+TOOLS_INDEX = "https://pypi.org/simple"
+
+#: The keys `DockerBackend.properties` reports (the cell report's and the qualification record's).
+PROPERTY_IMAGE = "docker.image"
+PROPERTY_IMAGE_DIGEST = "docker.image_digest"
+PROPERTY_REPO_DIGEST = "docker.repo_digest"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellImage:
+    """The image a cell was realised as."""
+
+    #: `stackfarm/<cell id>:<first 16 hex of input_hash>`.
+    tag: str
+    #: sha256 over the image's inputs (context_digest): what the tag is keyed by.
+    input_hash: str
+    #: The engine's content id of the image, `sha256:...` (`docker image inspect --format {{.Id}}`).
+    image_id: str
+    #: `repository@sha256:...` when the image is in a registry (pushed or pulled), else None.
+    repo_digest: str | None
+    #: Whether this realise built it (False: the engine already had the tag).
+    built: bool
+    seconds: float
+
+
+class DockerBackend:
+    """Realises a cell as an image (built once per set of inputs) and runs each suite in a fresh container."""
+
+    name = "docker"
+    needs_artifacts = True
+
+    def __init__(
+        self,
+        cache: Cache,
+        *,
+        base: str = DEFAULT_BASE,
+        shm_size: str = DEFAULT_SHM_SIZE,
+        ulimits: Mapping[str, str | int] = DEFAULT_ULIMITS,
+        ipc_host: bool = True,
+        engine: DockerEngine | None = None,
+        dockerfile: Path = DOCKERFILE,
+        stackfarm_src: Path = STACKFARM_SRC,
+        tools: Sequence[str] = DEFAULT_TOOLS,
+        tools_index: str = TOOLS_INDEX,
+        netrc: Path | None = None,
+        ca_bundle: Path | None = None,
+        network: str | None = None,
+        build_timeout: float = 3600,
+    ) -> None:
+        self.cache = cache
+        self.base = base
+        self.shm_size = validate_shm_size(shm_size)
+        self.ulimits = validate_ulimits(ulimits)
+        self.ipc_host = ipc_host
+        self.engine = engine or DockerEngine()
+        self.dockerfile = dockerfile
+        self.stackfarm_src = stackfarm_src
+        self.tools = tuple(tools)
+        self.tools_index = tools_index
+        self.netrc = netrc
+        #: Extra CAs the build trusts (a TLS-intercepting proxy's); STACKFARM_CA_BUNDLE names one too.
+        env_ca = os.environ.get("STACKFARM_CA_BUNDLE")
+        self.ca_bundle = ca_bundle or (Path(env_ca) if env_ca else None)
+        if self.ca_bundle is not None and not self.ca_bundle.is_file():
+            raise DockerError(f"CA bundle {self.ca_bundle} does not exist")
+        self.network = network
+        self.build_timeout = build_timeout
+        #: The image of each cell realised by this backend, for run_suite (which is given only the spec path).
+        self.images: dict[str, CellImage] = {}
+        self._bases = BaseImages(self.engine, cache.root / "tmp")
+
+    # -- realise
+
+    def realise(
+        self, cell: Cell, artifacts: Mapping[Component, Artifact], workdir: Path, progress: Progress
+    ) -> tuple[InstalledComponent, ...]:
+        start = time.monotonic()
+        info = self.engine.check()
+        installed = self._installed(cell, artifacts)
+        progress("docker: base image")
+        base, base_id = self._base(base_for(self.base, cell.as_dict()))
+        context = self._context(cell, artifacts, installed, workdir, progress)
+        build_args = validate_build_args({"BASE": base, "PYTHON": cell["python"]})
+        digest = context_digest(self.dockerfile.read_bytes(), context, build_args, base_id)
+        tag = image_name(cell.id, digest)
+        found = self.engine.image_identity(tag)
+        if found is not None:
+            progress(f"docker: {tag} exists")
+        else:
+            self._check_space(info, artifacts)
+            progress(f"docker: build {tag}")
+            self.engine.build(
+                dockerfile=self.dockerfile,
+                context=context,
+                tag=tag,
+                build_args=build_args,
+                labels={LABEL_CELL: cell.id, LABEL_INPUTS: digest},
+                secrets={"netrc": self.netrc} if self.netrc else {},
+                log=workdir / "docker-build.log",
+                timeout=self.build_timeout,
+            )
+        self.images[cell.id] = self._image(tag, digest, found, time.monotonic() - start)
+        return installed
+
+    def _installed(
+        self, cell: Cell, artifacts: Mapping[Component, Artifact]
+    ) -> tuple[InstalledComponent, ...]:
+        site = site_packages(cell["python"])
+        return tuple(
+            InstalledComponent(
+                axis=comp.axis,
+                distribution=comp.distribution,
+                version=comp.version,
+                filename=art.filename,
+                sha256=art.sha256,
+                source=art.source,
+                root=site,
+            )
+            for comp, art in artifacts.items()
+        )
+
+    def _context(
+        self,
+        cell: Cell,
+        artifacts: Mapping[Component, Artifact],
+        installed: tuple[InstalledComponent, ...],
+        workdir: Path,
+        progress: Progress,
+    ) -> Path:
+        """Write the cell's build context (with its cell record and patch overlay) under workdir."""
+        overlay, changed = self._overlay(artifacts, workdir, progress)
+        record = CellSpec(
+            id=cell.id,
+            values=cell.as_dict(),
+            backend=self.name,
+            components=installed,
+            patch_sets=tuple({"name": name} for name in cell.patch_sets),
+            patched_files=tuple(f for f in changed if not f.startswith(".")),
+        )
+        context = workdir / "docker-context"
+        write_context(
+            context,
+            artifacts=artifacts,
+            tools=self._tools(cell["python"]),
+            record=record,
+            overlay=overlay,
+            local_blob=self.cache.fetch,
+            ca_bundle=self.ca_bundle,
+        )
+        return context
+
+    def _image(self, tag: str, digest: str, found: ImageIdentity | None, seconds: float) -> CellImage:
+        identity = found or self.engine.image_identity(tag)
+        if identity is None:
+            raise DockerError(f"image {tag} is missing from the engine after building it")
+        return CellImage(
+            tag=tag,
+            input_hash=digest,
+            image_id=identity.id,
+            repo_digest=identity.repo_digests[0] if identity.repo_digests else None,
+            built=found is None,
+            seconds=seconds,
+        )
+
+    def _base(self, base: str) -> tuple[str, str]:
+        """(name, image id) of the base, loading a tarball or importing a rootfs folder once per process."""
+        return self._bases.get(base)
+
+    def _tools(self, python: str) -> list[Artifact]:
+        """The suites' tools as exact wheels, looked up on the index once and remembered."""
+        key = hashlib.sha256(json.dumps([self.tools_index, python, self.tools]).encode()).hexdigest()[:32]
+        memo = self.cache.root / "resolved" / f"docker-tools-{key}.json"
+        if memo.is_file():
+            return [Artifact(**a) for a in json.loads(memo.read_text(encoding="utf-8"))]
+        source = Source(name="pypi", url=self.tools_index)
+        # The tools are pure-Python wheels; any manylinux target accepts py3-none-any.
+        target = Target(python=python, platform="manylinux_2_17_x86_64")
+        found = [find_artifact(source, *_pin(pin), target) for pin in self.tools]
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps([dataclasses.asdict(a) for a in found]), encoding="utf-8")
+        tmp.replace(memo)
+        return found
+
+    def _overlay(
+        self, artifacts: Mapping[Component, Artifact], workdir: Path, progress: Progress
+    ) -> tuple[Path | None, list[str]]:
+        """The files the runner's patch step changed in the cell's sglang tree (workdir/PATCHED_SGLANG, made by
+        the same `patches` code the local backend relies on), as an overlay for the image's patch layer."""
+        patched = workdir / PATCHED_SGLANG
+        if not patched.is_dir():
+            return None, []
+        sglang = next((a for c, a in artifacts.items() if c.distribution == "sglang"), None)
+        if sglang is None:
+            raise DockerError(f"{patched} exists but the cell has no sglang component")
+        progress("docker: patch layer")
+        pristine = self.cache.unpacked(sglang) or self.cache.unpack(sglang)
+        # The patched tree hard-links every file it did not change, so comparing is mostly stat calls (~0.4 s).
+        # Its marker file comes along: site-packages then records what was applied, as the local tree does.
+        changed, _ = make_overlay(pristine, patched, workdir / "docker-patch-overlay")
+        return workdir / "docker-patch-overlay", changed
+
+    def _check_space(self, info: EngineInfo, artifacts: Mapping[Component, Artifact]) -> None:
+        """Refuse a build that cannot fit before spending minutes on it: wheels unpack to about twice their
+        size, and pip keeps a copy in its cache."""
+        root = Path(info.root_dir)
+        if not info.root_dir or not root.is_dir():
+            return  # a remote engine: its disk is not ours to measure
+        need = 3 * sum(a.size or 0 for a in artifacts.values())
+        free = shutil.disk_usage(root).free
+        if need and free < need:
+            raise DiskFullError(
+                f"docker's data root {root} has {free / 2**30:.1f} GiB free; this cell's build needs "
+                f"about {need / 2**30:.1f} GiB\n  fix: `docker builder prune`, `docker image prune`, "
+                "or a larger disk"
+            )
+
+    # -- report
+
+    def properties(self, cell: Cell) -> dict[str, str]:
+        """The image the cell ran in, for its report and qualification record: `docker.image` (the tag),
+        `docker.image_digest` (the image's content id, `sha256:...`) and, for an image in a registry,
+        `docker.repo_digest`. Nothing for a cell this backend did not realise."""
+        image = self.images.get(cell.id)
+        if image is None:
+            return {}
+        props = {PROPERTY_IMAGE: image.tag, PROPERTY_IMAGE_DIGEST: image.image_id}
+        if image.repo_digest is not None:
+            props[PROPERTY_REPO_DIGEST] = image.repo_digest
+        return props
+
+    # -- run
+
+    def container_spec(self, host: CellSpec) -> CellSpec:
+        """The spec the suites see inside the container: every root in the image's site-packages, and GPU
+        suites told why they cannot run when the host has a GPU but the engine cannot hand it over."""
+        site = site_packages(host.values["python"])
+        components = tuple(dataclasses.replace(c, root=site) for c in host.components)
+        reason = host.no_gpu_reason
+        if reason is None and not self.engine.check().gpu:
+            reason = "the Docker engine has no NVIDIA runtime (install nvidia-container-toolkit)"
+        return dataclasses.replace(host, components=components, backend=self.name, no_gpu_reason=reason)
+
+    def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
+        host = load(spec)
+        image = self.images.get(host.id)
+        if image is None:
+            raise DockerError(f"cell {host.id} was not realised by this Docker backend")
+        inside = self.container_spec(host)
+        container_spec = spec.parent / "docker" / "cell.json"
+        container_spec.parent.mkdir(parents=True, exist_ok=True)
+        inside.dump(container_spec)
+        project = suite_dir.resolve().parent.parent
+        suite = f"{PROJECT}/{suite_dir.resolve().relative_to(project)}"
+        user = run_as()
+        run = ContainerSpec(
+            image=image.tag,
+            argv=tuple(pytest_argv("python", suite, f"{OUT}/junit.xml")),
+            mounts=(
+                Mount(source=project, target=PROJECT),
+                Mount(source=self.stackfarm_src, target=SRC),
+                Mount(source=container_spec, target=RUN_SPEC),
+            ),
+            # A host uid has no home in the image: caches (pytest's, flashinfer's JIT) then go to /tmp.
+            env=(
+                ("STACKFARM_CELL", RUN_SPEC),
+                ("PYTHONPATH", SRC),
+                (SUITE_OUT_ENV, f"{OUT}/files"),
+                *((("HOME", "/tmp"),) if user else ()),
+            ),
+            gpus=inside.no_gpu_reason is None,
+            ipc_host=self.ipc_host,
+            shm_size=self.shm_size,
+            ulimits=self.ulimits,
+            network=self.network,
+            labels=((LABEL_CELL, host.id),),
+            user=user,
+        )
+        # `cp DIR/.` copies the folder's contents (a suite's figures, e.g. throughput.json) beside the JUnit file.
+        copy_out = {f"{OUT}/junit.xml": junit, f"{OUT}/files/.": junit.parent}
+        return self.engine.run(run, timeout=timeout, log=log, copy_out=copy_out)
+
+
+def run_as() -> str | None:
+    """The host's uid:gid when it is not root, so mounted files the user can read are readable inside too;
+    None (the image's unprivileged user) when stackfarm runs as root. Never root in a suite container."""
+    uid = os.getuid()
+    return None if uid == 0 else f"{uid}:{os.getgid()}"
+
+
+def _pin(pin: str) -> tuple[str, str]:
+    name, sep, version = pin.partition("==")
+    if not sep:
+        raise DockerError(f"tool {pin!r} is not pinned like name==version")
+    return name, version
+
+
+__all__ = [
+    "DEFAULT_TOOLS",
+    "DEFAULT_ULIMITS",
+    "PROPERTY_IMAGE",
+    "PROPERTY_IMAGE_DIGEST",
+    "PROPERTY_REPO_DIGEST",
+    "STACKFARM_SRC",
+    "TOOLS_INDEX",
+    "CellImage",
+    "DockerBackend",
+    "run_as",
+]

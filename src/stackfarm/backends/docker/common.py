@@ -1,0 +1,144 @@
+"""What every module of the Docker backend shares: its errors, the paths inside a cell image, the labels it puts
+on images and containers, and the validation of every value that reaches a `docker` command line.
+
+Pure: nothing here calls the engine.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from ...errors import CellError, StackfarmError
+
+# Paths inside the image (docker/Dockerfile creates them).
+VENV = "/opt/stackfarm/venv"
+PROJECT = "/stackfarm/project"
+SRC = "/stackfarm/src"
+RUN_SPEC = "/stackfarm/run/cell.json"
+OUT = "/stackfarm/out"
+#: The image's unprivileged user (a fixed uid: Ubuntu 24.04 images already give 1000 to `ubuntu`).
+USER = "10001"
+
+IMAGE_REPOSITORY = "stackfarm"
+LABEL_CELL = "org.stackfarm.cell"
+LABEL_INPUTS = "org.stackfarm.inputs"
+LABEL_RUN = "org.stackfarm.run"
+
+#: /dev/shm for runs without --ipc=host: the size SGLang's own `docker run` example gives.
+DEFAULT_SHM_SIZE = "32g"
+
+_ARG_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+# Build-arg and option values: no whitespace, quotes or shell metacharacters (`;|&$<>()` and backticks).
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:/@+=-]*$")
+# An image reference: [host[:port]/]path[:tag][@sha256:digest], as docker's reference grammar has it.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REF = re.compile(
+    # A first part is a registry host only with a dot, a port, or as localhost (docker's own rule).
+    r"^(?:(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::[0-9]+)?/|[A-Za-z0-9-]+:[0-9]+/)?"
+    rf"{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
+_PYTHON = re.compile(r"^3\.\d{1,2}$")
+_SIZE = re.compile(r"^[1-9][0-9]*[bkmg]?$")
+_ULIMIT_VALUE = re.compile(r"^-?[0-9]+(?::-?[0-9]+)?$")
+_ULIMITS = frozenset(
+    {"core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss"}
+    | {"rtprio", "rttime", "sigpending", "stack"}
+)
+
+
+# -- errors --------------------------------------------------------------------------------------------------
+
+
+class DockerError(CellError):
+    """The Docker backend could not build or run a cell; the message says which step and how to fix it."""
+
+
+class EngineError(StackfarmError):
+    """No usable Docker engine: not installed, not answering, too old, or without BuildKit."""
+
+
+class BuildError(DockerError):
+    """A build step failed; the message names the step and shows the last lines of its log."""
+
+
+class DiskFullError(DockerError):
+    """The engine's disk (or the cache's) is full."""
+
+
+# -- validation ----------------------------------------------------------------------------------------------
+
+
+def validate_image_ref(ref: str) -> str:
+    if not _IMAGE_REF.fullmatch(ref):
+        raise DockerError(
+            f"{ref!r} is not a valid image reference (like nvidia/cuda:12.8.1-devel-ubuntu24.04)"
+        )
+    return ref
+
+
+def validate_build_args(args: Mapping[str, str]) -> dict[str, str]:
+    """Build args as given, once every name and value is plain: they go to `docker build` as list items, and
+    the Dockerfile expands them in shell commands, so a metacharacter would be code."""
+    for name, value in args.items():
+        if not _ARG_NAME.fullmatch(name):
+            raise DockerError(f"build arg name {name!r} must be UPPER_CASE letters, digits and _")
+        if not _SAFE_VALUE.fullmatch(value):
+            raise DockerError(f"build arg {name}={value!r} holds a character outside [A-Za-z0-9._:/@+=-]")
+    if "BASE" in args:
+        validate_image_ref(args["BASE"])
+    if "PYTHON" in args and not _PYTHON.fullmatch(args["PYTHON"]):
+        raise DockerError(f"build arg PYTHON={args['PYTHON']!r} is not like 3.11")
+    return dict(args)
+
+
+def validate_shm_size(value: str) -> str:
+    if not _SIZE.fullmatch(value):
+        raise DockerError(f"[docker] shm_size = {value!r}: use a size like 16g, 512m or 1073741824")
+    return value
+
+
+def validate_ulimits(ulimits: Mapping[str, str | int]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for name, raw in sorted(ulimits.items()):
+        value = str(raw)
+        if name not in _ULIMITS:
+            raise DockerError(
+                f"[docker] ulimits.{name}: unknown limit; use one of {', '.join(sorted(_ULIMITS))}"
+            )
+        if not _ULIMIT_VALUE.fullmatch(value):
+            raise DockerError(f"[docker] ulimits.{name} = {value!r}: use an integer, -1, or soft:hard")
+        out.append((name, value))
+    return tuple(out)
+
+
+def site_packages(python: str) -> str:
+    """The one site-packages every wheel of the cell is installed into."""
+    if not _PYTHON.fullmatch(python):
+        raise DockerError(f"python axis value {python!r} is not like 3.11")
+    return f"{VENV}/lib/python{python}/site-packages"
+
+
+__all__ = [
+    "DEFAULT_SHM_SIZE",
+    "IMAGE_REPOSITORY",
+    "LABEL_CELL",
+    "LABEL_INPUTS",
+    "LABEL_RUN",
+    "OUT",
+    "PROJECT",
+    "RUN_SPEC",
+    "SRC",
+    "USER",
+    "VENV",
+    "BuildError",
+    "DiskFullError",
+    "DockerError",
+    "EngineError",
+    "site_packages",
+    "validate_build_args",
+    "validate_image_ref",
+    "validate_shm_size",
+    "validate_ulimits",
+]
