@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,8 +10,9 @@ from typing import Literal
 import pytest
 from junitparser import JUnitXml, TestSuite
 
-from stackfarm import reports
 from conftest import cell_report
+from stackfarm import reports
+from stackfarm.errors import EnvironmentProblem
 from stackfarm.verdict import CellReport, SuiteResult
 
 # Tiny real suites; each becomes one pytest process writing its own --junitxml, as the runner does.
@@ -208,7 +210,7 @@ def test_write_atomic_failure_keeps_old_file(tmp_path: Path, monkeypatch: pytest
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(EnvironmentProblem, match="disk full"):
         reports.write_atomic(target, "new")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["junit.xml"]
@@ -227,8 +229,9 @@ def test_markdown_grid_status_and_totals(cells: list[CellReport]) -> None:
     assert set(row) == {"`a`", "`b`", "`c`", "`d`", "`e`"}
     assert "✅ 2/2" in row["`a`"]
     assert "❌ 1 failed" in row["`a`"]
-    assert "01-kernels: test_bad: AssertionError: boom &lt;script&gt;" in row["`a`"]
-    assert "<script" not in md
+    assert "01-kernels: test_bad: AssertionError: boom \\<script\\>" in row["`a`"]
+    assert "&lt;" not in row["`a`"], "markdown without HTML entities"
+    assert re.search(r"(?<!\\)<script", md) is None, "no raw tag reaches the markdown"
     assert "\\| pipe" in row["`a`"]  # a pipe in a message cannot break the table
     assert row["`a`"].count(" | ") == row["`b`"].count(" | ")
     # b: one passed suite and one gated-off suite -> skipped, not passed, and the cell is not a pass
@@ -238,7 +241,7 @@ def test_markdown_grid_status_and_totals(cells: list[CellReport]) -> None:
     assert row["`c`"].count("—") == 2
     assert "sgl-kernel 0.3.21 requires torch==2.8.*" in row["`c`"]
     assert "- `c` — conflict: sgl-kernel 0.3.21 requires torch==2.8.*" in lines
-    assert "- `d` — error: wheel &lt;x&gt; missing" in lines
+    assert "- `d` — error: wheel \\<x\\> missing" in lines
     assert not any(line.startswith("- `e`") for line in lines)  # excluded is not a problem
     assert "**5 cells: 1 failed, 1 incomplete, 1 conflict, 1 excluded, 1 error**" in lines
 

@@ -117,8 +117,11 @@ def _md(text: str, limit: int = 160) -> str:
     text = " ".join(text.split())
     if len(text) > limit:
         text = text[: limit - 1] + "…"
-    # GitHub renders raw HTML in markdown: escape it, so "<Foo at 0x..>" stays visible and inert
-    return html.escape(text, quote=False).replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
+    # GitHub renders raw HTML in markdown: backslash-escape what would open a tag or an entity, so
+    # "<Foo at 0x..>" stays visible and inert, and the text reads the same in a terminal (no &lt;).
+    for char in "\\|<>&":
+        text = text.replace(char, "\\" + char)
+    return text.replace("`", "'")
 
 
 def _md_row(cols: Iterable[str]) -> str:

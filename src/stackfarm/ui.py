@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -56,8 +57,8 @@ class CellProgress:
             if self._live is not None:
                 self._live.update(self._table())
                 return
-            # Without a terminal, print stage changes only (not every download percent).
-            stage = text.split(" ", maxsplit=1)[0]
+            # Without a terminal (a CI log), a line per stage change: each suite, each download at 25 % steps.
+            stage = stage_of(text)
             if self._last_line.get(cell) != stage:
                 self._last_line[cell] = stage
                 self.console.print(f"  {escape(cell)}: {escape(text)}")
@@ -82,8 +83,17 @@ class CellProgress:
         return table
 
 
+_PERCENT = re.compile(r"(\d+(?:\.\d+)?)%")
+
+
+def stage_of(text: str) -> str:
+    """What a progress text says, with percentages rounded down to 25 % steps ("fetch torch 37%" ->
+    "fetch torch 25%"): a CI log gets a line when this changes, not on every percent."""
+    return _PERCENT.sub(lambda m: f"{int(float(m.group(1))) // 25 * 25}%", text)
+
+
 def plain_console() -> Console:
     return Console(file=sys.stdout, highlight=False, soft_wrap=True)
 
 
-__all__ = ["CellProgress", "plain_console"]
+__all__ = ["CellProgress", "plain_console", "stage_of"]
