@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import sys
 from pathlib import Path
 
@@ -19,6 +21,7 @@ ROOT = Path(__file__).parent
 sys.path.insert(0, str(ROOT / "src"))
 
 
+@functools.cache
 def _cell_ids() -> list[str]:
     """Cell ids for `nox -l`, from the default matrix alone (no network: sglang's pins are checked at run time)."""
     try:
@@ -29,14 +32,25 @@ def _cell_ids() -> list[str]:
     try:
         matrix = load(ROOT / "matrix.toml")
         kept, _, _ = expand(matrix)
-    except Exception:
+    except Exception as exc:  # a broken matrix.toml: say so in `nox -l`, the cell sessions cannot be listed
+        print(f"stackfarm: no cell(...) sessions: {exc}", file=sys.stderr)
         return []
     return [cell_id(values, with_python=len(matrix.axes["python"]) > 1) for values, _ in kept]
 
 
 def _install(session: nox.Session, *extras: str) -> None:
+    """`pip install -e .[extras]` once per venv and pyproject.toml: the install is editable, so a source change
+    needs no reinstall, and a warm `nox -s matrix` costs about what `stackfarm run` costs."""
     spec = f".[{','.join(extras)}]" if extras else "."
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + spec.encode()).hexdigest()
+    venv = getattr(session, "virtualenv", None)
+    location = getattr(venv, "location", None)
+    stamp = Path(location) / ".stackfarm-installed" if location else None
+    if stamp is not None and stamp.is_file() and stamp.read_text() == digest:
+        return
     session.install("-e", spec, silent=True)
+    if stamp is not None:
+        stamp.write_text(digest)
 
 
 @nox.session
