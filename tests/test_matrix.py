@@ -15,8 +15,8 @@ from packaging.specifiers import SpecifierSet
 from conftest import BASE_AXES, WriteMatrix
 from stackfarm import matrix
 from stackfarm.errors import ConfigError, ExitCode
-from stackfarm.stack import REQUIRED_AXES
 from stackfarm.matrix import Couple, Model, Override, Rule
+from stackfarm.stack import REQUIRED_AXES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -754,7 +754,6 @@ def test_suites_are_discovered_in_nn_order(write_matrix: WriteMatrix, tmp_path: 
         needs_gpu = true
         gate = false
         timeout = 60
-        settings = { port = 30000 }
         """
     )
     m = matrix.load(path)
@@ -767,7 +766,7 @@ def test_suites_are_discovered_in_nn_order(write_matrix: WriteMatrix, tmp_path: 
         True,
         False,
         60,
-        {"port": 30000},
+        {},
     )
     stack = m.suites[0]  # not mentioned: defaults
     assert (stack.needs_gpu, stack.gate, stack.timeout, dict(stack.settings)) == (False, True, 1800, {})

@@ -1,12 +1,16 @@
 """Load and validate matrix.toml into frozen dataclasses: the one place that knows its schema.
 
-Every error names the file, the line, the key and a fix (with a close-match suggestion for typos).
+Every error names the file, the line, the key and a fix (with a close-match suggestion for typos). Every table is
+checked in `load`, before any work starts: the tables read by one library or suite are declared next to the code
+that owns their meaning and checked here through stackfarm.schema: [suites.*] settings (stackfarm.suite_settings),
+[thresholds.<kind>] (stackfarm.throughput.thresholds), [runners], [features], [docker] (stackfarm.matrix_tables).
 """
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +22,13 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from . import matrix_tables, schema
 from .artifacts import Source
-from .errors import ConfigError, did_you_mean
+from .errors import ConfigError, StackfarmError, did_you_mean
 from .stack import AXES, BY_AXIS, PINNED_AXES
+from .throughput import thresholds as throughput_thresholds
+from .throughput.settings import SUITE as THROUGHPUT_SUITE
+from .throughput.settings import Settings as ThroughputSettings
 
 _TOP_KEYS = (
     "axes",
@@ -40,8 +48,6 @@ _TOP_KEYS = (
     "runners",
     "docker",
 )
-#: Keys of [docker]; their values are validated by the docker backend, which owns their meaning.
-DOCKER_KEYS = ("base", "shm_size", "ulimits", "ipc_host", "ca_bundle", "network")
 _ARCH = re.compile(r"^sm_\d{2,3}[af]?$")
 
 
@@ -113,6 +119,18 @@ class Suite:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Runner:
+    """A kind of self-hosted CI runner ([runners.<name>]): the labels a job asks for, and which cells run there."""
+
+    name: str
+    labels: tuple[str, ...]
+    arch: str | None
+    gpus: int
+    #: fnmatch globs on cell ids; the first kind (in file order) that matches a cell runs it.
+    cells: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Matrix:
     path: Path
     axes: Mapping[str, tuple[str, ...]]
@@ -132,6 +150,8 @@ class Matrix:
     features: Mapping[str, Any]
     thresholds: Mapping[str, Mapping[str, Any]]
     docker: Mapping[str, Any] = field(default_factory=dict)
+    #: [runners.<kind>] in file order; empty when matrix.toml has no [runners] table.
+    runners: Mapping[str, Runner] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
@@ -179,6 +199,10 @@ class _Doc:
             if key_re.match(text) or (start is None and re.search(re.escape(key) + r"\s*=", text)):
                 return number
         return start
+
+    def line_at(self, parts: Sequence[str]) -> int | None:
+        """The line of the key at `parts` (table names, then keys), for stackfarm.schema."""
+        return schema.find_line(self.lines, parts)
 
     def error(
         self, message: str, *, table: str, key: str | None = None, fix: str = "", nth: int = 0
@@ -288,6 +312,8 @@ def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
             key="reference",
             fix="add it to archs",
         )
+    suites = _suites(doc, _table(doc, data, "suites"))
+    runners = _runners(doc, data, archs)
     return Matrix(
         path=doc.path,
         axes=axes,
@@ -303,15 +329,69 @@ def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
         reference_arch=reference,
         models=_models(doc, data),
         patch_sets=_patch_sets(doc, _table(doc, data, "patches")),
-        suites=_suites(doc, _table(doc, data, "suites")),
-        features=_table(doc, data, "features"),
-        thresholds=_table(doc, data, "thresholds"),
+        suites=suites,
+        features=_features(doc, _table(doc, data, "features"), archs),
+        thresholds=_thresholds(doc, _table(doc, data, "thresholds"), suites, runners),
         docker=_docker(doc, _table(doc, data, "docker")),
+        runners=runners,
     )
 
 
 def _docker(doc: _Doc, table: dict[str, Any]) -> dict[str, Any]:
-    _check_keys(doc, "docker", table, DOCKER_KEYS)
+    schema.check(doc, "docker", table, matrix_tables.DOCKER)
+    return table
+
+
+def _features(doc: _Doc, table: dict[str, Any], archs: Sequence[str]) -> dict[str, Any]:
+    declared = matrix_tables.feature(archs)
+    for name, entry in table.items():
+        schema.check(doc, ("features", name), entry, declared)
+    return table
+
+
+def _runners(doc: _Doc, data: Mapping[str, Any], archs: Sequence[str]) -> dict[str, Runner]:
+    table = _table(doc, data, "runners")
+    if "runners" in data and not table:
+        raise doc.error("[runners] lists no runner", table="runners", fix="add a [runners.<kind>] table")
+    declared = matrix_tables.runner(archs)
+    runners = {}
+    for name, entry in table.items():
+        schema.check(doc, ("runners", name), entry, declared)
+        problem = matrix_tables.runner_count_rule(name, entry)
+        if problem is not None:
+            raise schema.config_error(doc, ("runners", name), problem)
+        cells = entry.get("cells", ["*"])
+        runners[name] = Runner(
+            name=name,
+            labels=tuple(entry["labels"]),
+            arch=entry.get("arch"),
+            gpus=int(entry.get("gpus", 1)),
+            cells=(cells,) if isinstance(cells, str) else tuple(cells),
+        )
+    return runners
+
+
+def _thresholds(
+    doc: _Doc, table: dict[str, Any], suites: Sequence[Suite], runners: Mapping[str, Runner]
+) -> dict[str, Any]:
+    """Each [thresholds.<kind>]: a declared or known runner kind, figures the 40-throughput settings measure."""
+    raw = next((s.settings for s in suites if s.name == THROUGHPUT_SUITE), {})
+    try:
+        settings = ThroughputSettings.from_mapping(raw)
+    except StackfarmError:  # an unusable settings table was refused before; a disabled suite's is not read
+        settings = ThroughputSettings()
+    measured = throughput_thresholds.figure_names(settings.batch_sizes, eagle3=settings.eagle3)
+    declared = throughput_thresholds.table_schema(measured)
+    for kind, entry in table.items():
+        if kind not in runners and not throughput_thresholds.is_known_kind(kind):
+            hint = did_you_mean(kind, runners)
+            raise doc.error(
+                f"[thresholds.{kind}]: `{kind}` is not a runner kind" + (f"; {hint}" if hint else ""),
+                table=f"thresholds.{kind}",
+                fix=f"use a kind of [runners] ({', '.join(runners) or 'none'}) or <count>x-<gpu> with a gpu of "
+                f"{', '.join(throughput_thresholds.KNOWN_GPUS)}, as nvidia-smi names the runner",
+            )
+        schema.check(doc, ("thresholds", kind), entry, declared)
     return table
 
 
@@ -570,9 +650,7 @@ def _suites(doc: _Doc, table: dict[str, Any]) -> tuple[Suite, ...]:
     suites = []
     for name, path in found.items():
         entry = table.get(name, {})
-        where = f"suites.{name}"
-        known = ("needs_gpu", "gate", "timeout", "enabled", "settings")
-        _check_keys(doc, where, entry, known)
+        schema.check(doc, ("suites", name), entry, matrix_tables.suite(name))
         if not entry.get("enabled", True):
             continue
         suites.append(
@@ -581,7 +659,7 @@ def _suites(doc: _Doc, table: dict[str, Any]) -> tuple[Suite, ...]:
                 path=path,
                 needs_gpu=bool(entry.get("needs_gpu", False)),
                 gate=bool(entry.get("gate", True)),
-                timeout=int(entry.get("timeout", 1800)),
+                timeout=math.ceil(entry.get("timeout", 1800)),
                 settings=dict(entry.get("settings", {})),
             )
         )
@@ -605,6 +683,7 @@ __all__ = [
     "PatchSet",
     "Route",
     "Rule",
+    "Runner",
     "Suite",
     "discover_suites",
     "load",

@@ -235,8 +235,8 @@ class Table(Field):
     required: tuple[str, ...] = ()
     #: Run once every key is fine, in order; the first problem counts.
     rules: tuple[Rule, ...] = ()
-    #: What one key is: "`x` is an unknown setting".
-    noun: str = "key"
+    #: What one key is: "`x` is an unknown setting" ("": "`x` is unknown").
+    noun: str = ""
 
     def problem(self, value: Any) -> Problem | None:
         if not isinstance(value, Mapping):
@@ -244,8 +244,11 @@ class Table(Field):
         for key, item in value.items():
             known = self.fields.get(key)
             if known is None:
-                message = _hinted(f"is an unknown {self.noun}", key, self.fields)
-                return Problem((key,), message, f"use one of: {', '.join(self.fields)}", item)
+                message = _hinted(
+                    f"is an unknown {self.noun}" if self.noun else "is unknown", key, self.fields
+                )
+                fix = f"use one of: {', '.join(self.fields)}" if self.fields else self.help
+                return Problem((key,), message, fix, item)
             found = known.problem(item)
             if found is not None:
                 return found.within(key)

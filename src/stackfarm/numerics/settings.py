@@ -160,6 +160,7 @@ SCHEMA = Table(
                     "rtol": Number("a relative tolerance in [0, 1]", min=0.0, max=1.0),
                 },
                 "a table with atol and rtol",
+                noun="key",
             ),
             "per dtype: bfloat16 = { atol = ..., rtol = ... }",
             keys=DTYPES,

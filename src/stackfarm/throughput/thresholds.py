@@ -15,7 +15,8 @@ A table holds three sorts of keys:
 
 Figure names: ``decode_tok_s``, ``ttft_ms``, ``itl_ms`` (batch 1), ``batch<B>_tok_s``, ``batch<B>_ttft_ms``
 (B > 1); the same with an ``eagle3_`` prefix for the EAGLE-3 configuration; ``eagle3_accept_length`` and
-``eagle3_over_baseline``.
+``eagle3_over_baseline``. `FIGURES` says what each means; `table_schema` declares one table for matrix.load
+(which checks every [thresholds.<kind>] before any work starts), `is_known_kind` which kinds exist.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import StackfarmError, did_you_mean
+from ..schema import Map, Number, Problem
 from .stats import Bound
 
 CheckKind = Literal["absolute", "relative", "regression"]
@@ -36,6 +38,20 @@ REGRESSION_KEY = "max_regression_pct"
 _FIGURE = re.compile(
     r"^(?P<prefix>eagle3_)?(?:(?P<b1>decode_tok_s|ttft_ms|itl_ms)|batch(?P<batch>\d+)_(?P<bm>tok_s|ttft_ms))$"
 )
+
+
+#: What each figure a threshold may name means (B is a batch size > 1 of settings.batch_sizes).
+FIGURES: Mapping[str, str] = {
+    "decode_tok_s": "single-stream decode throughput, tok/s (a floor)",
+    "ttft_ms": "single-stream time to first token, ms (a ceiling)",
+    "itl_ms": "single-stream inter-token latency, ms (a ceiling)",
+    "batch<B>_tok_s": "decode throughput of a batch of B, tok/s summed over the items (a floor)",
+    "batch<B>_ttft_ms": "time to the last item's first token in a batch of B, ms (a ceiling)",
+    "eagle3_<figure>": "any of the above, measured with EAGLE-3",
+    "eagle3_accept_length": "EAGLE-3's mean accept length, tokens (a floor)",
+    RELATIVE_KEY: "EAGLE-3 decode / baseline decode per interleaved pair (a floor on the ratio)",
+    "max_regression_pct": "every tok/s figure >= (1 - x/100) x the last qualified record's median",
+}
 
 
 class ThresholdError(StackfarmError):
@@ -112,6 +128,16 @@ def gpu_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-") or "unknown-gpu"
 
 
+#: The GPU names runner kinds are made of.
+KNOWN_GPUS: tuple[str, ...] = tuple(slug for _, slug in _FAMILIES)
+_KIND = re.compile(rf"^\d+x-(?:{'|'.join(KNOWN_GPUS)})(?:\+\d+x-(?:{'|'.join(KNOWN_GPUS)}))*$")
+
+
+def is_known_kind(kind: str) -> bool:
+    """Whether `kind` is a runner kind `runner_kind` can name: ``<count>x-<gpu>`` of a known GPU (joined by +)."""
+    return _KIND.match(kind) is not None
+
+
 def runner_kind(gpu_names: Sequence[str]) -> str:
     """'<count>x-<gpu>' for a machine of one GPU type; mixed machines join their parts with '+'."""
     if not gpu_names:
@@ -156,16 +182,50 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
+def _unmeasured(figure: str, measured: Sequence[str]) -> str | None:
+    """Why a figure name is not among the `measured` ones (None when it is)."""
+    if figure in measured:
+        return None
+    batch = figure_batch(figure)
+    why = "EAGLE-3 is not measured (settings.eagle3 is off)" if figure.startswith("eagle3_") else ""
+    if batch is not None and batch > 1 and f"batch{batch}_tok_s" not in measured:
+        why = f"batch size {batch} is not in settings.batch_sizes"
+    return f"the figure `{figure}` is not measured with these settings" + (f" ({why})" if why else "")
+
+
+def key_problem(key: str, measured: Sequence[str]) -> str | None:
+    """What is wrong with `key` in a [thresholds.<kind>] table judged on `measured` figures, or None."""
+    if key == REGRESSION_KEY:
+        return None
+    if not is_figure(key):
+        hint = did_you_mean(key, [*measured, REGRESSION_KEY])
+        return "is an unknown threshold" + (f"; {hint}" if hint else "")
+    return _unmeasured(key, measured)
+
+
+def _below_100(table: Mapping[str, Any]) -> list[Problem]:
+    pct = table.get(REGRESSION_KEY)
+    if isinstance(pct, int | float) and pct >= 100:
+        return [Problem((REGRESSION_KEY,), f"= {pct!r}: a regression limit must be below 100 (%)", "", pct)]
+    return []
+
+
+def table_schema(measured: Sequence[str]) -> Map:
+    """One [thresholds.<kind>] table, declared: figure names (of `measured`) and max_regression_pct, numbers > 0."""
+    known = ", ".join([*measured, REGRESSION_KEY])
+    return Map(
+        Number("a number > 0, e.g. decode_tok_s = 92.6", positive=True),
+        f"a figure name ({known}) = a number; see stackfarm.throughput.thresholds",
+        keys=lambda key: key_problem(key, measured),
+        noun="threshold",
+        rules=(_below_100,),
+    )
+
+
 def _absolute(figure: str, value: Any, where: str, measured: Sequence[str]) -> Check:
-    if figure not in measured:
-        batch = figure_batch(figure)
-        why = "EAGLE-3 is not measured (settings.eagle3 is off)" if figure.startswith("eagle3_") else ""
-        if batch is not None and batch > 1 and f"batch{batch}_tok_s" not in measured:
-            why = f"batch size {batch} is not in settings.batch_sizes"
-        raise ThresholdError(
-            f"{where}: the figure `{figure}` is not measured with these settings"
-            + (f" ({why})" if why else "")
-        )
+    unmeasured = _unmeasured(figure, measured)
+    if unmeasured:
+        raise ThresholdError(f"{where}: {unmeasured}")
     bound = Bound(value=_number(value, where), at_least=higher_is_better(figure))
     return Check(name=f"{figure}", figure=figure, kind="absolute", bound=bound, source=where)
 
@@ -262,6 +322,8 @@ def resolve(
 
 
 __all__ = [
+    "FIGURES",
+    "KNOWN_GPUS",
     "REGRESSION_KEY",
     "RELATIVE_KEY",
     "Check",
@@ -274,7 +336,10 @@ __all__ = [
     "gpu_slug",
     "higher_is_better",
     "is_figure",
+    "is_known_kind",
+    "key_problem",
     "resolve",
     "runner_kind",
+    "table_schema",
     "unit",
 ]

@@ -1,0 +1,201 @@
+"""The declared schemas of matrix.toml's tables that no suite library owns: [runners], [features], [docker] and
+the keys of each [suites.<NN-name>] (its settings are declared per suite: stackfarm.suite_settings).
+
+matrix.load checks every table against these (stackfarm.schema) before any work starts. Each declaration
+mirrors what its reader accepts:
+
+- [runners.<kind>]: stackfarm.qualify (the GitHub Actions job matrix: runs-on labels, GPU count, cell globs);
+- [features.<name>]: stackfarm.analysis.captables.parse_features, read by 10-capability;
+- [docker]: stackfarm.backends.docker's validators (validate_shm_size, validate_ulimits, base_for), mirrored
+  here because the backend is imported only when it is used (tests/test_schema.py keeps the two in step).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .analysis.arch import ArchError, parse_target
+from .errors import did_you_mean
+from .schema import Bool, Either, Enum, Int, List, Map, Number, Problem, Str, Table
+from .suite_settings import schema_for
+
+# --------------------------------------------------------------------------- [suites.<NN-name>]
+
+
+def suite(name: str) -> Table:
+    """[suites.<name>]: its keys, and its settings as the suite declares them (stackfarm.suite_settings)."""
+    return Table(
+        {
+            "needs_gpu": Bool("true or false: the suite needs a GPU (skipped, not failed, without one)"),
+            "gate": Bool("true or false: a failure stops the cell's later suites"),
+            "timeout": Number("a number of seconds, e.g. timeout = 900", positive=True),
+            "enabled": Bool("true or false: false drops the suite"),
+            "settings": schema_for(name),
+        },
+    )
+
+
+# --------------------------------------------------------------------------- [runners.<kind>]
+
+_KIND_COUNT = re.compile(r"^(\d+)x-")
+
+
+def runner(archs: Sequence[str]) -> Table:
+    """One [runners.<kind>] table; its arch must be one of the [targets] `archs`."""
+    return Table(
+        {
+            "labels": List(
+                Str("a runner label"),
+                'the runs-on labels, e.g. labels = ["self-hosted", "linux", "x64", "sm_120", "gpus-8"]',
+                min_len=1,
+            ),
+            "arch": Enum(
+                tuple(archs),
+                f"one of [targets] archs ({', '.join(archs)}), or add it there",
+                noun="target arch",
+            ),
+            "gpus": Int("a whole number >= 1: the GPUs the runner has", min=1),
+            "cells": Either(
+                (Str("a cell-id glob"), List(Str("a cell-id glob"), "")),
+                'cell-id globs the runner takes, e.g. cells = ["*-sgl0.5.9"] (default ["*"])',
+            ),
+        },
+        required=("labels",),
+    )
+
+
+def runner_count_rule(kind: str, entry: Mapping[str, Any]) -> Problem | None:
+    """A kind named `<count>x-<gpu>` has `count` GPUs: gpus must not say otherwise."""
+    named = _KIND_COUNT.match(kind)
+    gpus = entry.get("gpus", 1)
+    if named and isinstance(gpus, int) and int(named.group(1)) != gpus:
+        return Problem(
+            ("gpus",),
+            f"= {gpus} but the kind's name says {named.group(1)} GPUs",
+            f"set gpus = {named.group(1)} or rename the kind",
+            gpus,
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- [features.<name>]
+
+_GATE = r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*"
+
+
+def _strings(what: str, item: Str) -> Either:
+    return Either((item, List(item, "", min_len=1)), f"{what}: a string or a non-empty list of strings")
+
+
+def _off_arch(archs: Sequence[str]) -> Callable[[str], str | None]:
+    targets = {}
+    for arch in archs:
+        try:
+            targets[parse_target(arch)] = arch
+        except ArchError:
+            continue
+
+    def check(key: str) -> str | None:
+        try:
+            arch = parse_target(key)
+        except ArchError as exc:
+            return f"is not a GPU arch ({exc})"
+        if arch in targets:
+            return None
+        hint = did_you_mean(key, archs)
+        return f"is not one of [targets] archs ({', '.join(archs)}): it is never checked" + (
+            f"; {hint}" if hint else ""
+        )
+
+    return check
+
+
+def _checks_something(entry: Mapping[str, Any]) -> list[Problem]:
+    if not any(key in entry for key in ("gate", "flags", "libs")):
+        return [Problem((), "names no gate, flags or libs: nothing to check", "add gate, flags or libs")]
+    return []
+
+
+def feature(archs: Sequence[str]) -> Table:
+    """One [features.<name>] table, as captables.parse_features reads it; off's archs are [targets] archs."""
+    return Table(
+        {
+            "gate": _strings(
+                "the deciding function(s), 'module:qualname', e.g. "
+                '"sglang.srt.layers.communicator:apply_flashinfer_allreduce_fusion"',
+                Str("'module:qualname'", pattern=_GATE),
+            ),
+            "flags": _strings("server arguments that switch it on", Str("a server argument")),
+            "libs": _strings("globs of the binaries it needs", Str("a glob inside a wheel")),
+            "off": Map(
+                Str('why it is off there, e.g. off = { sm_120 = "Hopper-only" }'),
+                'where it is expected off: off = { <arch> = "why" }',
+                keys=_off_arch(archs),
+                noun="arch",
+            ),
+            "description": Str("what the feature is"),
+        },
+        rules=(_checks_something,),
+    )
+
+
+# --------------------------------------------------------------------------- [docker]
+
+# Mirrors of stackfarm.backends.docker.common (the image reference grammar, sizes, ulimits).
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_REF = re.compile(
+    r"^(?:(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::[0-9]+)?/|[A-Za-z0-9-]+:[0-9]+/)?"
+    rf"{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
+_SIZE = r"[1-9][0-9]*[bkmg]?"
+_ULIMIT_VALUE = r"-?[0-9]+(?::-?[0-9]+)?"
+ULIMITS = tuple(
+    sorted(
+        {"core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss"}
+        | {"rtprio", "rttime", "sigpending", "stack"}
+    )
+)
+
+
+def _base(template: str) -> str | None:
+    """backends.docker.base_for: a path stays as is; a name may hold {cuda} and must be an image reference."""
+    if template.startswith(("/", "./", "../", "~")) or template.endswith((".tar", ".tar.gz", ".tgz")):
+        return None
+    try:
+        ref = template.format(cuda="12.8.1")
+    except (KeyError, IndexError, ValueError, AttributeError):  # AttributeError: {cuda.x}
+        return f"= {template!r}: the only placeholder allowed is {{cuda}}"
+    if not _IMAGE_REF.fullmatch(ref):
+        return f"= {template!r} is not an image reference (like nvidia/cuda:{{cuda}}-devel-ubuntu24.04)"
+    return None
+
+
+DOCKER = Table(
+    {
+        "base": Str(
+            'an image name (may hold {cuda}), a tarball or a rootfs folder, e.g. "nvidia/cuda:{cuda}-devel-ubuntu24.04"',
+            check=_base,
+        ),
+        "shm_size": Str('a size like "16g", "512m" or "1073741824" (quoted)', pattern=_SIZE),
+        "ulimits": Map(
+            Either(
+                (Int("an integer"), Str("soft:hard", pattern=_ULIMIT_VALUE)),
+                'an integer, -1, or "soft:hard", e.g. ulimits = { memlock = -1 }',
+            ),
+            "ulimits = { <limit> = value }",
+            keys=ULIMITS,
+            noun="limit",
+        ),
+        "ipc_host": Bool("true or false: GPU runs share the host's IPC namespace (--ipc=host)"),
+        "ca_bundle": Str('a PEM file of extra CAs the build trusts, e.g. "certs/proxy.pem"'),
+        "network": Str('a docker network for the suite containers, e.g. "none" or "host"'),
+    },
+)
+
+#: The keys of [docker].
+DOCKER_KEYS = tuple(DOCKER.fields)
+
+__all__ = ["DOCKER", "DOCKER_KEYS", "ULIMITS", "feature", "runner", "runner_count_rule", "suite"]

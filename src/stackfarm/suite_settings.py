@@ -1,0 +1,102 @@
+"""Which settings each suite accepts: ``[suites.<NN-name>.settings]`` declared per suite, checked by matrix.load.
+
+A suite's library declares its schema next to the code that owns the meaning (`stackfarm.numerics.settings`,
+`stackfarm.throughput.settings`); the suites whose code lives only under suites/ are declared here, from what
+they read out of ``cell.settings``:
+
+- 10-capability (suites/10-capability/capability_findings.py): `environ`, `table_packages`, `flag_packages`;
+- 20-eagle3 (suites/20-eagle3/test_eagle3.py): `extra_targets`, `extra_drafts`, `compare_with`,
+  `runtime_pairs`, `runtime_timeout`, `attention_backend`.
+
+`SCHEMAS` maps a suite's name to its schema. A suite without one (00-stack) accepts no settings: any key in its
+settings table is an error, like an unknown key in a suite that has one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from packaging.version import InvalidVersion, Version
+
+from .numerics.settings import SCHEMA as NUMERICS
+from .numerics.settings import SUITE as NUMERICS_SUITE
+from .schema import Either, List, Map, Number, Str, Table
+from .throughput.settings import SCHEMA as THROUGHPUT
+from .throughput.settings import SUITE as THROUGHPUT_SUITE
+
+_CLASS = r"[A-Za-z_][A-Za-z0-9_]*"
+_PACKAGE = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+
+
+def _version(text: str) -> str | None:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return f"{text!r} is not a PEP 440 version"
+    return None
+
+
+def _classes(what: str) -> List:
+    return List(Str("a Python class name", pattern=_CLASS), f'{what}, e.g. ["LlamaForCausalLM"]', unique=True)
+
+
+#: [suites.20-eagle3.settings]
+EAGLE3 = Table(
+    {
+        "extra_targets": _classes("target classes checked statically besides [[models]]"),
+        "extra_drafts": _classes("draft classes checked statically besides [[models]]"),
+        "compare_with": List(
+            Str('a quoted SGLang version, e.g. "0.5.9"', check=_version),
+            'SGLang versions to diff the contract against (the nearest older one is used), e.g. ["0.5.9"]',
+        ),
+        "runtime_pairs": List(
+            List(Str("a Python class name", pattern=_CLASS), "[target, draft]", min_len=2, max_len=2),
+            'pairs built on a GPU, e.g. [["LlamaForCausalLM", "LlamaForCausalLMEagle3"]]',
+        ),
+        "runtime_timeout": Number("seconds per runtime pair: a number > 0, e.g. 900", positive=True),
+        "attention_backend": Str('SGLang\'s --attention-backend for the runtime build, e.g. "triton"'),
+    },
+    noun="setting",
+)
+
+_PACKAGES = List(Str("a package name", pattern=_PACKAGE), 'the packages scanned, e.g. ["sglang"]', min_len=1)
+
+#: [suites.10-capability.settings]
+CAPABILITY = Table(
+    {
+        "environ": Map(
+            Either(
+                (Str("a value", nonempty=False), Number("a number")), 'a string: environ = { NAME = "value" }'
+            ),
+            'the deployment\'s environment for the gate evaluation: environ = { NAME = "value" }',
+            keys=lambda key: None if key and key.replace("_", "a").isalnum() else "is not a variable name",
+            noun="variable",
+        ),
+        "table_packages": _PACKAGES,
+        "flag_packages": _PACKAGES,
+    },
+    noun="setting",
+)
+
+#: Suite name -> the schema of its settings table.
+SCHEMAS: Mapping[str, Table] = {
+    "10-capability": CAPABILITY,
+    "20-eagle3": EAGLE3,
+    NUMERICS_SUITE: NUMERICS,
+    THROUGHPUT_SUITE: THROUGHPUT,
+}
+
+#: Accepts no key: the settings of a suite that declares none.
+NONE = Table(
+    {},
+    "remove it: this suite reads no settings (stackfarm.suite_settings lists each suite's)",
+    noun="setting: this suite declares none",
+)
+
+
+def schema_for(suite: str) -> Table:
+    """The schema of `suite`'s settings (`NONE` for a suite that declares none)."""
+    return SCHEMAS.get(suite, NONE)
+
+
+__all__ = ["CAPABILITY", "EAGLE3", "NONE", "SCHEMAS", "schema_for"]
