@@ -1,4 +1,4 @@
-"""qualify: refusals, the sealed record, --verify naming what changed; the CI helpers (job matrix, annotations).
+"""qualify: refusals, the signed record, --verify naming what changed; the CI helpers (job matrix, annotations).
 
 Unit tests judge small synthetic reports/ folders (test_history.write_cell). The integration tests run a real
 cell (real wheels, the real sm120-capability patch set applied by the runner, tiny suites) in a project under
@@ -8,6 +8,7 @@ a suite fail or skip.
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from stackfarm import gha, qualify
+from stackfarm import attest, gha, qualify
 from stackfarm.cli import main as stackfarm_main
 from stackfarm.errors import ConfigError, ExitCode
 from stackfarm.history import read_run
@@ -63,23 +64,33 @@ def test_a_missing_suite_is_listed_and_accepted_skips_are_kept(tmp_path: Path) -
     )
 
 
-# --------------------------------------------------------------------------- the seal (unit)
+# --------------------------------------------------------------------------- what no signature vouches for (unit)
 
 
-def test_seal_detects_any_change() -> None:
-    record = qualify.seal(
-        {"schema": 1, "approver": "ana", "inputs": {"a": 1}, "input_hash": input_hash({"a": 1})}
-    )
-    assert qualify.seal_problem(record) is None
-    assert list(record)[-1] == "record_sha256"
-    tampered = {**record, "approver": "mallory"}
-    problem = qualify.seal_problem(tampered)
-    assert problem is not None
-    assert "changed after it was sealed" in problem
-    assert "no record_sha256" in str(qualify.seal_problem({"schema": 1}))
+def test_a_record_whose_inputs_are_not_its_hash_or_that_passes_a_gpu_suite_without_gpu_is_refused() -> None:
+    inputs = {"a": 1, "suite_settings": [{"name": "40-throughput", "needs_gpu": True}]}
+    record = {
+        "inputs": inputs,
+        "input_hash": input_hash(inputs),
+        "gpu": {"present": False, "no_gpu_reason": "nvidia-smi not found"},
+        "suites": [
+            {"suite": "00-stack", "outcome": "passed"},
+            {"suite": "40-throughput", "outcome": "passed"},
+        ],
+    }
+    needs = qualify.needs_gpu_suites(None, inputs)
+    assert needs == {"40-throughput"}
+    assert qualify.record_refusals(record, needs) == [
+        "40-throughput: needs a GPU, yet it is recorded passed by a run that had none (nvidia-smi not found): "
+        "a forged verdict; run the cell on a GPU runner"
+    ]
+    assert qualify.record_refusals({**record, "gpu": {"present": True, "no_gpu_reason": None}}, needs) == []
+    assert qualify.record_refusals({**record, "input_hash": "0" * 64, "gpu": {"present": True}}, needs) == [
+        "the record's inputs do not hash to its input_hash"
+    ]
 
 
-def test_bad_names_are_refused_before_any_planning(tmp_path: Path) -> None:
+def test_bad_names_are_refused_before_any_planning_or_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a release name"):
         qualify.qualify(cell_id=CELL, release="../x", approver="a", reports=tmp_path, matrix_path=tmp_path)
     with pytest.raises(ConfigError, match="approver is empty"):
@@ -200,6 +211,7 @@ def project(tmp_path: Path) -> Path:
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", "matrix.toml")
     _git(tmp_path, "commit", "-q", "-m", "matrix")
+    attest.generate(tmp_path / "keys")
     return tmp_path
 
 
@@ -222,12 +234,16 @@ def _run(project: Path) -> int:
 def _qualify(project: Path, release: str, *extra: str) -> int:
     return stackfarm_main(
         ["qualify", "--cell", CELL, "--release", release, "--approver", "Ana Approver", "--reports",
-         str(project / "reports"), "--matrix", str(project / "matrix.toml"), *extra]
+         str(project / "reports"), "--matrix", str(project / "matrix.toml"),
+         "--key", str(project / "keys" / attest.PRIVATE_NAME), *extra]
     )  # fmt: skip
 
 
 def _verify(project: Path, record: Path) -> int:
-    return stackfarm_main(["qualify", "--verify", str(record), "--matrix", str(project / "matrix.toml")])
+    return stackfarm_main(
+        ["qualify", "--verify", str(record), "--matrix", str(project / "matrix.toml"),
+         "--public-key", str(project / "keys" / attest.PUBLIC_NAME)]
+    )  # fmt: skip
 
 
 @pytest.mark.integration
@@ -237,16 +253,13 @@ def test_record_of_a_real_run_verifies_and_names_a_changed_patch(
     assert _run(project) == ExitCode.OK
     assert _qualify(project, "r1") == ExitCode.OK
     record_path = project / "reports" / "qualifications" / "r1.json"
-    record = json.loads(record_path.read_text())
+    record = qualify.unverified_predicate(record_path)
     verdict = json.loads((project / "reports" / CELL / "verdict.json").read_text())
     assert record["cell"] == CELL
     assert record["input_hash"] == verdict["input_hash"]
     assert {c["distribution"]: c["version"] for c in record["components"]}["sglang"] == "0.5.9"
     assert all(len(c["sha256"]) == 64 for c in record["components"])
-    assert (
-        record["patch_sets"]["sm120-capability"]
-        == verdict["report"]["properties"]["patches.sm120-capability.sha256"]
-    )
+    assert record["patch_sets"]["sm120-capability"] == verdict["report"]["patch_sets"]["sm120-capability"]
     assert set(record["patch_statuses"].values()) == {"applied"}
     assert record["image_digest"] is None, "the local backend has no image"
     commit = subprocess.run(
@@ -276,10 +289,13 @@ def test_record_of_a_real_run_verifies_and_names_a_changed_patch(
     assert f"changed: patch file sm120-capability/{patch.name}: changed" in out
     assert "artifacts." not in out, "only the patch changed"
 
-    record["approver"] = "Mallory"
-    record_path.write_text(json.dumps(record))
+    envelope = json.loads(record_path.read_text())
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    statement["predicate"]["approver"] = "Mallory"
+    envelope["payload"] = base64.b64encode(attest.canonical_json(statement)).decode()
+    record_path.write_text(json.dumps(envelope))
     assert _verify(project, record_path) == ExitCode.CELLS_FAILED
-    assert "TAMPERED: the record was changed after it was sealed" in capsys.readouterr().out
+    assert "TAMPERED: the signature does not match the payload" in capsys.readouterr().out
 
 
 @pytest.mark.integration
@@ -299,14 +315,14 @@ def test_failed_skipped_and_missing_suites_are_refused_with_the_list(
     err = capsys.readouterr().err
     assert f"refused: {CELL} cannot be qualified as r2; not passed:" in err
     assert "  - 00-ok: failed (test_more: " in err
-    assert "  - 10-gpu: skipped (gated: 00-ok did not pass (failed))" in err
+    assert "  - 10-gpu: skipped (suite: gated: 00-ok did not pass (failed))" in err
     assert not (project / "reports" / "qualifications" / "r2.json").exists()
 
     # Fixed, but the GPU suite only skips: still refused, until the approver accepts that skip by name.
     (project / "suites" / "00-ok" / "test_it.py").write_text(OK_SUITE)
-    assert _run(project) == ExitCode.CELLS_FAILED
+    assert _run(project) == ExitCode.INCOMPLETE
     assert _qualify(project, "r2") == ExitCode.CELLS_FAILED
-    assert "  - 10-gpu: skipped (needs GPU: " in capsys.readouterr().err
+    assert "  - 10-gpu: skipped (test_gpu: needs GPU: " in capsys.readouterr().err
     assert _qualify(project, "r2", "--allow-skip", "10-gpu::*") == ExitCode.CELLS_FAILED, (
         "a whole skipped suite"
     )

@@ -1,19 +1,27 @@
-"""Release qualification: a sign-off record bound to the hashes of what was tested, and its verification.
+"""Release qualification: a signed sign-off bound to the hashes of what was tested, and its verification.
 
-    stackfarm qualify --cell ID --release NAME --approver NAME [--reports DIR] [--matrix PATH]
-    stackfarm qualify --verify reports/qualifications/NAME.json [--matrix PATH]
+    stackfarm qualify --cell ID --release NAME --approver NAME [--key PEM] [--reports DIR] [--matrix PATH]
+    stackfarm qualify --verify reports/qualifications/NAME.json [--public-key PEM ...] [--matrix PATH]
+    stackfarm qualify --keygen DIR
 
 Qualifying refuses unless the cell's latest run (``reports/<cell>/verdict.json``) passed every suite the matrix
 requires and every step the runner reported, and was made from the inputs the matrix gives now. A skip is not a
 pass, down to single testcases: a skipped testcase refuses too, unless the approver accepts it by name with
-``--allow-skip 'SUITE::TESTCASE-GLOB'`` — and then the record lists it, with its reason, as not verified.
+``--allow-skip 'SUITE::TESTCASE-GLOB'`` — and then the record lists it, with its reason, as not verified. It
+refuses a run that cannot be genuine as well: a JUnit file that is not the one the verdict summarised, a verdict
+that says otherwise than its JUnit file, a needs-GPU suite recorded as passed on a run that had no GPU.
 
-The record (``reports/qualifications/<release>.json`` and ``.md``) holds the cell and its versions, the wheel
-sha256s, the patch-set and patch-file hashes, the image digest when the docker backend ran (null otherwise), the
-suite verdicts with their testcases' properties (values over 200 characters kept as their sha256), the approver,
-the time, the git commit of matrix.toml, the inputs dict whose hash is the cell's input hash, and the sha256 of
-the record itself. ``--verify`` checks that seal, then plans the cell afresh and compares its inputs with the
-recorded ones key by key, naming every input (and every patch file) that changed.
+The record (``reports/qualifications/<release>.json``) is a DSSE envelope (stackfarm.attest) signed with the
+approver's Ed25519 key, holding an in-toto Statement v1: its subjects are the cell's wheels and the run's
+verdict.json and JUnit files, each by sha256; its predicate (PREDICATE_TYPE) is the record — the cell and its
+versions, the wheel sha256s, the patch-set and patch-file hashes, the backend and what it reported (image digest
+included), the GPU facts, the run id, the suite verdicts with their testcases' properties (values over 200
+characters kept as their sha256), the approver, the time, the git commit of matrix.toml, and the inputs dict
+whose hash is the cell's input hash. ``.md`` beside it renders the predicate for people.
+
+``--verify`` checks the signature against the trusted public keys, refuses a needs-GPU suite passed without a
+GPU, re-hashes the reports on disk that the subject names, then plans the cell afresh and compares its inputs
+with the recorded ones key by key, naming every input (and every patch file) that changed.
 """
 
 from __future__ import annotations
@@ -22,30 +30,41 @@ import fnmatch
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, attest, verdict
 from .artifacts import Artifact, Cache
+from .attest import SignatureProblem, SigningKey, TrustedKey
 from .errors import ConfigError, StackfarmError, did_you_mean
 from .files import write_atomic
 from .history import CellRun, Difference, diff_inputs, read_run
 from .junit import NOT_APPLICABLE
 from .matrix import Matrix, load
 from .plan import Cell, Component, input_hash
-from .proc import call
+from .qualrecord import (
+    PREDICATE_TYPE,
+    SCHEMA,
+    changed_reports,
+    file_sha256,
+    matrix_provenance,
+    read_json,
+    record_markdown,
+    report_files,
+    statement_predicate,
+    suite_records,
+    unverified_predicate,
+    verified_predicate,
+)
 from .resolve import Resolver, plan_matrix
 from .runner import cell_inputs, gpu_unavailable_reason
 
-#: Bumped when the record's layout changes; --verify reads the versions it knows.
-SCHEMA = 1
-#: Property values longer than this are recorded as their sha256: contracts and logs would swamp the record.
-MAX_VALUE = 200
 _RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
-SEAL = "record_sha256"
+#: Suite outcomes that count as a pass.
+_PASSING = ("passed", "not_applicable")
 
 
 # --------------------------------------------------------------------------- the latest run, judged
@@ -145,92 +164,72 @@ def plan_cell(matrix_path: Path, cell_id: str, *, backend: str, gpu: bool) -> Pl
     )
 
 
+# --------------------------------------------------------------------------- what cannot be genuine
+
+
+def needs_gpu_suites(matrix: Matrix | None, inputs: Mapping[str, Any] | None) -> set[str]:
+    """The suites that need a GPU, as the matrix says and as a run's inputs say (their suite_settings)."""
+    names = {s.name for s in matrix.suites if s.needs_gpu} if matrix is not None else set()
+    for entry in (inputs or {}).get("suite_settings") or ():
+        if isinstance(entry, Mapping) and entry.get("needs_gpu"):
+            names.add(str(entry.get("name")))
+    return names
+
+
+def gpu_forgeries(
+    outcomes: Iterable[tuple[str, str]], needs_gpu: set[str], no_gpu_reason: str | None
+) -> list[str]:
+    """A needs-GPU suite recorded as passed by a run without a GPU. The runner skips such a suite there
+    ("needs GPU: ..."), so that verdict was written by hand."""
+    if no_gpu_reason is None:
+        return []
+    return [
+        f"{name}: needs a GPU, yet it is recorded {outcome} by a run that had none ({no_gpu_reason}): "
+        "a forged verdict; run the cell on a GPU runner"
+        for name, outcome in outcomes
+        if name in needs_gpu and outcome in _PASSING
+    ]
+
+
+def _no_gpu(reason: str | None, gpu_input: object) -> str | None:
+    if reason:
+        return reason
+    return None if gpu_input is True else "its inputs say no GPU"
+
+
+def run_forgeries(cell: CellRun, needs_gpu: set[str], gpu_input: object) -> list[str]:
+    """What makes a run's verdict not genuine: a JUnit file that is not the one the verdict summarised, a
+    verdict that says otherwise than its JUnit files, a needs-GPU suite passed without a GPU."""
+    found: list[str] = []
+    for suite in cell.suites:
+        res = suite.result
+        actual = file_sha256(res.xml)
+        if res.xml is None or actual is None:
+            if res.outcome in _PASSING:  # else judge() says what it is
+                found.append(f"{res.suite}: recorded {res.outcome}, but its JUnit file {res.xml} is missing")
+            continue
+        if res.sha256 is None:
+            found.append(f"{res.suite}: the verdict binds no JUnit sha256 (an older format); re-run the cell")
+        elif res.sha256 != actual:
+            found.append(
+                f"{res.suite}: {res.xml} is not the JUnit file the verdict summarised "
+                f"(sha256 {res.sha256[:12]}… in verdict.json, {actual[:12]}… on disk)"
+            )
+        rejudged = verdict.read_suite(res.xml, cell=cell.cell, suite=res.suite).outcome
+        if rejudged != res.outcome:
+            found.append(f"{res.suite}: verdict.json says {res.outcome}, its JUnit file says {rejudged}")
+    status, _ = verdict.cell_status([s.result for s in cell.suites])
+    if cell.report.ran and status is not cell.report.status:
+        found.append(f"verdict.json says the cell {cell.report.status}, its suites make it {status}")
+    outcomes = ((s.result.suite, s.result.outcome) for s in cell.suites)
+    found += gpu_forgeries(outcomes, needs_gpu, _no_gpu(cell.report.no_gpu_reason, gpu_input))
+    return found
+
+
 # --------------------------------------------------------------------------- the record
 
 
-def _canonical(record: Mapping[str, Any]) -> bytes:
-    body = {k: v for k, v in record.items() if k != SEAL}
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def seal(record: dict[str, Any]) -> dict[str, Any]:
-    """The record with its own sha256 (over its canonical JSON, the seal left out) as the last key."""
-    return {
-        **{k: v for k, v in record.items() if k != SEAL},
-        SEAL: hashlib.sha256(_canonical(record)).hexdigest(),
-    }
-
-
-def seal_problem(record: Mapping[str, Any]) -> str | None:
-    """None when the record is as sealed; else what is wrong with it."""
-    stored = record.get(SEAL)
-    actual = hashlib.sha256(_canonical(record)).hexdigest()
-    if not isinstance(stored, str):
-        return "the record has no record_sha256: it was not written by stackfarm.qualify"
-    if stored != actual:
-        return f"the record was changed after it was sealed: record_sha256 {stored[:16]}…, its contents hash to {actual[:16]}…"
-    if record.get("inputs") is not None and input_hash(record["inputs"]) != record.get("input_hash"):
-        return "the record's inputs do not hash to its input_hash"
-    return None
-
-
-def _value(text: str) -> str:
-    if len(text) <= MAX_VALUE:
-        return text
-    return f"sha256:{hashlib.sha256(text.encode()).hexdigest()} ({len(text)} chars)"
-
-
-def _suites(cell: CellRun) -> list[dict[str, Any]]:
-    out = []
-    for suite in cell.suites:
-        r = suite.result
-        out.append(
-            {
-                "suite": r.suite,
-                "outcome": r.outcome,
-                "tests": r.tests,
-                "passed": r.passed,
-                "failures": r.failures,
-                "errors": r.errors,
-                "skipped": r.skipped,
-                "seconds": r.time,
-                "properties": {k: _value(v) for k, v in sorted(suite.properties.items())},
-                "cases": [
-                    {"name": c.name, "outcome": c.outcome}
-                    | (
-                        {"properties": {k: _value(v) for k, v in c.properties.items()}}
-                        if c.properties
-                        else {}
-                    )
-                    for c in suite.cases
-                ],
-            }
-        )
-    return out
-
-
-def _git(args: Sequence[str], cwd: Path) -> str | None:
-    try:
-        out = call(["git", *args], cwd=cwd, timeout=30)
-    except StackfarmError:  # no git on this machine
-        return None
-    return out.output.strip() if out.returncode == 0 else None
-
-
-def matrix_provenance(path: Path) -> dict[str, Any]:
-    """The matrix file's sha256 and the git commit that last changed it (None outside a git checkout)."""
-    folder, name = path.resolve().parent, path.name
-    commit = _git(["log", "-1", "--format=%H", "--", name], folder) or None
-    status = _git(["status", "--porcelain", "--", name], folder) if commit else None
-    return {
-        "path": str(path),
-        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        "commit": commit,
-        "modified_since_commit": None if status is None else bool(status),
-    }
-
-
-def build_record(
+def build_predicate(
     *,
     release: str,
     approver: str,
@@ -239,10 +238,12 @@ def build_record(
     accepted_skips: Sequence[Mapping[str, str]],
     matrix: Mapping[str, Any],
     now: datetime,
+    files: Mapping[str, Any],
+    needs_gpu: set[str],
 ) -> dict[str, Any]:
     report = cell.report
     wheels = {w.distribution: w for w in report.wheels}
-    record = {
+    return {
         "schema": SCHEMA,
         "release": release,
         "cell": cell.cell,
@@ -260,13 +261,18 @@ def build_record(
         "patch_sets": {n: report.patch_sets.get(n) for n in planned.cell.patch_sets},
         "patch_files": planned.patch_files,
         "patch_statuses": dict(sorted(report.patches.items())),
-        # What the docker backend says of the image it ran (a local tree or a host has none).
+        "backend": planned.inputs.get("backend"),
+        # What the backend says of the stack it realised (docker.image_digest, host.python, ...).
+        "backend_facts": dict(sorted(report.backend_facts.items())),
         "image_digest": report.image_digest,
         "image_tag": report.backend_facts.get("docker.image"),
+        "gpu": {
+            "present": planned.inputs.get("gpu") is True and report.no_gpu_reason is None,
+            "no_gpu_reason": report.no_gpu_reason,
+        },
         "run_id": report.run_id,
-        "backend": planned.inputs.get("backend"),
-        "gpu": planned.inputs.get("gpu"),
-        "suites": _suites(cell),
+        "reports": dict(files),
+        "suites": suite_records(cell, needs_gpu),
         "accepted_skips": list(accepted_skips),
         "approver": approver,
         "approved_at": now.astimezone(timezone.utc).isoformat(timespec="seconds"),
@@ -275,81 +281,29 @@ def build_record(
         "input_hash": planned.input_hash,
         "inputs": planned.inputs,
     }
-    return seal(record)
 
 
-def _md(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def record_markdown(record: Mapping[str, Any], json_name: str) -> str:
-    m = record["matrix"]
-    commit = m["commit"] or "none (not in a git checkout)"
-    if m.get("modified_since_commit"):
-        commit += " — matrix.toml had uncommitted changes; its sha256 is below"
-    lines = [
-        f"# Qualification: {record['release']}",
-        "",
-        f"- cell: `{record['cell']}`",
-        f"- approved by **{_md(record['approver'])}** at {record['approved_at']}",
-        f"- matrix: `{m['path']}` sha256 `{m['sha256']}`, commit {commit}",
-        f"- backend: {record['backend']}, GPU: {'yes' if record['gpu'] else 'no'}, "
-        f"image digest: {record['image_digest'] or 'none (no docker image)'}",
-        f"- input hash: `{record['input_hash']}`",
-        f"- record sha256: `{record[SEAL]}`",
-        "",
-        "## Components",
-        "",
-        "| distribution | version | wheel sha256 | index |",
-        "|---|---|---|---|",
-        *(
-            f"| {c['distribution']} | {c['version']} | `{c['sha256']}` | {c['index']} |"
-            for c in record["components"]
-        ),
-        "",
-        "## Patches",
-        "",
+def build_statement(predicate: Mapping[str, Any], cell: CellRun, planned: Planned) -> dict[str, Any]:
+    """The in-toto statement: the wheels (by file name where the plan has it) and the run's files, by sha256."""
+    filenames = {c.distribution: a.filename for c, a in planned.artifacts.items()}
+    subjects = [
+        {
+            "name": filenames.get(w.distribution) or f"{w.distribution}=={w.version}",
+            "digest": {"sha256": w.sha256},
+        }
+        for w in cell.report.wheels
+        if w.sha256
     ]
-    if record["patch_sets"]:
-        lines += ["| patch set | sha256 |", "|---|---|"]
-        lines += [f"| {n} | `{h}` |" for n, h in record["patch_sets"].items()]
-        lines += [""] + [f"- `{p}`: {s}" for p, s in record["patch_statuses"].items()]
-    else:
-        lines.append("none apply to this cell")
-    lines += [
-        "",
-        "## Suites",
-        "",
-        "| suite | outcome | tests | passed | skipped | seconds |",
-        "|---|---|---|---|---|---|",
-    ]
-    lines += [
-        f"| {s['suite']} | {s['outcome']} | {s['tests']} | {s['passed']} | {s['skipped']} | {s['seconds']} |"
-        for s in record["suites"]
-    ]
-    if record["accepted_skips"]:
-        lines += ["", "## Not verified (skips accepted by the approver)", ""]
-        lines += [f"- `{s['case']}`: {_md(s['reason'])}" for s in record["accepted_skips"]]
-    figures = [
-        (s["suite"], c["name"], k, v)
-        for s in record["suites"]
-        for c in s["cases"]
-        for k, v in c.get("properties", {}).items()
-        if _is_number(v)
-    ]
-    if figures:
-        lines += ["", "## Key figures", "", "| suite | testcase | figure | value |", "|---|---|---|---|"]
-        lines += [f"| {s} | {_md(c)} | {_md(k)} | {v} |" for s, c, k, v in figures]
-    lines += ["", f"Check it still holds: `stackfarm qualify --verify {json_name}`", ""]
-    return "\n".join(lines)
+    files = [predicate["reports"]["verdict"], *predicate["reports"]["junit"]]
+    subjects += [{"name": f["name"], "digest": {"sha256": f["sha256"]}} for f in files]
+    return attest.statement(subjects, PREDICATE_TYPE, dict(predicate))
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+@dataclass(frozen=True, kw_only=True)
+class Qualified:
+    path: Path
+    predicate: dict[str, Any]
+    key_id: str
 
 
 def qualify(
@@ -359,41 +313,53 @@ def qualify(
     approver: str,
     reports: Path,
     matrix_path: Path,
+    key: SigningKey | None = None,
     backend: str = "local",
     allow_skips: Sequence[str] = (),
     replace: bool = False,
     now: datetime | None = None,
     gpu: bool | None = None,
-) -> Path:
-    """Write the record of `cell_id` as `release`; raise StackfarmError listing everything that refuses it."""
+) -> Qualified:
+    """Write the signed record of `cell_id` as `release`; raise StackfarmError listing everything that
+    refuses it. Without `key`, the key $STACKFARM_SIGNING_KEY names (ConfigError when none is set)."""
     if not _RELEASE.match(release):
         raise ConfigError(
             "--release", f"{release!r} is not a release name", fix="letters, digits and ._+- only"
         )
     if not approver.strip():
         raise ConfigError("--approver", "the approver is empty", fix="name the person who signs off")
+    key = key or attest.load_signing_key()
     target = reports / "qualifications" / f"{release}.json"
     if target.exists() and not replace:
-        old = json.loads(target.read_text(encoding="utf-8"))
+        try:
+            old: Mapping[str, Any] = unverified_predicate(target)
+        except StackfarmError:  # an unsigned record of an older stackfarm, or no record at all
+            doc = read_json(target) if target.is_file() else None
+            old = doc if isinstance(doc, dict) else {}
         raise StackfarmError(
             f"{target} exists (cell {old.get('cell')}, approved by {old.get('approver')} at "
             f"{old.get('approved_at')}): choose another release name, or pass --replace"
         )
-    verdict = reports / cell_id / "verdict.json"
-    if not verdict.is_file():
+    verdict_path = verdict.path_of(reports, cell_id)
+    if not verdict_path.is_file():
         # A conflict, an excluded or unknown cell, or an unreachable index: say that, not "run it first".
         plan_cell(matrix_path, cell_id, backend=backend, gpu=True)
         raise StackfarmError(
-            f"refused: cell {cell_id} has no run in {reports}/ ({verdict} is missing); "
+            f"refused: cell {cell_id} has no run in {reports}/ ({verdict_path} is missing); "
             f"run `stackfarm run --cells {cell_id}` first"
         )
     run = read_run(reports)
     cell = run.cells.get(cell_id)
     if cell is None:
-        raise StackfarmError(f"refused: {verdict} is unreadable: {'; '.join(run.problems)}")
+        raise StackfarmError(f"refused: {verdict_path} is unreadable: {'; '.join(run.problems)}")
     planned = plan_cell(
         matrix_path, cell_id, backend=backend, gpu=gpu_unavailable_reason() is None if gpu is None else gpu
     )
+    needs_gpu = needs_gpu_suites(planned.matrix, cell.inputs)
+    forged = run_forgeries(cell, needs_gpu, (cell.inputs or planned.inputs).get("gpu"))
+    if forged:
+        listing = "\n".join(f"  - {m}" for m in forged)
+        raise StackfarmError(f"refused: the latest run of {cell_id} cannot be genuine:\n{listing}")
     judgement = judge(cell, [s.name for s in planned.matrix.suites], allow_skips)
     missing = list(judgement.missing)
     if cell.input_hash != planned.input_hash:
@@ -408,7 +374,7 @@ def qualify(
     if missing:
         listing = "\n".join(f"  - {m}" for m in missing)
         raise StackfarmError(f"refused: {cell_id} cannot be qualified as {release}; not passed:\n{listing}")
-    record = build_record(
+    predicate = build_predicate(
         release=release,
         approver=approver.strip(),
         cell=cell,
@@ -416,10 +382,13 @@ def qualify(
         accepted_skips=judgement.accepted_skips,
         matrix=matrix_provenance(matrix_path),
         now=now or datetime.now(timezone.utc),
+        files=report_files(reports, cell),
+        needs_gpu=needs_gpu,
     )
-    write_atomic(target, json.dumps(record, indent=1, ensure_ascii=False) + "\n")
-    write_atomic(target.with_suffix(".md"), record_markdown(record, str(target)))
-    return target
+    envelope = attest.sign(attest.canonical_json(build_statement(predicate, cell, planned)), key)
+    write_atomic(target, json.dumps(envelope, indent=1) + "\n")
+    write_atomic(target.with_suffix(".md"), record_markdown(predicate, str(target), key.key_id))
+    return Qualified(path=target, predicate=predicate, key_id=key.key_id)
 
 
 # --------------------------------------------------------------------------- verify
@@ -428,34 +397,93 @@ def qualify(
 @dataclass(frozen=True, kw_only=True)
 class Verification:
     holds: bool
-    #: One line per finding: the seal, then every changed input and patch file.
+    #: One line per finding: the signature, refusals, changed reports, then every changed input and patch file.
     lines: tuple[str, ...]
     changed: tuple[Difference, ...] = ()
+    #: The signed report files (names under the reports folder) whose bytes on disk differ.
+    changed_files: tuple[str, ...] = ()
+    #: The trusted key whose signature holds (None when none does).
+    key: TrustedKey | None = None
 
 
-def verify(record_path: Path, matrix_path: Path | None = None) -> Verification:
-    try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise StackfarmError(f"{record_path}: not a readable qualification record ({exc})") from None
-    if not isinstance(record, dict):
-        raise StackfarmError(f"{record_path}: not a qualification record (a JSON object)")
-    problem = seal_problem(record)
-    if problem is not None:
-        return Verification(holds=False, lines=(f"TAMPERED: {problem}",))
-    if record.get("schema") != SCHEMA:
-        raise StackfarmError(
-            f"{record_path}: record schema {record.get('schema')!r}; this stackfarm reads {SCHEMA}"
+def record_refusals(predicate: Mapping[str, Any], needs_gpu: set[str]) -> list[str]:
+    """What no signature makes true: a needs-GPU suite passed without a GPU, inputs that are not the hash."""
+    found = []
+    gpu = predicate.get("gpu")
+    if not isinstance(gpu, Mapping):
+        found.append("the record states no GPU facts")
+    else:
+        reason = gpu.get("no_gpu_reason") or (
+            None if gpu.get("present") is True else "the record says no GPU"
         )
+        outcomes = [(str(s.get("suite")), str(s.get("outcome"))) for s in predicate.get("suites", ())]
+        found += gpu_forgeries(outcomes, needs_gpu, reason)
+    inputs = predicate.get("inputs")
+    if not isinstance(inputs, Mapping) or input_hash(inputs) != predicate.get("input_hash"):
+        found.append("the record's inputs do not hash to its input_hash")
+    return found
+
+
+def verify(
+    record_path: Path,
+    trusted: Sequence[TrustedKey],
+    matrix_path: Path | None = None,
+    reports: Path | None = None,
+) -> Verification:
+    """Check a record: its signature under `trusted`, what no signature makes true, the signed reports
+    still on disk under `reports` (default: the folder above the record's qualifications/), and the inputs
+    of a fresh plan."""
+    doc = read_json(record_path)
+    if not attest.is_envelope(doc):
+        if isinstance(doc, dict) and "record_sha256" in doc:
+            return Verification(
+                holds=False,
+                lines=(
+                    f"UNSIGNED: {record_path} is a schema-{doc.get('schema')} record, sealed by an unkeyed sha256 "
+                    "that anyone can recompute; qualify the cell again to get a signed record",
+                ),
+            )
+        raise StackfarmError(f"{record_path}: not a qualification record (a DSSE envelope)")
+    try:
+        opened = attest.open_envelope(doc, trusted)
+    except SignatureProblem as exc:
+        return Verification(holds=False, lines=(f"TAMPERED: {exc}",))
+    record = statement_predicate(opened.statement, record_path)
     lines = [
-        f"seal ok: {record['release']} = cell {record['cell']}, approved by {record['approver']} "
-        f"at {record['approved_at']}"
+        f"signature ok: key {opened.key.key_id[:16]}… ({opened.key.path}); {record['release']} = cell "
+        f"{record['cell']}, approved by {record['approver']} at {record['approved_at']}"
     ]
+    recorded = record.get("inputs")
+    if not isinstance(recorded, dict):
+        lines += [
+            "REFUSED: the record holds no inputs",
+            "the record no longer holds: it has nothing to check",
+        ]
+        return Verification(holds=False, lines=tuple(lines), key=opened.key)
+    needs_gpu = needs_gpu_suites(None, recorded) | {
+        s["suite"] for s in record["suites"] if s.get("needs_gpu")
+    }
+    refused = record_refusals(record, needs_gpu)
+    lines += [f"REFUSED: {r}" for r in refused]
+
+    folder = reports or record_path.resolve().parent.parent
+    changed_files, absent, hashed = changed_reports(record, folder)
+    if not hashed:
+        lines.append(f"reports: not on disk under {folder}/ (not re-checked)")
+    else:
+        lines.append(
+            f"reports: {hashed} signed file(s) re-hashed under {folder}/, {len(changed_files)} changed"
+        )
+        lines += [f"  changed since the sign-off: {c}" for c in changed_files]
+        lines += [f"  not on disk (not re-checked): {a}" for a in absent]
+
     path = matrix_path or Path(record["matrix"]["path"])
-    recorded: dict[str, Any] = record["inputs"]
     planned = plan_cell(
         path, record["cell"], backend=str(recorded.get("backend")), gpu=bool(recorded.get("gpu"))
     )
+    more = needs_gpu_suites(planned.matrix, None) - needs_gpu
+    extra = [f"REFUSED: {r}" for r in record_refusals(record, more) if "needs a GPU" in r]
+    lines += extra
     changed = tuple(diff_inputs(recorded, planned.inputs))
     files = record.get("patch_files", {})
     moved = [
@@ -464,28 +492,49 @@ def verify(record_path: Path, matrix_path: Path | None = None) -> Verification:
         for name in sorted(set(files) | set(planned.patch_files))
         if files.get(name) != planned.patch_files.get(name)
     ]
-    if not changed and not moved:
+    problems = []
+    if refused or extra:
+        problems.append("it records a verdict that cannot be genuine")
+    if changed_files:
+        problems.append(f"{len(changed_files)} signed report file(s) changed")
+    if changed or moved:
+        problems.append(f"{len(changed)} input(s) changed since it was made")
+    if not problems:
         lines.append(f"the record holds: the inputs of a fresh plan hash to {planned.input_hash}")
-        return Verification(holds=True, lines=tuple(lines))
-    lines.append(f"the record no longer holds: {len(changed)} input(s) changed since it was made")
+    else:
+        lines.append(f"the record no longer holds: {'; '.join(problems)}")
     lines += [f"  changed: {d}" for d in changed]
     lines += [f"  changed: {m}" for m in moved]
-    return Verification(holds=False, lines=tuple(lines), changed=changed)
+    return Verification(
+        holds=not problems,
+        lines=tuple(lines),
+        changed=changed,
+        changed_files=tuple(changed_files),
+        key=opened.key,
+    )
 
 
 __all__ = [
+    "PREDICATE_TYPE",
     "SCHEMA",
-    "SEAL",
     "Judgement",
     "Planned",
+    "Qualified",
     "Verification",
-    "build_record",
+    "build_predicate",
+    "build_statement",
+    "changed_reports",
+    "gpu_forgeries",
     "judge",
     "matrix_provenance",
+    "needs_gpu_suites",
     "plan_cell",
     "qualify",
     "record_markdown",
-    "seal",
-    "seal_problem",
+    "record_refusals",
+    "report_files",
+    "run_forgeries",
+    "unverified_predicate",
+    "verified_predicate",
     "verify",
 ]
