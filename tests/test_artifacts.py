@@ -445,15 +445,17 @@ def test_bad_sha_in_artifact_is_rejected(cache: Cache) -> None:
 # --- cache: unpack and metadata ----------------------------------------------------------
 
 
-def test_unpack_is_atomic_idempotent_and_keeps_exec_bits(
+def test_unpack_is_atomic_idempotent_read_only_and_keeps_exec_bits(
     index: FakeIndex, cache: Cache, tmp_path: Path
 ) -> None:
     art = index.add(build_wheel(tmp_path))
     tree = cache.unpack(art)
     assert tree == cache.root / "trees" / art.sha256
     assert (tree / "pkg" / "__init__.py").read_text() == "x = 1\n"
-    assert (tree / "pkg" / "lib.so").stat().st_mode & 0o777 == 0o755
-    assert (tree / "pkg" / "__init__.py").stat().st_mode & 0o111 == 0
+    assert (tree / "pkg" / "lib.so").stat().st_mode & 0o777 == 0o555
+    assert (tree / "pkg" / "__init__.py").stat().st_mode & 0o777 == 0o444
+    assert (tree / "pkg").stat().st_mode & 0o777 == 0o555
+    assert tree.stat().st_mode & 0o777 == 0o555
     assert (tree / ".stackfarm-complete").is_file()
     assert not list((cache.root / "tmp").iterdir())
     cache.blob_path(art).unlink()  # a complete tree needs neither the blob nor the network

@@ -1,7 +1,8 @@
 """Find wheels on an index or on disk, and keep them in a content-addressed cache.
 
 The cache never holds a partial file: downloads land in ``tmp/`` and are renamed into
-``blobs/`` only once their sha256 matches; unpacked trees appear in ``trees/`` the same way.
+``blobs/`` only once their sha256 matches; unpacked trees appear in ``trees/`` the same way, read-only and
+with a manifest (stackfarm.cachekeep). Waits on an index are bounded per index (stackfarm.indexwait).
 """
 
 from __future__ import annotations
@@ -13,19 +14,17 @@ import email.policy
 import errno
 import fcntl
 import functools
-import hashlib
 import http.client
 import json
 import os
 import re
-import shutil
-import socket
 import threading
 import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from email.parser import BytesParser
 from html.parser import HTMLParser
@@ -38,22 +37,21 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from stackfarm.errors import ArtifactError, IndexUnreachableError, did_you_mean
+from stackfarm import cachekeep, indexwait
+from stackfarm.errors import ArtifactError, did_you_mean
 
 #: Pauses between attempts on network errors; tests shrink them.
 RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0)
 _sleep = time.sleep
-_TIMEOUT = 60.0
 _CHUNK = 1 << 20
 _HINT = "check the index URL in matrix.toml [indexes] or your network"
 _USER_AGENT = "stackfarm/0.1"
 # Prefer PEP 691 JSON but accept the PEP 503 HTML page from servers that only have that.
 _ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
-_MARKER = ".stackfarm-complete"
+_MARKER = cachekeep.MARKER
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(\w+)")
 _LEGACY = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-_NETWORK_ERRORS = (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException)
 _T = TypeVar("_T")
 _Progress = Callable[[int, int | None], None] | None
 
@@ -110,32 +108,9 @@ class _Wheel:
     tags: frozenset[Tag]
 
 
-def _retrying(url: str, attempt: Callable[[], _T]) -> _T:
-    """Run ``attempt``, retrying network errors and 5xx answers; HTTP 4xx passes through."""
-    last: BaseException | None = None
-    # A host name that does not resolve is an answer, not silence (air-gapped runners): retry it once, not thrice.
-    attempts_left_for_dns = 1
-    for delay in (*RETRY_DELAYS, None):
-        try:
-            return attempt()
-        except urllib.error.HTTPError as exc:
-            exc.close()
-            if exc.code < 500:
-                raise
-            last = exc
-        except _NETWORK_ERRORS as exc:
-            last = exc
-            if _unresolvable(exc) and attempts_left_for_dns == 0:
-                break
-            attempts_left_for_dns -= 1
-        if delay is not None:
-            _sleep(delay)
-    raise IndexUnreachableError(f"{url} is unreachable: {last}\n  hint: {_HINT}")
-
-
-def _unresolvable(exc: BaseException) -> bool:
-    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-    return isinstance(reason, socket.gaierror)
+def _retrying(url: str, attempt: Callable[[float], _T]) -> _T:
+    """Run ``attempt(timeout)`` within the index's budget (stackfarm.indexwait), pausing RETRY_DELAYS."""
+    return indexwait.retrying(url, attempt, delays=RETRY_DELAYS, sleep=_sleep, hint=_HINT)
 
 
 class _LinkParser(HTMLParser):
@@ -192,30 +167,39 @@ _LISTINGS: dict[tuple[str, str], tuple[_File, ...]] = {}
 _LISTINGS_LOCK = threading.Lock()
 
 
-def _index_files(index: str, name: str) -> tuple[_File, ...]:
-    """The files of one project on a simple index, listed once per process."""
+class _Unreadable(http.client.HTTPException):
+    """An index page that does not parse (cut short, a proxy's error page): retried like silence."""
+
+
+def _index_files(index: str, name: str, fresh: bool = False) -> tuple[_File, ...]:
+    """The files of one project on a simple index, listed once per process (``fresh``: listed again)."""
     key = (index.rstrip("/"), name)
     with _LISTINGS_LOCK:
-        if key in _LISTINGS:
+        if fresh:
+            _LISTINGS.pop(key, None)
+        elif key in _LISTINGS:
             return _LISTINGS[key]
     page = f"{key[0]}/{name}/"
 
-    def get() -> tuple[str, str, bytes] | None:
+    def get(timeout: float) -> tuple[_File, ...]:
         request = urllib.request.Request(page, headers={"Accept": _ACCEPT, "User-Agent": _USER_AGENT})
         try:
-            with urllib.request.urlopen(request, timeout=_TIMEOUT) as resp:
-                return resp.geturl(), resp.headers.get_content_type(), resp.read()
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                where, ctype, body = resp.geturl(), resp.headers.get_content_type(), resp.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 404:  # an unknown project simply has no versions
                 exc.close()
-                return None
+                return ()
             raise
+        try:
+            return _parse_listing(where, ctype, body)
+        except (ValueError, AttributeError, KeyError, TypeError) as exc:
+            raise _Unreadable(f"unreadable answer ({ctype}, {len(body)} bytes: {exc})") from exc
 
     try:
-        got = _retrying(page, get)
+        files = _retrying(page, get)
     except urllib.error.HTTPError as exc:
         raise ArtifactError(f"{page} answered HTTP {exc.code} {exc.reason}\n  hint: {_HINT}") from exc
-    files = () if got is None else _parse_listing(*got)
     with _LISTINGS_LOCK:
         _LISTINGS[key] = files
     return files
@@ -227,9 +211,9 @@ def _local_file(path: Path) -> _File:
     )
 
 
-def _files(source: Source, name: str) -> tuple[_File, ...]:
+def _files(source: Source, name: str, fresh: bool = False) -> tuple[_File, ...]:
     if source.url is not None:
-        return _index_files(source.url, name)
+        return _index_files(source.url, name, fresh)
     if source.find_links is not None:
         if not source.find_links.is_dir():
             raise ArtifactError(f"source {source.name}: find_links folder {source.find_links} does not exist")
@@ -244,10 +228,10 @@ def _where(source: Source) -> str:
     return str(source.url or source.find_links or source.wheel)
 
 
-def _wheels(source: Source, name: str) -> list[_Wheel]:
+def _wheels(source: Source, name: str, fresh: bool = False) -> list[_Wheel]:
     """Usable wheels of ``name``: sdists, yanked files and unparsable names are left out."""
     out = []
-    for f in _files(source, name):
+    for f in _files(source, name, fresh):
         if f.yanked or not f.filename.endswith(".whl"):
             continue
         try:
@@ -315,14 +299,16 @@ def _missing(name: str, version: str, want: Version, wheels: list[_Wheel], where
     return text + (f"\n  {hint}" if hint else "")
 
 
-def find_artifact(source: Source, distribution: str, version: str, target: Target) -> Artifact:
-    """The best wheel of ``distribution==version`` for ``target``."""
+def find_artifact(
+    source: Source, distribution: str, version: str, target: Target, *, fresh: bool = False
+) -> Artifact:
+    """The best wheel of ``distribution==version`` for ``target`` (``fresh``: not from this process's listing)."""
     name = canonicalize_name(distribution)
     try:
         want = Version(version)
     except InvalidVersion as exc:
         raise ArtifactError(f"{name}: {version!r} is not a valid version") from exc
-    wheels = _wheels(source, name)
+    wheels = _wheels(source, name, fresh)
     same = [w for w in wheels if w.version == want]
     if not same:
         raise ArtifactError(_missing(name, version, want, wheels, _where(source)))
@@ -353,12 +339,16 @@ def find_artifact(source: Source, distribution: str, version: str, target: Targe
     )
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+_sha256_file = cachekeep.sha256_file
+
+
+class ShaMismatchError(ArtifactError):
+    """A download's bytes do not hash to the sha256 its index gave (Resolver.fetch asks the index again)."""
+
+    def __init__(self, message: str, *, artifact: Artifact, actual: str) -> None:
+        super().__init__(message)
+        self.artifact = artifact
+        self.actual = actual
 
 
 def _is_metadata(name: str) -> bool:
@@ -366,28 +356,11 @@ def _is_metadata(name: str) -> bool:
     return len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "METADATA"
 
 
-def _extract(blob: Path, dest: Path, filename: str) -> None:
-    """Unpack a wheel into ``dest``, refusing members that would land outside it."""
-    with zipfile.ZipFile(blob) as zf:
-        for info in zf.infolist():
-            rel = PurePosixPath(info.filename)
-            if rel.is_absolute() or ".." in rel.parts:
-                raise ArtifactError(f"{filename} holds an unsafe path {info.filename!r}; not unpacking it")
-            target = dest.joinpath(*rel.parts)
-            if info.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(target, "wb") as out:
-                shutil.copyfileobj(src, out, _CHUNK)
-            mode = (info.external_attr >> 16) & 0o777
-            # Keep the wheel's bits (executables, .so files); the owner keeps read/write so the
-            # cache can always be pruned. Zips written without modes get plain 0o644.
-            target.chmod((mode | 0o600) if mode else 0o644)
+_BAD_ZIP = (zipfile.BadZipFile, EOFError, zlib.error)
 
 
 class Cache:
-    """Content-addressed store of wheels (``blobs/``) and their unpacked trees (``trees/``)."""
+    """Content-addressed store of wheels (``blobs/``) and their unpacked, read-only trees (``trees/``)."""
 
     root: Path
 
@@ -400,14 +373,17 @@ class Cache:
         # fetch/unpack/metadata call would cost seconds, while any rewrite changes the stat.
         self._verified: dict[Path, tuple[int, int]] = {}
         self._metadata: dict[str, email.message.Message] = {}
+        self._trees_ok: set[Path] = set()  # trees whose files were all seen once in this process
+        self._locks = cachekeep.Locks(self.root)
 
     #: The cache's folders and what each holds (`stackfarm cache info` lists them in this order).
     AREAS = (
         ("blobs", "wheels, by sha256"),
-        ("trees", "unpacked wheels, by sha256"),
+        ("trees", "unpacked wheels, by sha256 (read-only)"),
         ("cells", "per-cell work dirs (patched trees, cell.json)"),
         ("resolved", "index answers"),
         ("analysis", "analysis results, by file hash"),
+        ("runs", "what each run used (for `stackfarm cache prune`)"),
         ("tmp", "partial downloads and unpacks"),
     )
 
@@ -433,6 +409,28 @@ class Cache:
     def blob_path(self, artifact: Artifact) -> Path:
         """Where the wheel with this sha256 lives once fetched."""
         return self.root / "blobs" / "sha256" / f"{_checked_sha(artifact)}.whl"
+
+    def tree_path(self, artifact: Artifact) -> Path:
+        """Where the wheel's tree lives once unpacked."""
+        return self.root / "trees" / _checked_sha(artifact)
+
+    def lock(
+        self,
+        name: str | os.PathLike[str],
+        *,
+        timeout: float | None = cachekeep.LOCK_TIMEOUT,
+        notify: Callable[[str], None] | None = None,
+    ) -> contextlib.AbstractContextManager[Path]:
+        """Hold ``name`` (a path such as a reports folder or a cell's work dir, or any string) against other
+        processes and threads. When another holds it, ``notify`` (default: stderr) gets "waiting for another
+        stackfarm run holding <name>…" and this waits up to ``timeout`` seconds (None: for ever; 0: refuse at
+        once), then raises EnvironmentProblem. Yields the lock file; re-entrant in one thread."""
+        return self._locks.hold(name, timeout=timeout, notify=notify)
+
+    def record_use(self, run_id: str, paths: Iterable[Path]) -> Path:
+        """Add the cache entries ``paths`` lie in (blobs, trees, cells work dirs) to ``runs/<run_id>.json``;
+        call it as often as wanted (once per cell), `stackfarm cache prune --keep-runs N` keeps their union."""
+        return cachekeep.record_use(self.root, run_id, paths)
 
     @contextlib.contextmanager
     def _locked(self, key: str) -> Iterator[None]:
@@ -469,43 +467,59 @@ class Cache:
         if key := self._stat_key(blob):
             self._verified[blob] = key
 
+    def _unusable(self, what: str, exc: OSError) -> ArtifactError:
+        if exc.errno == errno.ENOSPC:
+            return ArtifactError(
+                f"disk full while {what}: free space or set STACKFARM_CACHE to a larger disk"
+            )
+        return cachekeep.damaged(
+            f"{what} ({self.root})", f"{exc}; if the folder is read-only, set STACKFARM_CACHE elsewhere"
+        )
+
     def fetch(self, artifact: Artifact, progress: Callable[[int, int | None], None] | None = None) -> Path:
         """The verified blob of ``artifact``, downloading (or resuming) it when missing or corrupt."""
         blob = self.blob_path(artifact)
         sha = _checked_sha(artifact)
         if self._known_good(blob):
             return blob
-        with self._locked(sha):
-            if self._valid(blob, sha):
-                return blob
-            blob.unlink(missing_ok=True)  # corrupt (or absent): fetch it again
-            part = self.root / "tmp" / f"{sha}.part"
-            part.parent.mkdir(parents=True, exist_ok=True)
-            blob.parent.mkdir(parents=True, exist_ok=True)
-            resumed = part.is_file() and part.stat().st_size > 0
-            try:
-                actual = self._download(artifact, part, progress)
-                if actual != sha and resumed:
-                    # The old .part may be stale or damaged; only a fresh download's hash is conclusive.
-                    part.unlink()
-                    actual = self._download(artifact, part, progress)
-            except OSError as exc:
-                if exc.errno != errno.ENOSPC:
-                    raise
-                part.unlink(missing_ok=True)
-                raise ArtifactError(
-                    f"disk full while fetching {artifact.filename} into {part.parent}: "
-                    "free space or set STACKFARM_CACHE to a larger disk"
-                ) from exc
-            if actual != sha:
-                part.unlink(missing_ok=True)
-                raise ArtifactError(
-                    f"sha256 mismatch for {artifact.filename} from {artifact.url}: "
-                    f"expected {sha}, got {actual}"
-                )
-            part.replace(blob)  # atomic: readers see no blob or a whole one
-            self._remember(blob)
+        part = self.root / "tmp" / f"{sha}.part"
+        try:
+            with self._locked(sha):
+                return self._fetch_locked(artifact, blob, part, progress)
+        except OSError as exc:  # the network's errors are handled inside: these are the cache's own files
+            if exc.errno == errno.ENOSPC:
+                with contextlib.suppress(OSError):
+                    part.unlink(missing_ok=True)
+            raise self._unusable(f"fetching {artifact.filename} into {part.parent}", exc) from exc
+
+    def _fetch_locked(self, artifact: Artifact, blob: Path, part: Path, progress: _Progress) -> Path:
+        sha = _checked_sha(artifact)
+        if self._valid(blob, sha):
             return blob
+        cachekeep.remove_tree(blob)  # corrupt (or absent, or not even a file): fetch it again
+        if part.is_dir():
+            cachekeep.remove_tree(part)
+        part.parent.mkdir(parents=True, exist_ok=True)
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        resumed = part.is_file() and part.stat().st_size > 0
+        actual = self._download(artifact, part, progress)
+        if actual != sha and resumed:
+            # The old .part may be stale or damaged; only a fresh download's hash is conclusive.
+            part.unlink()
+            actual = self._download(artifact, part, progress)
+        if actual != sha:
+            part.unlink(missing_ok=True)
+            dropped = cachekeep.forget_answers(self.root, sha)
+            text = (
+                f"sha256 mismatch for {artifact.filename} from {artifact.url}: expected {sha}, got {actual}"
+            )
+            if dropped:
+                text += "\n  the remembered index answer was dropped: the next run asks the index again"
+            raise ShaMismatchError(text, artifact=artifact, actual=actual)
+        part.chmod(0o444)  # shared by every cell (and hard-linked into build contexts): nobody writes to it
+        part.replace(blob)  # atomic: readers see no blob or a whole one
+        self._remember(blob)
+        return blob
 
     def _download(self, artifact: Artifact, part: Path, progress: _Progress) -> str:
         """Complete ``part`` from the artifact's URL and return its sha256."""
@@ -518,45 +532,56 @@ class Cache:
                 raise ArtifactError(f"{src} (for {artifact.filename}) no longer exists") from exc
         else:
             try:
-                _retrying(artifact.url, lambda: _download_once(artifact, part, progress))
+                _retrying(artifact.url, lambda timeout: _download_once(artifact, part, progress, timeout))
             except urllib.error.HTTPError as exc:
                 raise ArtifactError(f"{artifact.url} answered HTTP {exc.code} {exc.reason}") from exc
         return _sha256_file(part)
 
     def unpacked(self, artifact: Artifact) -> Path | None:
-        """The tree if it was already extracted completely, else None (no hashing, no network)."""
-        final = self.root / "trees" / _checked_sha(artifact)
-        return final if (final / _MARKER).is_file() else None
+        """The tree if it was already extracted completely, else None (no hashing, no network). A tree
+        missing a file, or with one of another size, raises ArtifactError (the fix: cache verify --repair)."""
+        final = self.tree_path(artifact)
+        if not (final / _MARKER).is_file():
+            return None
+        if final not in self._trees_ok:
+            if problem := cachekeep.quick_problem(final):
+                raise cachekeep.damaged(f"the tree of {artifact.filename} ({final})", problem)
+            self._trees_ok.add(final)
+        return final
 
     def unpack(self, artifact: Artifact) -> Path:
-        """The root of the wheel's unpacked tree, extracted once and atomically."""
-        final = self.root / "trees" / _checked_sha(artifact)
-        if (final / _MARKER).is_file():
-            return final
+        """The root of the wheel's unpacked tree, extracted once, atomically, and made read-only."""
+        if (done := self.unpacked(artifact)) is not None:
+            return done
+        final = self.tree_path(artifact)
         blob = self.fetch(artifact)
         with self._locked(f"{artifact.sha256}.unpack"):
-            if (final / _MARKER).is_file():
-                return final
+            if (done := self.unpacked(artifact)) is not None:
+                return done
             tmp = self.root / "tmp" / f"{artifact.sha256}.unpack-{os.getpid()}"
-            shutil.rmtree(tmp, ignore_errors=True)
             try:
+                cachekeep.remove_tree(tmp)
                 tmp.mkdir(parents=True)
-                _extract(blob, tmp, artifact.filename)
-                (tmp / _MARKER).write_text(f"{artifact.filename}\n")
-                if final.exists():  # an unmarked leftover of a crash from before atomic renames
-                    shutil.rmtree(final)
+                files = cachekeep.extract_wheel(blob, tmp, artifact.filename)
+                (tmp / _MARKER).write_text(
+                    cachekeep.manifest_text(artifact.filename, files), encoding="utf-8"
+                )
+                cachekeep.make_read_only(tmp, top=False)  # the top stays writable until it is renamed
+                cachekeep.remove_tree(final)  # an unmarked leftover of a crash from before atomic renames
                 final.parent.mkdir(parents=True, exist_ok=True)
                 tmp.replace(final)
+                final.chmod(0o555)
             except BaseException as exc:
-                shutil.rmtree(tmp, ignore_errors=True)
-                if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                with contextlib.suppress(OSError):
+                    cachekeep.remove_tree(tmp)
+                if isinstance(exc, _BAD_ZIP):
                     raise ArtifactError(
-                        f"disk full while unpacking {artifact.filename} into {final}: "
-                        "free space or set STACKFARM_CACHE to a larger disk"
+                        f"{artifact.filename} is not a valid wheel: {exc}\n  fix: {cachekeep.REPAIR}"
                     ) from exc
-                if isinstance(exc, zipfile.BadZipFile):
-                    raise ArtifactError(f"{artifact.filename} is not a valid wheel: {exc}") from exc
+                if isinstance(exc, OSError):
+                    raise self._unusable(f"unpacking {artifact.filename} into {final}", exc) from exc
                 raise
+        self._trees_ok.add(final)
         return final
 
     def metadata(self, artifact: Artifact) -> email.message.Message:
@@ -570,8 +595,12 @@ class Cache:
                 if len(names) != 1:
                     raise ArtifactError(f"{artifact.filename} has {len(names)} dist-info/METADATA, not 1")
                 raw = zf.read(names[0])
-        except zipfile.BadZipFile as exc:
-            raise ArtifactError(f"{artifact.filename} is not a valid wheel: {exc}") from exc
+        except _BAD_ZIP as exc:
+            raise ArtifactError(
+                f"{artifact.filename} is not a valid wheel: {exc}\n  fix: {cachekeep.REPAIR}"
+            ) from exc
+        except OSError as exc:
+            raise self._unusable(f"reading {artifact.filename}", exc) from exc
         message = BytesParser(policy=email.policy.compat32).parsebytes(raw)
         self._metadata[artifact.sha256] = message
         return message
@@ -598,18 +627,18 @@ def _copy(read: Callable[[int], bytes], part: Path, done: int, total: int | None
     return done
 
 
-def _download_once(artifact: Artifact, part: Path, progress: _Progress) -> None:
+def _download_once(artifact: Artifact, part: Path, progress: _Progress, timeout: float) -> None:
     start = part.stat().st_size if part.is_file() else 0
     headers = {"User-Agent": _USER_AGENT}
     if start:
         headers["Range"] = f"bytes={start}-"
     try:
-        resp = urllib.request.urlopen(urllib.request.Request(artifact.url, headers=headers), timeout=_TIMEOUT)
+        resp = urllib.request.urlopen(urllib.request.Request(artifact.url, headers=headers), timeout=timeout)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and start:  # the .part is no prefix of this file: start over
             exc.close()
             part.unlink()
-            _download_once(artifact, part, progress)
+            _download_once(artifact, part, progress, timeout)
             return
         raise
     with resp:

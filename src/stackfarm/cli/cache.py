@@ -1,17 +1,39 @@
-"""`stackfarm cache info`: where the cache is and what each of its folders holds."""
+"""`stackfarm cache info|verify|prune`: where the cache is, whether it is intact, and what to keep of it."""
 
 from __future__ import annotations
 
 import argparse
 
+from .. import cachekeep
 from ..artifacts import Cache
+from ..errors import ExitCode
+
+#: How many recent runs `cache prune` keeps the files of, unless --keep-runs says otherwise.
+KEEP_RUNS = 3
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("cache", help="the artifact cache: info")
+    p = sub.add_parser("cache", help="the artifact cache: info, verify, prune")
     verbs = p.add_subparsers(dest="cache_command", required=True, metavar="VERB")
     p_info = verbs.add_parser("info", help="the cache's folder and the size of each area")
     p_info.set_defaults(func=cmd_info)
+    p_verify = verbs.add_parser(
+        "verify", help="check every wheel against its sha256 and every unpacked tree against its manifest"
+    )
+    p_verify.add_argument(
+        "--repair", action="store_true", help="remove what is damaged: the next run fetches it again"
+    )
+    p_verify.set_defaults(func=cmd_verify)
+    p_prune = verbs.add_parser("prune", help="remove what none of the last runs used")
+    p_prune.add_argument(
+        "--keep-runs",
+        type=int,
+        default=KEEP_RUNS,
+        metavar="N",
+        help=f"keep what the last N runs used (default {KEEP_RUNS})",
+    )
+    p_prune.add_argument("--dry-run", action="store_true", help="list what would go, remove nothing")
+    p_prune.set_defaults(func=cmd_prune)
 
 
 def _size(n: int) -> str:
@@ -36,6 +58,45 @@ def cmd_info(args: argparse.Namespace) -> int:
     total = sum(size for *_, size in rows)
     print(f"  {'total':<{width}}  {_size(total):>9}  (a hard-linked file counts once)")
     return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """0 when nothing is damaged (or all of it was removed with --repair), 4 (environment) otherwise."""
+    cache = Cache()
+    found = cachekeep.verify(cache.root, repair=args.repair)
+    if not found:
+        print(f"cache: {cache.root}: every wheel and tree is intact")
+        return ExitCode.OK
+    for damage in found:
+        shown = damage.problems[:5]
+        more = f" (and {len(damage.problems) - 5} more)" if len(damage.problems) > 5 else ""
+        print(f"damaged: {damage.path.relative_to(cache.root)}: {'; '.join(shown)}{more}")
+    if args.repair:
+        print(
+            f"removed {len(found)} damaged entr{'y' if len(found) == 1 else 'ies'}: the next run fetches them again"
+        )
+        return ExitCode.OK
+    print(
+        f"{len(found)} damaged: run `stackfarm cache verify --repair` to remove them (the next run refetches)"
+    )
+    return ExitCode.ENVIRONMENT
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    if args.keep_runs < 0:
+        print("--keep-runs must be 0 or more")
+        return ExitCode.CONFIG
+    cache = Cache()
+    pruned = cachekeep.prune(cache.root, keep_runs=args.keep_runs, dry_run=args.dry_run)
+    if pruned.note:
+        print(f"cache: {cache.root}: {pruned.note}")
+        return ExitCode.OK
+    verb = "would remove" if args.dry_run else "removed"
+    for path in pruned.removed:
+        print(f"{verb}: {path.relative_to(cache.root)}")
+    kept = ", ".join(pruned.kept_runs) or "none"
+    print(f"{verb} {len(pruned.removed)} entries ({_size(pruned.freed)}); kept what these runs used: {kept}")
+    return ExitCode.OK
 
 
 __all__ = ["register"]
