@@ -267,3 +267,35 @@ def test_baseline_from_a_qualification_record(tmp_path: Path) -> None:
     path.write_text(json.dumps(qualified), encoding="utf-8")
     with pytest.raises(record.RecordError, match="qualified no figures"):
         record.load_baseline(path)
+
+
+def test_baseline_from_a_signed_record_needs_a_trusted_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stackfarm import attest, qualrecord
+
+    private, public, _ = attest.generate(tmp_path / "keys")
+    predicate = {
+        "schema": qualrecord.SCHEMA,
+        "release": "r8",
+        "suites": [
+            {"suite": "40-throughput", "outcome": "passed", "cases": [
+                {"name": "t", "outcome": "passed",
+                 "properties": {"runner_kind": "1x-h200", "decode_tok_s.median": "214.5"}},
+            ]},
+        ],
+    }  # fmt: skip
+    statement = attest.statement([], qualrecord.PREDICATE_TYPE, predicate)
+    path = tmp_path / "r8.json"
+    envelope = attest.sign(attest.canonical_json(statement), attest.load_signing_key(private))
+    path.write_text(json.dumps(envelope), encoding="utf-8")
+    monkeypatch.delenv(attest.TRUSTED_KEYS_ENV, raising=False)
+    with pytest.raises(record.RecordError, match="can trust"):
+        record.load_baseline(path)
+    monkeypatch.setenv(attest.TRUSTED_KEYS_ENV, str(public))
+    assert record.load_baseline(path).medians == {"decode_tok_s": 214.5}
+    forged = json.loads(path.read_text())
+    forged["payload"] = forged["payload"][:-8] + "AAAAAAA="
+    path.write_text(json.dumps(forged), encoding="utf-8")
+    with pytest.raises(record.RecordError, match="can trust"):
+        record.load_baseline(path)

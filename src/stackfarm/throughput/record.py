@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import attest, qualrecord
 from ..errors import StackfarmError
 from .stats import bootstrap_ci, cv, median
 from .thresholds import higher_is_better, unit
@@ -180,6 +181,13 @@ def load_baseline(path: Path) -> Baseline:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise RecordError(f"{path}: cannot read a baseline record: {exc}") from exc
+    if attest.is_envelope(doc):
+        # A signed sign-off: its figures count only once its signature verifies under a trusted key.
+        try:
+            predicate = qualrecord.verified_predicate(path, attest.load_trusted_keys())
+        except StackfarmError as exc:  # a bad signature, an untrusted key, no trusted key
+            raise RecordError(f"{path}: not a baseline this run can trust: {exc}") from None
+        return _qualified_figures(predicate, path)
     if isinstance(doc, dict) and "release" in doc and isinstance(doc.get("suites"), list):
         return _qualified_figures(doc, path)
     record = load(path)
