@@ -280,7 +280,7 @@ def test_baseline_from_a_signed_record_needs_a_trusted_key(
         "release": "r8",
         "suites": [
             {"suite": "40-throughput", "outcome": "passed", "cases": [
-                {"name": "t", "outcome": "passed",
+                {"name": "test_figures", "outcome": "passed",
                  "properties": {"runner_kind": "1x-h200", "decode_tok_s.median": "214.5"}},
             ]},
         ],
