@@ -100,6 +100,13 @@ def test_bad_names_are_refused_before_any_planning_or_key(tmp_path: Path) -> Non
 # --------------------------------------------------------------------------- CI helpers (unit)
 
 RUNNERS = """
+[axes]
+cuda = ["12.8"]
+torch = ["2.9.1"]
+sgl_kernel = ["0.3.21"]
+flashinfer = ["0.6.3"]
+sglang = ["0.5.9"]
+
 [targets]
 archs = ["sm_120", "sm_90"]
 
@@ -136,10 +143,10 @@ def test_job_matrix_picks_the_first_runner_kind_matching_each_cell(tmp_path: Pat
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (('arch = "sm_90"', 'arch = "sm_100"'), "arch `sm_100` of [runners.1x-h200] is not in [targets] archs"),
-        (('gpus = 8', 'gpus = 0'), "gpus of [runners.8x-rtx-pro-6000] must be a whole number >= 1"),
-        (('labels = ["self-hosted", "linux", "x64", "sm_90", "gpus-1"]', "labels = []"), "must be a non-empty list"),
-        (('gpus = 1', 'gpu = 1'), "`gpu` in [runners.1x-h200] is unknown; did you mean `gpus`?"),
+        (('arch = "sm_90"', 'arch = "sm_100"'), "`arch` in [runners.1x-h200] names an unknown target arch 'sm_100'"),
+        (('gpus = 8', 'gpus = 0'), "`gpus` in [runners.8x-rtx-pro-6000] 0 is outside [1, inf]"),
+        (('labels = ["self-hosted", "linux", "x64", "sm_90", "gpus-1"]', "labels = []"), "labels"),
+        (('gpus = 1', 'gpu = 1'), "did you mean `gpus`?"),
     ],
 )  # fmt: skip
 def test_bad_runner_tables_name_the_line(tmp_path: Path, edit: tuple[str, str], message: str) -> None:
@@ -157,7 +164,7 @@ def test_a_cell_no_runner_takes_is_an_error_and_no_table_is_a_warning(tmp_path: 
     runners, _ = gha.read_runners(matrix)
     with pytest.raises(ConfigError, match=r"cell cu128-x-sgl0\.6\.0 matches no"):
         gha.job_matrix(_plan("cu128-x-sgl0.6.0"), runners, matrix)
-    matrix.write_text('[targets]\narchs = ["sm_90"]\n')
+    matrix.write_text(RUNNERS.split("[targets]")[0] + '[targets]\narchs = ["sm_90"]\n')
     runners, warnings = gha.read_runners(matrix)
     assert runners == (gha.DEFAULT_RUNNER,)
     assert "has no [runners] table" in warnings[0]

@@ -201,6 +201,8 @@ def test_job_matrix_from_the_real_matrix(tmp_path: Path) -> None:
     text = (REPO / "matrix.toml").read_text()
     copy = tmp_path / "matrix.toml"
     copy.write_text(text if "[runners." in text else text + PROPOSED_RUNNERS)
+    for folder in ("suites", "patches"):  # what the matrix names beside it
+        (tmp_path / folder).symlink_to(REPO / folder)
     runners, warnings = gha.read_runners(copy)
     assert warnings == []
     placed = {

@@ -14,88 +14,32 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-import tomlkit.exceptions
-
-from .errors import ConfigError, did_you_mean
+from .errors import ConfigError
 from .history import Run
-from .matrix import locate
+from .matrix import Runner, load, locate
 from .verdict import Status
 
-
-@dataclass(frozen=True, kw_only=True)
-class RunnerKind:
-    """A kind of self-hosted runner: the labels a job asks for, and which cells run there."""
-
-    name: str
-    labels: tuple[str, ...]
-    arch: str | None
-    gpus: int
-    #: fnmatch globs on cell ids; the first kind (in file order) that matches a cell runs it.
-    cells: tuple[str, ...]
-
+#: A kind of self-hosted runner: matrix.toml's [runners.<kind>] (the schema is matrix.py's).
+RunnerKind = Runner
 
 #: Used when matrix.toml has no [runners] table: every cell on one generic GPU runner.
-DEFAULT_RUNNER = RunnerKind(
+DEFAULT_RUNNER = Runner(
     name="gpu", labels=("self-hosted", "linux", "x64", "gpu"), arch=None, gpus=1, cells=("*",)
 )
-_RUNNER_KEYS = ("labels", "arch", "gpus", "cells")
 
 
-def read_runners(matrix_path: Path) -> tuple[tuple[RunnerKind, ...], list[str]]:
-    """The ``[runners.<kind>]`` tables of matrix.toml, validated; and warnings (none when the table is there)."""
-    try:
-        data = tomlkit.parse(matrix_path.read_text(encoding="utf-8")).unwrap()
-    except (OSError, tomlkit.exceptions.TOMLKitError) as exc:
-        raise ConfigError(matrix_path, f"cannot read it: {exc}") from None
-    table = data.get("runners")
-    if table is None:
+def read_runners(matrix_path: Path) -> tuple[tuple[Runner, ...], list[str]]:
+    """The ``[runners.<kind>]`` tables of matrix.toml as matrix.load validated them; and warnings (none when
+    the table is there)."""
+    runners = load(matrix_path).runners
+    if not runners:
         return (DEFAULT_RUNNER,), [
             f"{matrix_path} has no [runners] table: every cell runs on runs-on {list(DEFAULT_RUNNER.labels)}"
         ]
-    archs = data.get("targets", {}).get("archs", [])
-    kinds = []
-    for name, entry in table.items():
-        where = f"runners.{name}"
-
-        def bad(message: str, key: str | None = None, fix: str = "", where: str = where) -> ConfigError:
-            return ConfigError(matrix_path, message, line=locate(matrix_path, where, key), fix=fix)
-
-        if not isinstance(entry, dict):
-            raise bad(f"[{where}] must be a table", fix='e.g. labels = ["self-hosted", "gpu"]')
-        for key in entry:
-            if key not in _RUNNER_KEYS:
-                hint = did_you_mean(key, _RUNNER_KEYS)
-                raise bad(f"`{key}` in [{where}] is unknown" + (f"; {hint}" if hint else ""), key,
-                          f"use one of: {', '.join(_RUNNER_KEYS)}")  # fmt: skip
-        labels = entry.get("labels")
-        if not isinstance(labels, list) or not labels or not all(isinstance(x, str) and x for x in labels):
-            raise bad(f"labels of [{where}] must be a non-empty list of strings", "labels",
-                      'e.g. labels = ["self-hosted", "linux", "x64", "sm_120", "gpus-8"]')  # fmt: skip
-        arch = entry.get("arch")
-        if arch is not None and arch not in archs:
-            raise bad(f"arch `{arch}` of [{where}] is not in [targets] archs {archs}", "arch", "add it there")
-        gpus = entry.get("gpus", 1)
-        if not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1:
-            raise bad(f"gpus of [{where}] must be a whole number >= 1, got {gpus!r}", "gpus")
-        cells = entry.get("cells", ["*"])
-        cells = [cells] if isinstance(cells, str) else cells
-        if not isinstance(cells, list) or not all(isinstance(x, str) for x in cells):
-            raise bad(
-                f"cells of [{where}] must be a list of cell-id globs", "cells", 'e.g. cells = ["*-sgl0.5.9"]'
-            )
-        kinds.append(
-            RunnerKind(
-                name=name, labels=tuple(labels), arch=arch, gpus=gpus, cells=tuple(str(c) for c in cells)
-            )
-        )
-    if not kinds:
-        raise ConfigError(matrix_path, "[runners] lists no runner", fix="add a [runners.<kind>] table")
-    return tuple(kinds), []
+    return tuple(runners.values()), []
 
 
 def job_matrix(plan: Mapping[str, Any], runners: Sequence[RunnerKind], matrix_path: Path) -> dict[str, Any]:
