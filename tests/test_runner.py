@@ -120,10 +120,10 @@ def test_unchanged_inputs_reuse_the_verdict_and_force_reruns(tmp_path: Path) -> 
 def test_gpu_suite_is_skipped_with_reason_never_passed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("stackfarm.cli.gpu_unavailable_reason", lambda: "no NVIDIA GPU (test)")
+    monkeypatch.setattr("stackfarm.cli.runs.gpu_unavailable_reason", lambda: "no NVIDIA GPU (test)")
     _suite(tmp_path, "30-gpu", "def test_gpu():\n    raise AssertionError('must not run')\n")
     matrix = _project(tmp_path, "\n[suites.30-gpu]\nneeds_gpu = true\n")
-    assert _run(matrix) == ExitCode.CELLS_FAILED, "a skipped suite is not a pass"
+    assert _run(matrix) == ExitCode.INCOMPLETE, "a skipped suite is not a pass"
     kind, message = _suites(tmp_path / "reports")[f"{CELL}::30-gpu"]
     assert (kind, message) == ("skipped", "needs GPU: no NVIDIA GPU (test)")
 
@@ -161,7 +161,7 @@ when = { torch = "2.9.0" }
 reason = "a deliberately unreachable cell for this test"
 """
     matrix = _project(tmp_path, extra)
-    assert _run(matrix, "--jobs", "2") == ExitCode.CELLS_FAILED
+    assert _run(matrix, "--jobs", "2") == ExitCode.ENVIRONMENT, "nothing failed; one cell had no index"
     suites = _suites(tmp_path / "reports")
     assert suites[f"{CELL}::00-ok"] == ("passed", "")
     kind, message = suites["cu128-torch2.9.0-sk0.3.21-fi0.6.3-sgl0.5.9::plan"]
