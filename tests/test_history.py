@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 from junitparser import Error, Failure, JUnitXml, Properties, Property, Skipped, TestCase, TestSuite
 
-from stackfarm import history, htmlreport
 from conftest import cell_report
-from stackfarm import verdict
+from stackfarm import history, htmlreport, verdict
 from stackfarm.errors import StackfarmError
 from stackfarm.history import Outcome
 from stackfarm.verdict import CellReport, SuiteResult

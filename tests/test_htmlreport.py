@@ -7,7 +7,6 @@ equivalence figures (issue 7's names) and throughput figures with a threshold.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import struct
@@ -17,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from stackfarm import history, htmlreport
 from conftest import cell_report
-from stackfarm import verdict
-from stackfarm.verdict import CellReport
+from stackfarm import history, htmlreport, verdict
 from test_history import CELL, OTHER, CaseSpec, write_cell
 
 FAILING: dict[str, list[CaseSpec]] = {

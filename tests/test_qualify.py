@@ -164,7 +164,7 @@ def test_a_cell_no_runner_takes_is_an_error_and_no_table_is_a_warning(tmp_path: 
     runners, _ = gha.read_runners(matrix)
     with pytest.raises(ConfigError, match=r"cell cu128-x-sgl0\.6\.0 matches no"):
         gha.job_matrix(_plan("cu128-x-sgl0.6.0"), runners, matrix)
-    matrix.write_text(RUNNERS.split("[targets]")[0] + '[targets]\narchs = ["sm_90"]\n')
+    matrix.write_text(RUNNERS.split("[targets]", maxsplit=1)[0] + '[targets]\narchs = ["sm_90"]\n')
     runners, warnings = gha.read_runners(matrix)
     assert runners == (gha.DEFAULT_RUNNER,)
     assert "has no [runners] table" in warnings[0]

@@ -206,8 +206,7 @@ def test_job_matrix_from_the_real_matrix(tmp_path: Path) -> None:
     runners, warnings = gha.read_runners(copy)
     assert warnings == []
     placed = {
-        j["cell"]: j
-        for j in gha.job_matrix({"cells": [{"id": i} for i in ids]}, runners, copy)["include"]
+        j["cell"]: j for j in gha.job_matrix({"cells": [{"id": i} for i in ids]}, runners, copy)["include"]
     }
     assert placed["cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.9"]["labels"][-2:] == ["sm_120", "gpus-8"]
     assert placed["cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"]["arch"] == "sm_90"

@@ -52,7 +52,11 @@ def groups_file(junit: Path) -> Path:
 def suite_env(spec: Path, junit: Path) -> dict[str, str]:
     """The environment every backend gives a suite: the cell, where its extra files go, where its
     long-lived process groups are registered."""
-    return {"STACKFARM_CELL": str(spec), SUITE_OUT_ENV: str(junit.parent), GROUPS_ENV: str(groups_file(junit))}
+    return {
+        "STACKFARM_CELL": str(spec),
+        SUITE_OUT_ENV: str(junit.parent),
+        GROUPS_ENV: str(groups_file(junit)),
+    }
 
 
 def pytest_argv(python: str, suite: str, junit: str) -> list[str]:
