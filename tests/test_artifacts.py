@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import parse_sdist_filename, parse_wheel_filename
 
-from stackfarm import artifacts
+from stackfarm import artifacts, indexwait
 from stackfarm.artifacts import (
     Artifact,
     Cache,
@@ -186,11 +186,15 @@ def index() -> Iterator[FakeIndex]:
 
 
 @pytest.fixture(autouse=True)
-def fast_retries(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """No real sleeping between retries; the list records the pauses asked for."""
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """No real sleeping between retries; the list records the pauses asked for. Each test starts with no
+    index budget spent (a port one test found dead may serve the next one) and no progress lines shown."""
     slept: list[float] = []
     monkeypatch.setattr(artifacts, "_sleep", slept.append)
-    return slept
+    monkeypatch.setattr(indexwait, "progress_line", lambda _line: None)
+    indexwait.reset()
+    yield slept
+    indexwait.reset()
 
 
 @pytest.fixture

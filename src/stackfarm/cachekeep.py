@@ -302,6 +302,7 @@ def record_use(root: Path, run_id: str, paths: Iterable[Path]) -> Path:
         except (OSError, ValueError, KeyError, TypeError):
             started = time.time()
         tmp = target.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
+        target.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(
             json.dumps({"run_id": run_id, "time": started, "updated": time.time(), "paths": sorted(entries)}),
             encoding="utf-8",
