@@ -256,6 +256,27 @@ def test_a_failing_suite_fails_the_cell_and_later_suites_still_run(fake_project:
     assert junit_cases(fake_project, "10-ok") == [("passed", "")] * 2
 
 
+def test_an_incomplete_gate_lets_the_later_suites_run_and_the_cell_stays_incomplete(
+    fake_project: FakeProject,
+) -> None:
+    fake_project.suite("10-gate", "gpu-skip", gate=True)  # one testcase passed, one skipped for want of a GPU
+    fake_project.suite("20-after", "pass")
+    fake_project.write_matrix()
+    assert fake_project.run() == ExitCode.INCOMPLETE
+    assert verdict_status(fake_project) == "incomplete"
+    assert ran(fake_project) == ["10-gate", "20-after"], "what the gate answered passed: the next suite runs"
+
+
+def test_a_gate_that_ran_nothing_skips_the_later_suites(fake_project: FakeProject) -> None:
+    fake_project.suite("10-gate", "gpu-skip", gate=True, needs_gpu=True)
+    fake_project.suite("20-after", "never")
+    fake_project.write_matrix()
+    assert fake_project.run() == ExitCode.INCOMPLETE
+    assert ran(fake_project) == []
+    [(kind, message)] = junit_cases(fake_project, "20-after")
+    assert (kind, message.split(":")[0]) == ("skipped", "gated")
+
+
 def test_a_failing_gate_skips_the_later_suites_and_fails_the_cell(fake_project: FakeProject) -> None:
     fake_project.suite("00-ok", "pass")
     fake_project.suite("10-gate", "fail", gate=True)

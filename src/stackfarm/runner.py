@@ -34,6 +34,11 @@ NO_TESTS_COLLECTED = 5
 PYTEST_INTERRUPTED = 2
 
 
+#: The outcomes of a gate suite that skip the later suites: it failed, errored, or answered nothing. An
+#: incomplete gate (what ran passed, some testcases skipped) lets the later suites run; the cell stays
+#: incomplete all the same.
+GATE_CLOSED = ("failed", "error", "skipped")
+
 #: The runner's own first step, reported like a suite (it sorts before 00-stack in every table).
 PATCH_STEP = "00-patches"
 
@@ -313,7 +318,7 @@ class Runner:
     ) -> list[SuiteResult]:
         results: list[SuiteResult] = [first] if first else []
         blocked: str | None = None
-        if first is not None and first.outcome not in ("passed", "not_applicable"):
+        if first is not None and first.outcome in GATE_CLOSED:
             blocked = f"gated: {first.suite} did not pass ({first.first_failure or first.outcome})"
         for suite in self.matrix.suites:
             junit = out / f"{suite.name}.xml"
@@ -330,7 +335,7 @@ class Runner:
                 self._run_one(suite, spec_path, junit)
             result = read_suite(junit, cell=cell.id, suite=suite.name)
             results.append(result)
-            if suite.gate and result.outcome not in ("passed", "not_applicable") and blocked is None:
+            if suite.gate and result.outcome in GATE_CLOSED and blocked is None:
                 blocked = f"gated: {suite.name} did not pass ({result.outcome})"
         return results
 
