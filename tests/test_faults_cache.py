@@ -370,6 +370,16 @@ def test_a_listing_cut_short_is_retried_then_unreachable_never_a_traceback(
         list_versions(Source(name="web", url=web.url), "sglang")
 
 
+@pytest.mark.parametrize("status", [401, 403, 407])
+def test_an_index_refusing_access_is_the_environment_not_a_wrong_matrix(
+    fake_project: FakeProject, web: WebIndex, status: int
+) -> None:
+    web.listing_faults.extend([(status, {})] * 10)
+    matrix = load(_web_matrix(fake_project, web))
+    unreachable = Resolver(matrix, Cache(fake_project.cache)).check_axes()  # not a ConfigError (exit 2)
+    assert f"answered HTTP {status}" in unreachable[("sglang", "0.5.9")]
+
+
 def test_a_run_against_a_silent_index_ends_in_an_environment_error_within_seconds(
     fake_project: FakeProject, silent_index: str, monkeypatch: pytest.MonkeyPatch, progress: list[str]
 ) -> None:

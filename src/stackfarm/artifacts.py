@@ -38,7 +38,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from stackfarm import cachekeep, indexwait
-from stackfarm.errors import ArtifactError, did_you_mean
+from stackfarm.errors import ArtifactError, IndexUnreachableError, did_you_mean
 
 #: Pauses between attempts on network errors; tests shrink them.
 RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0)
@@ -199,7 +199,14 @@ def _index_files(index: str, name: str, fresh: bool = False) -> tuple[_File, ...
     try:
         files = _retrying(page, get)
     except urllib.error.HTTPError as exc:
-        raise ArtifactError(f"{page} answered HTTP {exc.code} {exc.reason}\n  hint: {_HINT}") from exc
+        text = f"{page} answered HTTP {exc.code} {exc.reason}\n  hint: {_HINT}"
+        if exc.code in (
+            401,
+            403,
+            407,
+        ):  # credentials or a proxy stand in the way: the environment, not the matrix
+            raise IndexUnreachableError(text + " (and its credentials)") from exc
+        raise ArtifactError(text) from exc
     with _LISTINGS_LOCK:
         _LISTINGS[key] = files
     return files
