@@ -69,9 +69,15 @@ NAMES = ("local", "host", "docker")
 
 
 def get_backend(
-    name: str, cache: Cache, *, python: str | None = None, docker: Mapping[str, Any] | None = None
+    name: str,
+    cache: Cache,
+    *,
+    python: str | None = None,
+    docker: Mapping[str, Any] | None = None,
+    index_url: str | None = None,
 ) -> Backend:
-    """`docker` is matrix.toml's [docker] table; STACKFARM_DOCKER_BASE overrides its base (CI's local image)."""
+    """`docker` is matrix.toml's [docker] table; STACKFARM_DOCKER_BASE overrides its base (CI's local image).
+    `index_url` is the matrix's default index: the Docker image's own tools (pytest, ...) come from there."""
     from .docker import DEFAULT_BASE, DockerBackend  # imported here: each backend's engine stays optional
     from .host import HostBackend
     from .local import LocalBackend
@@ -86,6 +92,8 @@ def get_backend(
         options.pop("base", None)
         if "ca_bundle" in options:
             options["ca_bundle"] = Path(options["ca_bundle"])
+        if index_url:
+            options["tools_index"] = index_url
         return DockerBackend(cache, base=base, **options)
     raise ValueError(f"unknown backend {name!r}; use one of {', '.join(NAMES)}")
 

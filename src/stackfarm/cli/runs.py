@@ -138,7 +138,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cache = Cache()
     resolver = Resolver(matrix, cache)
     backend = get_backend(
-        choose_backend(args.backend, console), cache, python=args.python, docker=matrix.docker
+        choose_backend(args.backend, console),
+        cache,
+        python=args.python,
+        docker=matrix.docker,
+        index_url=matrix.indexes[matrix.default_index].url,  # the image's own tools: from the matrix's index
     )
     installed_pins = getattr(backend, "pins", None)
     if not backend.needs_artifacts and callable(installed_pins):
