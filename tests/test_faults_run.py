@@ -203,3 +203,34 @@ def test_matrix_values_are_never_read_as_markup(
 
     assert main(["plan", "--matrix", str(fake_project.matrix)]) == 0
     assert "[/red] not [bold]this[/bold] one" in capsys.readouterr().out
+
+
+def test_a_second_run_on_the_same_reports_waits_and_never_interleaves(
+    fake_project: FakeProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("PIDS_FILE", str(pids))
+    custom_suite(fake_project, "00-spawns", SPAWNS)
+    fake_project.write_matrix()
+    first = subprocess.Popen(
+        [sys.executable, "-m", "stackfarm", *fake_project.argv()],
+        cwd=fake_project.root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(pids)  # the first run is inside its suite, holding the reports folder
+        second = subprocess.run(
+            [sys.executable, "-m", "stackfarm", *fake_project.argv()],
+            cwd=fake_project.root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "STACKFARM_LOCK_TIMEOUT": "1"},
+            check=False,
+        )
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.wait(timeout=60)
+    assert second.returncode == ExitCode.ENVIRONMENT, second.stderr
+    assert "waiting for another stackfarm run" in second.stderr

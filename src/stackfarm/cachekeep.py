@@ -40,7 +40,7 @@ MARKER = ".stackfarm-complete"
 #: What every message about a damaged cache tells the user to do.
 REPAIR = "run `stackfarm cache verify --repair`, then run again (what was damaged is fetched anew)"
 #: How long Cache.lock waits for another run before refusing (seconds).
-LOCK_TIMEOUT = 300.0
+LOCK_TIMEOUT = float(os.environ.get("STACKFARM_LOCK_TIMEOUT", "300"))
 #: Entries changed this recently are never pruned: a run may be using them before it recorded them.
 RECENT = 600.0
 _CHUNK = 1 << 20

@@ -17,6 +17,7 @@ from pathlib import Path
 from . import __version__, patches, proc, verdict
 from .artifacts import Artifact, Cache
 from .backends import PATCHED_SGLANG, Backend, groups_file
+from .cachekeep import remove_tree
 from .cellspec import CellSpec
 from .errors import ArtifactError, EnvironmentProblem, IndexUnreachableError, StackfarmError
 from .junit import Step, write_skipped_suite, write_steps
@@ -196,7 +197,6 @@ class Runner:
         )
 
     def run_cell(self, cell: Cell) -> CellReport:
-        cell_reports = self.options.reports / cell.id
         self.ui.update(cell.id, "resolve")
         artifacts = self._artifacts(cell)
         inputs = self.inputs(cell, artifacts)
@@ -215,9 +215,25 @@ class Runner:
         reused = self._reuse(cell, digest)
         if reused is not None:
             return reused
+        workdir = cell_workdir(self.cache.root, cell.id, digest)
+        if artifacts:  # what `stackfarm cache prune --keep-runs N` keeps
+            used = [p for a in artifacts.values() for p in (self.cache.blob_path(a), self.cache.tree_path(a))]
+            self.cache.record_use(self.run_id, [*used, workdir])
+        # One run at a time builds a cell's work dir; another run sharing the cache waits, saying so.
+        with self.cache.lock(workdir, notify=self.ui.note):
+            return self._run_fresh(cell, artifacts, report, inputs, workdir)
+
+    def _run_fresh(
+        self,
+        cell: Cell,
+        artifacts: dict[Component, Artifact],
+        report: CellReport,
+        inputs: Mapping[str, object],
+        workdir: Path,
+    ) -> CellReport:
+        cell_reports = self.options.reports / cell.id
         # From here on the old verdict no longer describes what is on disk: it goes first, the new one last.
         verdict.path_of(self.options.reports, cell.id).unlink(missing_ok=True)
-        workdir = cell_workdir(self.cache.root, cell.id, digest)
         workdir.mkdir(parents=True, exist_ok=True)
         patch_step = self._patch(cell, artifacts, workdir, cell_reports)
         if patch_step is not None:
@@ -271,11 +287,10 @@ class Runner:
     def _patch(
         self, cell: Cell, artifacts: dict[Component, Artifact], workdir: Path, out: Path
     ) -> tuple[SuiteResult, dict[str, str]] | None:
-        """The patch step's result and {"set/patch": status}, or None when the cell has no patch sets."""
-        """Apply the cell's patch sets to a copy of its sglang tree (the `patches` step, reported as JUnit)."""
-        shutil.rmtree(
-            workdir / PATCHED_SGLANG, ignore_errors=True
-        )  # never a stale tree from earlier patch sets
+        """Apply the cell's patch sets to a copy of its sglang tree (the `patches` step, reported as JUnit):
+        its result and {"set/patch": status}, or None when the cell has no patch sets."""
+        if (workdir / PATCHED_SGLANG).exists():  # never a stale tree from earlier patch sets
+            remove_tree(workdir / PATCHED_SGLANG)
         if not cell.patch_sets or not self.backend.needs_artifacts:
             return None  # a host's installation is qualified as it is: nothing is patched there
         self.ui.update(cell.id, "patch sglang")

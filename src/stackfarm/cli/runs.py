@@ -43,6 +43,9 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     common.add_argument(
         "--cells", default=None, help="only cells whose id matches this glob (comma-separated)"
     )
+    common.add_argument(
+        "--refresh", action="store_true", help="ask the indexes again (remembered answers expire after 24 h)"
+    )
     p_plan = sub.add_parser("plan", parents=[common], help="print the cells, conflicts and exclusions")
     p_plan.add_argument("--json", action="store_true", help="machine-readable output")
     p_plan.set_defaults(func=cmd_plan)
@@ -87,10 +90,16 @@ def _plan_json(p: Plan) -> dict[str, object]:
 def cmd_plan(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     matrix = load(args.matrix)
-    p, unreachable = plan_matrix(matrix, Resolver(matrix, Cache()), args.cells)
+    p, unreachable = plan_matrix(matrix, Resolver(matrix, Cache(), refresh=args.refresh), args.cells)
+    # An index that did not answer leaves cells unplanned: never exit 0 on that.
+    code = ExitCode.ENVIRONMENT if unreachable else ExitCode.OK
     if args.json:
-        print(json.dumps(_plan_json(p), indent=2, default=str))
-        return 0
+        data = _plan_json(p)
+        data["unreachable"] = [
+            {"distribution": d, "version": v, "reason": r} for (d, v), r in unreachable.items()
+        ]
+        print(json.dumps(data, indent=2, default=str))
+        return code
     table = Table("cell", "status", "detail", box=None)
     table.columns[0].no_wrap = True  # ids are never cut: two cells must never print alike
     for cell in p.cells:
@@ -104,7 +113,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console.print(table)
     for warning in p.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
-    return 0
+    return code
 
 
 def choose_backend(name: str, console: Console) -> str:
@@ -136,7 +145,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     matrix = only_suites(load(args.matrix), args.suites)
     cache = Cache()
-    resolver = Resolver(matrix, cache)
+    resolver = Resolver(matrix, cache, refresh=args.refresh)
     backend = get_backend(
         choose_backend(args.backend, console),
         cache,
@@ -155,7 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     writable(args.reports)
     options = RunOptions(reports=args.reports, jobs=args.jobs, force=args.force)
     no_gpu = gpu_unavailable_reason()
-    with CellProgress() as ui, sigterm_interrupts():
+    with CellProgress() as ui, sigterm_interrupts(), cache.lock(args.reports.resolve(), notify=ui.note):
         for warning in p.warnings:
             ui.note(f"warning: {warning}")
         runner = Runner(matrix, resolver, backend, options, ui, unreachable=unreachable, no_gpu_reason=no_gpu)

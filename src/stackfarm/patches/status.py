@@ -25,6 +25,7 @@ from pathlib import Path, PurePosixPath
 
 from packaging.version import Version
 
+from ..cachekeep import remove_tree
 from ..errors import StackfarmError
 from ..matrix import PatchSet
 from .drift import locate_drift
@@ -236,7 +237,7 @@ def patched_copy(sets: Sequence[PatchSet], source: Path, dest: Path) -> list[Pat
     replaces each file it patches instead of writing into it: the source tree is never modified.
     """
     if dest.exists():
-        shutil.rmtree(dest)
+        remove_tree(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
 
     def link(src: str, dst: str) -> None:
@@ -246,6 +247,10 @@ def patched_copy(sets: Sequence[PatchSet], source: Path, dest: Path) -> list[Pat
             shutil.copy2(src, dst)
 
     shutil.copytree(source, dest, symlinks=True, copy_function=link)
+    # The cache's trees are read-only (folders 0555) and copytree copies folder modes: git apply must be able
+    # to replace files in the copy. The hard-linked files stay 0444, so the cache's bytes stay untouched.
+    for top, _dirs, _files in os.walk(dest):
+        Path(top).chmod(0o755)
     return apply_sets(sets, dest)
 
 
