@@ -55,6 +55,8 @@ class WebIndex:
     listing_faults: list[tuple[int, dict[str, str]] | str] = field(default_factory=list)
     #: Files answered with this HTTP status for ever.
     broken_files: dict[str, int] = field(default_factory=dict)
+    #: Files sent a byte at a time, slowly (a download that takes minutes).
+    trickle: set[str] = field(default_factory=set)
     requests: list[str] = field(default_factory=list)
 
     @property
@@ -116,6 +118,15 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts[0] == "files" and (index.folder / parts[1]).is_file():
             if parts[1] in index.broken_files:
                 self._send(index.broken_files[parts[1]], b"broken", "text/plain")
+            elif parts[1] in index.trickle:
+                body = (index.folder / parts[1]).read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                for byte in body:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.2)
             else:
                 self._send(200, (index.folder / parts[1]).read_bytes(), "application/octet-stream")
         else:
@@ -425,7 +436,9 @@ def test_an_sglang_wheel_that_cannot_be_fetched_makes_its_cells_errors_not_unche
 
     artifacts._LISTINGS.clear()
     indexwait.reset()
-    assert main(["plan", "--matrix", str(path)]) == ExitCode.ENVIRONMENT, "an unanswered index is never exit 0"
+    assert main(["plan", "--matrix", str(path)]) == ExitCode.ENVIRONMENT, (
+        "an unanswered index is never exit 0"
+    )
     out = capsys.readouterr().out
     (row,) = [line for line in out.splitlines() if cell_id(CONFLICT) in line]
     assert "index unreachable for sglang" in row
@@ -824,3 +837,40 @@ def test_a_run_on_a_damaged_tree_is_an_environment_error_not_a_failed_cell(fake_
     assert "stackfarm cache verify --repair" in report.reason
     assert main(["cache", "verify", "--repair"]) == ExitCode.OK
     assert fake_project.run("--force") == ExitCode.OK
+
+
+def test_ctrl_c_stops_a_download_within_seconds_and_keeps_no_verdict(
+    fake_project: FakeProject, web: WebIndex
+) -> None:
+    """A download used to ignore Ctrl-C until it ended (33 s for 1.6 GB), then store a verdict of skips."""
+    import signal
+    import subprocess
+    import sys
+
+    fake_project.suite("00-suite", "pass")
+    _web_matrix(fake_project, web)
+    web.trickle = {SGLANG_WHEEL}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "stackfarm", *fake_project.argv()],
+        cwd=fake_project.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and web.count(f"/files/{SGLANG_WHEEL}") == 0:
+            time.sleep(0.05)
+        assert web.count(f"/files/{SGLANG_WHEEL}"), "the download never started"
+        time.sleep(0.5)
+        stopped_at = time.monotonic()
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=60)
+        took = time.monotonic() - stopped_at
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == ExitCode.INTERRUPTED, out
+    assert took < 10, f"the download went on for {took:.1f} s after Ctrl-C"
+    assert not (fake_project.reports / cell_id(OLD) / "verdict.json").exists()

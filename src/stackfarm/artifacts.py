@@ -19,7 +19,6 @@ import json
 import os
 import re
 import threading
-import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -37,12 +36,19 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from stackfarm import cachekeep, indexwait
+from stackfarm import cachekeep, indexwait, proc
 from stackfarm.errors import ArtifactError, IndexUnreachableError, did_you_mean
 
 #: Pauses between attempts on network errors; tests shrink them.
 RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0)
-_sleep = time.sleep
+
+
+def _sleep(seconds: float) -> None:
+    """Wait between retries, but not past a stop (Ctrl-C / SIGTERM)."""
+    if proc.STOP.wait(seconds):
+        raise proc.Stopped("index retries stopped: the run is stopping")
+
+
 _CHUNK = 1 << 20
 _HINT = "check the index URL in matrix.toml [indexes] or your network"
 _USER_AGENT = "stackfarm/0.1"
@@ -627,6 +633,8 @@ def _copy(read: Callable[[int], bytes], part: Path, done: int, total: int | None
         if progress:
             progress(done, total)
         while chunk := read(_CHUNK):
+            if proc.STOP.is_set():  # Ctrl-C / SIGTERM: stop within a chunk; the part file resumes next time
+                raise proc.Stopped(f"download of {part.name} stopped: the run is stopping")
             out.write(chunk)
             done += len(chunk)
             if progress:
@@ -653,7 +661,7 @@ def _download_once(artifact: Artifact, part: Path, progress: _Progress, timeout:
             start = 0  # the server ignored Range and sends the whole file
         length = resp.headers.get("Content-Length")
         total = start + int(length) if length else artifact.size
-        done = _copy(resp.read, part, start, total, progress)
+        done = _copy(resp.read1, part, start, total, progress)  # read1: what has arrived, so a stop is seen
     if total is not None and done < total:
         # A dropped connection may look like a short body; retrying resumes from here.
         raise http.client.IncompleteRead(b"", total - done)

@@ -147,7 +147,7 @@ class Runner:
             return self._error(cell, "interrupted before it started", Cause.ENVIRONMENT, store=False)
         try:
             return self.run_cell(cell)
-        except Interrupted as exc:
+        except (Interrupted, proc.Stopped) as exc:
             return self._error(cell, str(exc), Cause.ENVIRONMENT, store=False)
         except (ArtifactError, EnvironmentProblem) as exc:
             return self._error(cell, str(exc), Cause.ENVIRONMENT)

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .. import history, htmlreport, verdict
+from .. import history, htmlreport, proc, verdict
 from ..artifacts import Cache
 from ..backends import NAMES, get_backend
 from ..errors import EnvironmentProblem, ExitCode, StackfarmError
@@ -162,6 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not (p.cells or p.conflicts):
         raise StackfarmError(f"no cell of {args.matrix} matches --cells {args.cells!r}")
     writable(args.reports)
+    proc.STOP.clear()  # a stop belongs to one run (a process may run several, e.g. the tests)
     options = RunOptions(reports=args.reports, jobs=args.jobs, force=args.force)
     no_gpu = gpu_unavailable_reason()
     with CellProgress() as ui, sigterm_interrupts(), cache.lock(args.reports.resolve(), notify=ui.note):
