@@ -44,6 +44,7 @@ from stackfarm.numerics.tinymodels import (
     eagle3_config,
     llama_config,
 )
+from stackfarm.proc import register_group
 
 # The tiny Llama pair is numerics' (stdlib-only, on PYTHONPATH in every backend): one config for both suites.
 HIDDEN = GPU_TARGET.hidden
@@ -407,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with contextlib.suppress(OSError):  # OSError: already a group leader
         os.setsid()  # our own process group: SGLang's tree-kill on failure must not reach pytest
+    register_group()  # ... and the runner reaps the group should the suite end first
     for key, value in SGLANG_OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
     probe = _Probe(args)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import StackfarmError
+from ..proc import register_group
 from .compare import Generation, Step, compare, judge
 from .tinymodels import SGLANG_OFFLINE_ENV
 
@@ -365,6 +366,7 @@ def run_child(
         proc = subprocess.Popen(
             list(argv), env=dict(env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+        register_group(proc.pid)  # reaped by the runner should the suite end first
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..numerics.tinymodels import SGLANG_OFFLINE_ENV
+from ..proc import register_group
 from .errors import MeasureError, ServerStartError
 from .machine import ensure_port_free
 from .settings import BASELINE, EAGLE3, Settings
@@ -291,6 +292,7 @@ def launch(spec: ServerSpec) -> RunningServer:
             start_new_session=True,
             preexec_fn=functools.partial(_child_setup, spec.cpus),  # noqa: PLW1509 - pytest's main thread starts no other threads first
         )
+    register_group(process.pid)  # the runner reaps it if the suite ends (or times out) before it does
     server = RunningServer(spec, process)
     try:
         server.wait_healthy()
