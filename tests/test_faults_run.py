@@ -234,3 +234,23 @@ def test_a_second_run_on_the_same_reports_waits_and_never_interleaves(
         first.wait(timeout=60)
     assert second.returncode == ExitCode.ENVIRONMENT, second.stderr
     assert "waiting for another stackfarm run" in second.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(b"\xff\xfe[axes]\n", "is not UTF-8 text"), (None, "is a folder, not a matrix file")],
+)
+def test_an_unreadable_matrix_is_a_config_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes | None, message: str
+) -> None:
+    from stackfarm.cli import main
+
+    path = tmp_path / "matrix.toml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    assert main(["plan", "--matrix", str(path)]) == ExitCode.CONFIG
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err

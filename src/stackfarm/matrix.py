@@ -219,6 +219,22 @@ def load(path: Path | str) -> Matrix:
         raise ConfigError(
             path, "no such matrix file", fix="pass --matrix PATH or create matrix.toml"
         ) from None
+    except IsADirectoryError:
+        raise ConfigError(
+            path,
+            "is a folder, not a matrix file",
+            fix=f"pass --matrix {path / 'matrix.toml'} (the file itself)",
+        ) from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            path, f"is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})", line=line,
+            fix="save matrix.toml as UTF-8 (TOML files are UTF-8)",
+        ) from None  # fmt: skip
+    except OSError as exc:
+        raise ConfigError(
+            path, f"cannot read it ({exc.strerror or exc})", fix="check the path and its permissions"
+        ) from None
     try:
         data = tomlkit.parse(text).unwrap()
     except tomlkit.exceptions.TOMLKitError as exc:  # ParseError, KeyAlreadyPresent, ...
