@@ -84,9 +84,14 @@ def patches(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run stackfarm's own tests: fast unit tests plus the real integration tests."""
+    """Run stackfarm's own tests: the fast ones spread over the cores (pytest-xdist), then the real integration
+    and Docker tests one at a time (they share a cache of multi-GB wheels and one Docker engine)."""
     _install(session, "test")
-    session.run("pytest", *(session.posargs or ["tests"]))
+    if session.posargs:
+        session.run("pytest", *session.posargs)
+        return
+    session.run("pytest", "tests", "-m", "not integration and not docker", "-n", "auto")
+    session.run("pytest", "tests", "-m", "integration or docker")
 
 
 @nox.session
