@@ -10,7 +10,10 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from argparse import ArgumentParser, Namespace, _SubParsersAction
@@ -73,6 +76,34 @@ def _timed(run: Callable[[], int]) -> tuple[float, int]:
     return time.perf_counter() - start, code
 
 
+def _wall(argv: list[str], cwd: Path, repeats: int = 3) -> float:
+    """Median wall seconds of a command run as a user would (its own process, output discarded)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _nox_vs_stackfarm(matrix: Path, reports: Path) -> list[tuple[str, float, str]]:
+    """The warm no-op through nox beside the same no-op through stackfarm itself, in one run: their ratio."""
+    nox = shutil.which("nox")
+    root = Path(__file__).resolve().parents[3]
+    if nox is None or not (root / "noxfile.py").is_file():
+        return [
+            ("warm no-op: nox -s matrix vs stackfarm run", float("nan"), "skipped: no nox or no noxfile.py")
+        ]
+    where = ["--matrix", str(matrix.resolve()), "--reports", str(reports), "--backend", "local"]
+    _wall([nox, "-s", "matrix", "--", *where], root, repeats=1)  # nox's venv exists and is installed
+    via_nox = _wall([nox, "-s", "matrix", "--", *where], root)
+    direct = _wall([sys.executable, "-m", "stackfarm", "run", *where], root)
+    return [
+        ("warm no-op: stackfarm run (own process, median of 3)", direct, ""),
+        ("warm no-op: nox -s matrix (median of 3)", via_nox, f"ratio {via_nox / direct:.2f} (target <= 1.5)"),
+    ]
+
+
 def run(args: Namespace) -> int:
     """`stackfarm bench`: every figure in one table, side by side."""
     from . import main as cli_main  # the command being measured
@@ -88,6 +119,7 @@ def run(args: Namespace) -> int:
         _timed(lambda: cli_main(run))  # fills the verdicts (and the cache if needed)
         seconds, code = _timed(lambda: cli_main(run))
         rows.append(("warm no-op re-run, default matrix", seconds, f"target <= 2 s (exit {code})"))
+        rows += _nox_vs_stackfarm(args.matrix, reports)
 
         one = [*run, "--cells", args.cell]
         if not args.skip_cold:
