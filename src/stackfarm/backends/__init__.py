@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from packaging.requirements import Requirement
+
 from ..artifacts import Artifact, Cache
 from ..cellspec import InstalledComponent
 from ..plan import Cell, Component
@@ -34,6 +36,11 @@ class Backend(Protocol):
 
     def properties(self, cell: Cell) -> dict[str, str]:
         """What the backend adds to the cell's report (e.g. the image it built)."""
+        ...
+
+    def installed_pins(self) -> Mapping[str, list[Requirement]] | None:
+        """SGLang's own Requires-Dist where the stack is already installed (host), keyed by its version; None
+        where the plan reads the pins from the index (the stack is made from wheels)."""
         ...
 
 

@@ -45,7 +45,7 @@ class HostBackend:
     def __init__(self, python: str) -> None:
         self.python = python
 
-    def pins(self) -> dict[str, list[Requirement]]:
+    def installed_pins(self) -> dict[str, list[Requirement]]:
         """The installed sglang's own Requires-Dist (marker-filtered for this host), keyed by its version."""
         sglang = self.probe(["sglang"]).get("sglang")
         if sglang is None:

@@ -59,6 +59,9 @@ class LocalBackend:
             root=str(root),
         )
 
+    def installed_pins(self) -> None:
+        return None  # the stack is made from wheels: the plan reads sglang's pins from the index
+
     def properties(self, cell: Cell) -> dict[str, str]:
         del cell  # nothing beyond the components, which the runner records
         return {}

@@ -153,10 +153,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         docker=matrix.docker,
         index_url=matrix.indexes[matrix.default_index].url,  # the image's own tools: from the matrix's index
     )
-    installed_pins = getattr(backend, "pins", None)
-    if not backend.needs_artifacts and callable(installed_pins):
+    installed = backend.installed_pins()
+    if installed is not None:
         # The stack is already installed (and the host may have no network): its own sglang gives the pins.
-        p, unreachable = select(plan(matrix, installed_pins()), args.cells), dict[tuple[str, str], str]()
+        p, unreachable = select(plan(matrix, installed), args.cells), dict[tuple[str, str], str]()
     else:
         p, unreachable = plan_matrix(matrix, resolver, args.cells)
     if not (p.cells or p.conflicts):

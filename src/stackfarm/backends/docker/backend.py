@@ -281,6 +281,9 @@ class DockerBackend:
 
     # -- report
 
+    def installed_pins(self) -> None:
+        return None  # the stack is made from wheels: the plan reads sglang's pins from the index
+
     def properties(self, cell: Cell) -> dict[str, str]:
         """The image the cell ran in, for its report and qualification record: `docker.image` (the tag),
         `docker.image_digest` (the image's content id, `sha256:...`) and, for an image in a registry,
