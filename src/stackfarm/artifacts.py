@@ -12,7 +12,6 @@ import contextlib
 import email.message
 import email.policy
 import errno
-import fcntl
 import functools
 import http.client
 import json
@@ -23,7 +22,7 @@ import urllib.error
 import urllib.request
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from email.parser import BytesParser
 from html.parser import HTMLParser
@@ -445,17 +444,9 @@ class Cache:
         call it as often as wanted (once per cell), `stackfarm cache prune --keep-runs N` keeps their union."""
         return cachekeep.record_use(self.root, run_id, paths)
 
-    @contextlib.contextmanager
-    def _locked(self, key: str) -> Iterator[None]:
+    def _locked(self, key: str) -> contextlib.AbstractContextManager[None]:
         # flock locks belong to an open file description, so this excludes threads and processes.
-        path = self.root / "locks" / f"{key}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        return cachekeep.flocked(self.root / "locks" / f"{key}.lock")
 
     def _stat_key(self, path: Path) -> tuple[int, int] | None:
         try:
@@ -667,10 +658,25 @@ def _download_once(artifact: Artifact, part: Path, progress: _Progress, timeout:
         raise http.client.IncompleteRead(b"", total - done)
 
 
+#: The extras a cell installs a distribution with, where its wheel declares them (Provides-Extra): SGLang up to
+#: 0.5.2 keeps its torch / sgl-kernel / flashinfer pins under ``extra == "srt"`` (``pip install "sglang[srt]"``),
+#: and the farm installs exactly that stack beside it.
+INSTALLED_EXTRAS: dict[str, tuple[str, ...]] = {"sglang": ("srt",)}
+
+
 def requires_dist(
-    metadata: email.message.Message, *, python: str, platform_machine: str = "x86_64"
+    metadata: email.message.Message,
+    *,
+    python: str,
+    platform_machine: str = "x86_64",
+    extras: Iterable[str] | None = None,
 ) -> list[Requirement]:
-    """The ``Requires-Dist`` entries that apply to CPython ``python`` on Linux (no extras)."""
+    """The ``Requires-Dist`` entries that apply to CPython ``python`` on Linux with ``extras`` installed.
+
+    `extras` None means the ones the farm installs (`INSTALLED_EXTRAS`), those the wheel declares. An extra that
+    requires the distribution itself with more extras (``sglang[runtime_common]; extra == "srt"``) turns those
+    on too; that self-requirement is not returned.
+    """
     release = Version(python).release
     env = {
         "python_version": ".".join(map(str, release[:2])),
@@ -683,12 +689,30 @@ def requires_dist(
         "os_name": "posix",
         "extra": "",
     }
-    out = []
+    name = canonicalize_name(str(metadata.get("Name") or ""))
+    declared = {canonicalize_name(str(e)) for e in metadata.get_all("Provides-Extra") or []}
+    wanted = INSTALLED_EXTRAS.get(name, ()) if extras is None else tuple(extras)
+    active = {canonicalize_name(e) for e in wanted if extras is not None or canonicalize_name(e) in declared}
+    parsed = []
     for line in metadata.get_all("Requires-Dist") or []:
         try:
-            req = Requirement(str(line))
+            parsed.append(Requirement(str(line)))
         except InvalidRequirement as exc:
             raise ArtifactError(f"{metadata.get('Name')}: bad Requires-Dist {line!r}: {exc}") from exc
-        if req.marker is None or req.marker.evaluate(env):
-            out.append(req)
-    return out
+
+    def applies(req: Requirement) -> bool:
+        if req.marker is None:
+            return True
+        return any(req.marker.evaluate({**env, "extra": extra}) for extra in ("", *sorted(active)))
+
+    while True:  # self-requirements with extras switch further extras on, to a fixed point
+        more = {
+            canonicalize_name(e)
+            for req in parsed
+            if canonicalize_name(req.name) == name and applies(req)
+            for e in req.extras
+        } - active
+        if not more:
+            break
+        active |= more
+    return [r for r in parsed if applies(r) and not (canonicalize_name(r.name) == name and name)]

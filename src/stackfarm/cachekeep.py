@@ -280,7 +280,8 @@ def _run_file(root: Path, run_id: str) -> Path:
 
 
 @contextlib.contextmanager
-def _flocked(path: Path) -> Iterator[None]:
+def flocked(path: Path) -> Iterator[None]:
+    """Hold an flock on `path` (made if absent): it excludes threads and processes alike."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -294,7 +295,7 @@ def record_use(root: Path, run_id: str, paths: Iterable[Path]) -> Path:
     """Add ``paths`` (blobs, trees, cell work dirs; anything inside them) to ``runs/<run_id>.json``."""
     target = _run_file(root, run_id)
     entries = {e for p in paths if (e := entry_of(root, Path(p))) is not None}
-    with _flocked(root / "locks" / f"run-{target.stem}.lock"):
+    with flocked(root / "locks" / f"run-{target.stem}.lock"):
         try:
             old = json.loads(target.read_text(encoding="utf-8"))
             started = float(old["time"])

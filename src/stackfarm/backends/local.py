@@ -49,15 +49,7 @@ class LocalBackend:
 
     @staticmethod
     def _component(comp: Component, art: Artifact, root: Path) -> InstalledComponent:
-        return InstalledComponent(
-            axis=comp.axis,
-            distribution=comp.distribution,
-            version=comp.version,
-            filename=art.filename,
-            sha256=art.sha256,
-            source=art.source,
-            root=str(root),
-        )
+        return InstalledComponent.of(comp, art, root)
 
     def installed_pins(self) -> None:
         return None  # the stack is made from wheels: the plan reads sglang's pins from the index

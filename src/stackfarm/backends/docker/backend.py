@@ -170,18 +170,7 @@ class DockerBackend:
         self, cell: Cell, artifacts: Mapping[Component, Artifact]
     ) -> tuple[InstalledComponent, ...]:
         site = site_packages(cell["python"])
-        return tuple(
-            InstalledComponent(
-                axis=comp.axis,
-                distribution=comp.distribution,
-                version=comp.version,
-                filename=art.filename,
-                sha256=art.sha256,
-                source=art.source,
-                root=site,
-            )
-            for comp, art in artifacts.items()
-        )
+        return tuple(InstalledComponent.of(comp, art, site) for comp, art in artifacts.items())
 
     def _context(
         self,
