@@ -1,0 +1,91 @@
+"""Emitters: the document `stackfarm plan --json` prints (stackfarm.planjson) as a pipeline of another engine.
+
+    stackfarm emit gha | buildkite | k8s --plan plan.json [--chunk N]
+
+Every emitter takes the same cells (`pending`): those without a stored verdict for their input hash, longest
+first by estimated duration (cells never timed first: they may be the longest), each on its runner kind. The
+engines' own limits decide the chunks: 256 jobs per GitHub Actions matrix, 500 steps per Buildkite upload, and
+a ConfigMap's 1 MiB for a Kubernetes Job's plan.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from ..errors import StackfarmError
+from ..matrix import Runner
+
+#: One cell of the plan document, as JSON gives it back.
+CellDoc = Mapping[str, Any]
+
+
+class EmitError(StackfarmError):
+    """The plan cannot be emitted as asked (a cell without a runner kind, a chunk past the engine's limit)."""
+
+
+def runner_of(cell: CellDoc) -> str:
+    kind = cell.get("runner")
+    if not isinstance(kind, str) or not kind:
+        raise EmitError(
+            f"cell {cell.get('id')} has no runner kind in the plan: plan it with `stackfarm plan --json` "
+            "(which places each cell on the first [runners.<kind>] whose cells globs match it)"
+        )
+    return kind
+
+
+def place(doc: Mapping[str, Any], runners: Sequence[Runner]) -> dict[str, Any]:
+    """The plan document with each cell that lacks one given its runner kind, labels, GPUs and arch (for
+    documents of an older `plan --json`): the first kind whose `cells` globs match, as stackfarm.gha does."""
+    cells = []
+    for cell in doc.get("cells", []):
+        if cell.get("runner"):
+            cells.append(cell)
+            continue
+        kind = next((k for k in runners if any(fnmatch.fnmatchcase(cell["id"], g) for g in k.cells)), None)
+        if kind is None:
+            raise EmitError(f"cell {cell['id']} matches no [runners.*] cells glob: it would never run")
+        cells.append({**cell, **runner_fields(kind)})
+    return {**doc, "cells": cells}
+
+
+def runner_fields(kind: Runner | None) -> dict[str, Any]:
+    """What a plan cell says of its runner kind (stackfarm.gha.job_matrix's entry, less the cell id)."""
+    if kind is None:
+        return {"runner": None, "labels": [], "gpus": None, "arch": None}
+    return {"runner": kind.name, "labels": list(kind.labels), "gpus": kind.gpus, "arch": kind.arch}
+
+
+def pending(doc: Mapping[str, Any]) -> list[CellDoc]:
+    """The cells to run: no stored verdict, longest first (an unknown duration sorts first), then by id."""
+    cells = [c for c in doc.get("cells", []) if not c.get("stored")]
+    for cell in cells:
+        runner_of(cell)
+
+    def order(cell: CellDoc) -> tuple[int, float, str]:
+        seconds = cell.get("estimated_seconds")
+        if seconds is None:
+            return (0, 0.0, str(cell["id"]))
+        return (1, -float(seconds), str(cell["id"]))
+
+    return sorted(cells, key=order)
+
+
+def chunks(items: Sequence[CellDoc], size: int) -> Iterator[Sequence[CellDoc]]:
+    if size < 1:
+        raise EmitError(f"--chunk {size}: a chunk holds at least one cell")
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def check_chunk(size: int | None, limit: int, engine: str) -> int:
+    """The chunk size asked for (default: the engine's limit), refused past that limit."""
+    if size is None:
+        return limit
+    if not 1 <= size <= limit:
+        raise EmitError(f"--chunk {size}: {engine} takes 1 to {limit} per chunk")
+    return size
+
+
+__all__ = ["CellDoc", "EmitError", "check_chunk", "chunks", "pending", "place", "runner_fields", "runner_of"]
