@@ -98,7 +98,7 @@ def test_write_skipped_suite(tmp_path: Path, kind: Literal["skipped", "error"]) 
     (ts,) = list(JUnitXml.fromfile(str(path)))
     assert ts.name == "c1::01-kernels"
     (case,) = list(ts)
-    assert (case.classname, case.name) == ("01-kernels", "suite")
+    assert (case.classname, case.name) == ("c1.01-kernels", "suite")
     assert case.result[0].message == "gated off by 00-stack"
     res = _read(path, "01-kernels")
     assert (res.outcome, res.tests) == (kind, 1)
@@ -171,7 +171,8 @@ def test_merge_keeps_cells_apart_and_totals_add_up(cells: list[CellReport], tmp_
 
     (conflict,) = list(suites["c::plan"])
     assert conflict.is_error
-    assert conflict.result[0].message == "sgl-kernel 0.3.21 requires torch==2.8.*"
+    # No matrix.toml beside the reports folder: the location is the file without a line.
+    assert conflict.result[0].message == "matrix.toml: sgl-kernel 0.3.21 requires torch==2.8.*"
     assert next(iter(suites["d::plan"])).is_error
     assert next(iter(suites["e::plan"])).is_skipped
     assert sorted(p.name for p in out.parent.iterdir()) == ["junit.xml"]
@@ -227,8 +228,8 @@ def test_markdown_grid_status_and_totals(cells: list[CellReport]) -> None:
     assert header == "| cell | 00-stack | 01-kernels | status | first failure |"
     row = {line.split("|")[1].strip(): line for line in lines if line.startswith("| `")}
     assert set(row) == {"`a`", "`b`", "`c`", "`d`", "`e`"}
-    assert "✅ 2/2" in row["`a`"]
-    assert "❌ 1 failed" in row["`a`"]
+    assert "✅ 2/2 passed" in row["`a`"]
+    assert "❌ 1 of 3 failed: test_bad: AssertionError: boom" in row["`a`"], "the reason in the grid cell"
     assert "01-kernels: test_bad: AssertionError: boom \\<script\\>" in row["`a`"]
     assert "&lt;" not in row["`a`"], "markdown without HTML entities"
     assert re.search(r"(?<!\\)<script", md) is None, "no raw tag reaches the markdown"
@@ -254,7 +255,7 @@ def test_markdown_all_passed() -> None:
     md = reports.summary_markdown(
         [cell_report(cell="a", status="ran", reason="", properties={}, suites=(suite,))]
     )
-    assert "| `a` | ✅ 3/3 | ✅ passed |  |" in md
+    assert "| `a` | ✅ 3/3 passed | ✅ passed |  |" in md
     assert "**1 cell: 1 passed**" in md
 
 
@@ -265,11 +266,12 @@ def test_html_is_escaped_and_standalone(cells: list[CellReport]) -> None:
     assert "boom &lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&lt;b&gt;matrix&lt;/b&gt;" in page
     assert "wheel &lt;x&gt; missing" in page
-    assert 'class="passed"' in page
-    assert 'class="failed"' in page
-    assert 'class="skipped"' in page
-    assert 'class="conflict"' in page
-    assert "1/1/1/0" in page  # passed/failed/skipped/error of a's 01-kernels
+    assert 'class="o o-passed"' in page
+    assert 'class="o o-failed"' in page
+    assert 'class="o o-skipped"' in page
+    assert 'class="o v-conflict"' in page
+    assert "1 of 3 failed" in page  # a's 01-kernels
+    assert '<span class="why">test_bad: AssertionError: boom &lt;script&gt;' in page, "the reason under it"
     assert page.count("<details>") == len(cells)
     assert "torch.sha256" in page
     assert "http" not in page  # no external resources

@@ -1,6 +1,13 @@
 """JUnit files, read and written only through junitparser: the per-suite files the runner writes itself (a
 suite it did not run, the steps it performs) and the counts of a suite's file, skip reasons included.
 
+Every file written here is valid xunit2 (the Jenkins/surefire junit-10 schema pytest targets with
+``junit_family=xunit2``; `write_xml` enforces it): properties only on a testsuite, never on a testcase (a
+testcase's properties move onto its testsuite as ``<testcase name>::<property>``); each testsuite carries
+name, tests, failures, errors, skipped, time, timestamp and hostname, each testcase name, classname and time;
+no attribute the schema lacks (no ``skipped`` on <testsuites>, no ``file``/``line`` on a testcase: a
+location goes into the failure message as ``path:line: ...``, see `with_location`).
+
 What the counts *mean* (passed, incomplete, ...) is not decided here: stackfarm.verdict owns that rule.
 """
 
@@ -8,10 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Skipped, TestCase, TestSuite
 
@@ -23,8 +33,108 @@ NOT_APPLICABLE = "n/a: "
 # junitparser ships py.typed but leaves most methods and its attribute descriptors unannotated.
 
 
+# --------------------------------------------------------------------------- xunit2
+
+#: The attributes junit-10.xsd (xunit2) allows on each element; `required` ones are always written.
+ALLOWED: dict[str, frozenset[str]] = {
+    "testsuites": frozenset({"name", "time", "tests", "failures", "disabled", "errors"}),
+    "testsuite": frozenset(
+        {"name", "tests", "failures", "errors", "time", "disabled", "skipped", "timestamp", "hostname", "id",
+         "package", "file", "log", "url", "version"}
+    ),  # fmt: skip
+    "testcase": frozenset({"name", "assertions", "time", "classname", "status", "class"}),
+    "property": frozenset({"name", "value"}),
+    "failure": frozenset({"message", "type"}),
+    "error": frozenset({"message", "type"}),
+    "skipped": frozenset({"message"}),
+    "properties": frozenset(),
+    "system-out": frozenset(),
+    "system-err": frozenset(),
+}
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "testsuite": ("name", "tests", "failures", "errors", "skipped", "time", "timestamp", "hostname"),
+    "testcase": ("name", "classname", "time"),
+    "property": ("name", "value"),
+}
+#: pytest's crash location at the end of a failure's text: "path/to/test_x.py:12: AssertionError".
+_CRASH_LINE = re.compile(r"^(?P<path>[^\s:][^:\n]*\.py):(?P<line>\d+): ", re.MULTILINE)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def location(case: TestCase) -> str | None:
+    """"path:line" of a testcase: its ``file``/``line`` attributes (xunit1), else pytest's crash line in the
+    text of its failure or error; None when neither says."""
+    elem: Any = case._elem
+    path, line = elem.get("file"), elem.get("line")
+    if path:
+        return f"{path}:{line}" if line else str(path)
+    for result in results(case):
+        if isinstance(result, Failure | Error):
+            found = list(_CRASH_LINE.finditer(str(result.text or "")))
+            if found:
+                return f"{found[-1]['path']}:{found[-1]['line']}"
+    return None
+
+
+def with_location(case: TestCase, where: str | None = None) -> None:
+    """Put the testcase's location (`where`, else `location`) at the head of each failure and error message
+    as "path:line: message"; skips keep their message (their text is the reason)."""
+    where = where or location(case)
+    if not where:
+        return
+    for result in results(case):
+        if isinstance(result, Failure | Error):
+            text = str(result.message or first_line(result) or type(result).__name__.lower())
+            if not text.startswith(where):
+                result.message = f"{where}: {text}"
+
+
+def xunit2(xml: JUnitXml) -> None:
+    """Make `xml` valid xunit2 in place (see the module's docstring); statistics must be current."""
+    root: Any = xml._elem
+    stamp, host = now(), socket.gethostname()
+    _keep(root, "testsuites")
+    for suite in root.iter("testsuite"):
+        moved: list[tuple[str, str]] = []
+        for case in suite.findall("testcase"):
+            for props in case.findall("properties"):
+                moved += [(f"{case.get('name')}::{p.get('name')}", p.get("value") or "") for p in props]
+                case.remove(props)
+            for key in ("classname", "time"):
+                if case.get(key) is None:
+                    case.set(key, "" if key == "classname" else "0.000")
+            _keep(case, "testcase")
+        if moved:
+            props = suite.find("properties")
+            if props is None:
+                props = suite.makeelement("properties", {})
+                suite.insert(0, props)
+            for name, value in moved:
+                props.append(props.makeelement("property", {"name": name, "value": value}))
+        defaults = {"timestamp": stamp, "hostname": host, "tests": "0", "failures": "0", "errors": "0",
+                    "skipped": "0", "time": "0.000"}  # fmt: skip
+        for key, value in defaults.items():
+            if suite.get(key) is None:
+                suite.set(key, value)
+        props = suite.find("properties")
+        if props is not None and list(suite).index(props) != 0:  # properties come first
+            suite.remove(props)
+            suite.insert(0, props)
+        _keep(suite, "testsuite")
+
+
+def _keep(elem: Any, tag: str) -> None:
+    for key in [k for k in elem.attrib if k not in ALLOWED[tag]]:
+        del elem.attrib[key]
+
+
 def write_xml(path: Path, xml: JUnitXml) -> None:
+    """Write a JUnit file atomically, its statistics recomputed and made valid xunit2."""
     xml.update_statistics()  # type: ignore[no-untyped-call]  # junitparser: unannotated
+    xunit2(xml)
     buf = io.BytesIO()
     xml.write(buf)
     write_bytes_atomic(path, buf.getvalue())
@@ -59,8 +169,8 @@ def message(case: TestCase, result: Failure | Error | Skipped) -> str:
     return f"{case.name}: {first_line(result) or type(result).__name__.lower()}"
 
 
-def one_case(suite: str, outcome: str, reason: str) -> TestCase:
-    case = TestCase(name="suite", classname=suite, time=0.0)
+def one_case(suite: str, outcome: str, reason: str, *, classname: str | None = None) -> TestCase:
+    case = TestCase(name="suite", classname=classname or suite, time=0.0)
     if outcome == "skipped":
         case.result = [Skipped(reason)]
     elif outcome == "failed":
@@ -75,7 +185,8 @@ def write_skipped_suite(
 ) -> None:
     """JUnit for a suite the runner did not run: one testcase marked Skipped(reason) or Error(reason)."""
     ts = TestSuite(f"{cell}::{suite}")
-    ts.add_testcase(one_case(suite, kind, reason))
+    ts.timestamp, ts.hostname = now(), socket.gethostname()
+    ts.add_testcase(one_case(suite, kind, reason, classname=f"{cell}.{suite}"))
     xml = JUnitXml()
     xml.add_testsuite(ts)
     write_xml(path, xml)
@@ -93,8 +204,9 @@ class Step:
 def write_steps(path: Path, *, cell: str, suite: str, steps: Sequence[Step]) -> None:
     """JUnit for a runner step with one testcase per item, each carrying its properties."""
     ts = TestSuite(f"{cell}::{suite}")
+    ts.timestamp, ts.hostname = now(), socket.gethostname()
     for step in steps:
-        case = TestCase(step.name, classname=suite)
+        case = TestCase(step.name, classname=f"{cell}.{suite}", time=0.0)
         if step.failure is not None:
             case.result = [Failure(step.failure.splitlines()[0] if step.failure else "failed")]
             case.system_out = step.failure
@@ -162,7 +274,9 @@ def count(path: Path) -> Counts:
 
 
 __all__ = [
+    "ALLOWED",
     "NOT_APPLICABLE",
+    "REQUIRED",
     "UNREADABLE",
     "Counts",
     "Step",
@@ -170,10 +284,14 @@ __all__ = [
     "count",
     "first_line",
     "load",
+    "location",
     "message",
+    "now",
     "one_case",
     "results",
+    "with_location",
     "write_skipped_suite",
     "write_steps",
     "write_xml",
+    "xunit2",
 ]

@@ -2,11 +2,19 @@
 
 Every cell's verdict comes from stackfarm.verdict; nothing here judges. Every file is written atomically, so
 an interrupted run never leaves a half-written report.
+
+The merged file lists every planned cell (passed, failed, incomplete, conflict, excluded, error) and is valid
+xunit2 (stackfarm.junit.write_xml): a testsuite ``<cell>::<suite>`` per suite (``<cell>::plan`` for a cell
+that never ran) carrying the cell's properties, the suite's own, and its testcases' properties as
+``<testcase name>::<property>`` (xunit2 has no testcase properties); testcase classnames are
+``<cell>.<suite>.<module>``, so tools that group by class keep cells apart; a failure's message starts with
+its location, ``path:line: ...`` (pytest's crash line, or matrix.toml[:line] for a conflict or plan error).
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -15,12 +23,15 @@ from junitparser import JUnitXml, TestCase, TestSuite
 from . import junit
 from .files import write_atomic, write_bytes_atomic
 from .junit import Step, write_skipped_suite, write_steps
+from .sections.grid import COLOURS, css, root_causes, short, suite_reason, suite_text
 from .verdict import CellReport, Outcome, Status, SuiteResult, read_suite, totals
 
 __all__ = [
+    "COLOURS",
     "CellReport",
     "Step",
     "SuiteResult",
+    "matrix_location",
     "merge",
     "read_suite",
     "summary_html",
@@ -40,9 +51,56 @@ _PLAN_RESULT: dict[Status, Outcome] = {
     Status.CONFLICT: "error",
     Status.ERROR: "error",
 }
+_TOML_LOCATION = re.compile(r"(?P<path>[\w./-]*\.toml):(?P<line>\d+)")
+_HAS = re.compile(r"the cell has (?P<dist>[A-Za-z0-9_.-]+) ")
+_HEADER = re.compile(r"^\s*(\[\[?)\s*(?P<name>[^\]]+?)\s*\]\]?")
+_PAIR = re.compile(r'^\s*(?P<key>[\w-]+)\s*=\s*"(?P<value>[^"]*)"')
 
 
-def _merged_suite(cell: CellReport, res: SuiteResult) -> TestSuite:
+def matrix_location(cell: CellReport, matrix: Path | None, shown: str = "matrix.toml") -> str:
+    """Where in matrix.toml a cell that never ran comes from: "matrix.toml:<line>" of the [[include]] that
+    made it, else of the [axes] entry of the component its conflict names (a location in the reason wins);
+    "matrix.toml" alone when the line is not known."""
+    named = _TOML_LOCATION.search(cell.reason)
+    if named is not None:
+        return f"{named['path']}:{named['line']}"
+    try:
+        lines = matrix.read_text(encoding="utf-8").splitlines() if matrix is not None else []
+    except (OSError, UnicodeDecodeError):
+        lines = []
+    if not lines or cell.status is not Status.CONFLICT:
+        return shown
+    blocks: list[tuple[str, int, dict[str, str]]] = []
+    for number, text in enumerate(lines, 1):
+        if (h := _HEADER.match(text)) is not None:
+            blocks.append((h["name"], number, {}))
+        elif blocks and (pair := _PAIR.match(text)) is not None:
+            blocks[-1][2][pair["key"]] = pair["value"]
+    values = dict(cell.values)
+    for name, number, pairs in blocks:
+        if name == "include" and pairs and all(values.get(k) == v for k, v in pairs.items()):
+            return f"{shown}:{number}"
+    from .stack import axis_of  # late: the summaries need no stack model otherwise
+
+    has = _HAS.search(cell.reason)
+    axis = (axis_of(has["dist"]) if has else None) or "sglang"
+    section = ""
+    for number, text in enumerate(lines, 1):
+        if (h := _HEADER.match(text)) is not None:
+            section = h["name"]
+        elif section == "axes" and re.match(rf"^\s*{re.escape(axis)}\s*=", text):
+            return f"{shown}:{number}"
+    return shown
+
+
+def _classname(cell: str, suite: str, original: str) -> str:
+    module = original.removeprefix("suites.").removeprefix(f"{suite}.") if original else ""
+    if module in ("", suite, f"{cell}.{suite}"):
+        return f"{cell}.{suite}"
+    return f"{cell}.{suite}.{module}"
+
+
+def _merged_suite(cell: CellReport, res: SuiteResult, where: str | None = None) -> TestSuite:
     ts = TestSuite(f"{cell.cell}::{res.suite}")
     for key, value in sorted(cell.properties.items()):
         ts.add_property(key, value)
@@ -65,13 +123,22 @@ def _merged_suite(cell: CellReport, res: SuiteResult) -> TestSuite:
         cases.append(junit.one_case(res.suite, res.outcome, res.first_failure or f"suite {res.outcome}"))
     elif source is None:
         cases.append(junit.one_case(res.suite, res.outcome, res.first_failure or f"suite {res.outcome}"))
+    for case in cases:
+        junit.with_location(case, where)
+        case.classname = _classname(cell.cell, res.suite, str(case.classname or ""))
     ts.add_testcases(cases)
     return ts
 
 
-def merge(cells: Sequence[CellReport], out: Path) -> None:
-    """Write one JUnit file with a testsuite ``<cell>::<suite>`` per suite (``<cell>::plan`` for cells
-    that never ran), each carrying the cell's properties; root totals are recomputed."""
+def merge(cells: Sequence[CellReport], out: Path, *, matrix: Path | None = None) -> None:
+    """Write one xunit2 JUnit file with a testsuite ``<cell>::<suite>`` per suite (``<cell>::plan`` for cells
+    that never ran, located in `matrix`: by default the matrix.toml beside the reports folder), each carrying
+    the cell's properties; root totals are recomputed."""
+    matrix = matrix if matrix is not None else out.parent.parent / "matrix.toml"
+    try:
+        shown = matrix.resolve().relative_to(out.parent.parent.resolve()).as_posix()
+    except ValueError:
+        shown = str(matrix)
     root = JUnitXml("stackfarm")
     for cell in cells:
         if cell.status in _PLAN_RESULT:
@@ -79,7 +146,8 @@ def merge(cells: Sequence[CellReport], out: Path) -> None:
                 cell=cell.cell, suite="plan", outcome=_PLAN_RESULT[cell.status], tests=1, failures=0,
                 errors=0, skipped=0, time=0.0, first_failure=cell.reason or cell.status, xml=None,
             )  # fmt: skip
-            junit.append(root, _merged_suite(cell, res))
+            where = None if cell.status is Status.EXCLUDED else matrix_location(cell, matrix, shown)
+            junit.append(root, _merged_suite(cell, res, where))
             continue
         for res in cell.suites:
             junit.append(root, _merged_suite(cell, res))
@@ -92,21 +160,11 @@ _ICON = {
     "passed": "✅",
     "failed": "❌",
     "skipped": "⏭",
-    "incomplete": "⏭",
+    "incomplete": "🟡",
     "not_applicable": "·",
     "error": "💥",
 }
 _STATUS_ICON = {**_ICON, "conflict": "⚠️", "excluded": "⏭"}
-
-
-def _grid_text(s: SuiteResult) -> str:
-    if s.outcome == "passed":
-        return f"✅ {s.passed}/{s.tests}"
-    if s.outcome == "incomplete":
-        return f"⏭ {s.passed}/{s.tests}, {s.skipped} skipped"
-    if s.outcome == "failed":
-        return f"❌ {s.failures} failed" if s.failures else "❌ failed"
-    return f"{_ICON[s.outcome]} {s.outcome}"
 
 
 def _suite_names(cells: Iterable[CellReport]) -> list[str]:
@@ -114,9 +172,7 @@ def _suite_names(cells: Iterable[CellReport]) -> list[str]:
 
 
 def _md(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
+    text = short(text, limit)
     # GitHub renders raw HTML in markdown: backslash-escape what would open a tag or an entity, so
     # "<Foo at 0x..>" stays visible and inert, and the text reads the same in a terminal (no &lt;).
     for char in "\\|<>&":
@@ -128,6 +184,23 @@ def _md_row(cols: Iterable[str]) -> str:
     return "| " + " | ".join(cols) + " |"
 
 
+def _md_suite(s: SuiteResult) -> str:
+    """A suite's grid cell: its counts, and why when it is not green ("❌ 1 of 3 failed: test_bad: ...")."""
+    why = suite_reason(s)
+    return f"{_ICON[s.outcome]} {_md(suite_text(s))}" + (f": {_md(why, 90)}" if why else "")
+
+
+def causes_markdown(cells: Sequence[CellReport]) -> list[str]:
+    """The failures grouped by root cause across cells: "- 3 cells: <reason> — `a`, `b`, `c`"."""
+    found = root_causes(cells)
+    if not found:
+        return []
+    lines = ["", "**Failures by root cause**", ""]
+    for c in found:
+        lines.append(f"- {_md(c.line(), 300)} — " + ", ".join(f"`{_md(cell)}`" for cell in c.cells))
+    return lines
+
+
 def summary_markdown(cells: Sequence[CellReport], *, title: str = "stackfarm matrix") -> str:
     names = _suite_names(cells)
     lines = [f"## {_md(title)}", ""]
@@ -135,7 +208,7 @@ def summary_markdown(cells: Sequence[CellReport], *, title: str = "stackfarm mat
     lines.append(_md_row(["---"] * (len(names) + 3)))
     for c in cells:
         by_name = {s.suite: s for s in c.suites}
-        grid = [_grid_text(by_name[n]) if n in by_name else "—" for n in names]
+        grid = [_md_suite(by_name[n]) if n in by_name else "—" for n in names]
         verdict = str(c.status)
         status = f"{_STATUS_ICON[verdict]} {verdict}" + (" (reused)" if c.reused else "")
         lines.append(_md_row([f"`{_md(c.cell)}`", *grid, status, _md(c.first_problem())]))
@@ -143,6 +216,7 @@ def summary_markdown(cells: Sequence[CellReport], *, title: str = "stackfarm mat
     if problems:
         lines += ["", "**Conflicts and errors**", ""]
         lines += [f"- `{_md(c.cell)}` — {c.status}: {_md(c.reason, 400)}" for c in problems]
+    lines += causes_markdown(cells)
     lines += ["", f"**{totals(cells)}**", ""]
     return "\n".join(lines)
 
@@ -151,12 +225,11 @@ _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
 table { border-collapse: collapse; margin-bottom: 1rem; }
 th, td { border: 1px solid #ccc; padding: .3rem .6rem; text-align: left; vertical-align: top; }
-td.passed { background: #d4f4d4; } td.failed { background: #f8d0d0; }
-td.skipped, td.incomplete, td.excluded, td.none { background: #e6e6e6; color: #555; }
-td.error, td.conflict { background: #fde0b8; }
-.counts { font-size: .8em; color: #444; display: block; } .fail { font-family: monospace; font-size: .85em; }
+td.o { font-weight: 600; max-width: 260px; }
+.why { display: block; font-weight: 400; font-size: .8em; margin-top: 2px; }
+.fail { font-family: monospace; font-size: .85em; }
 details { margin: .3rem 0; } code { font-size: .9em; }
-"""
+""" + css()
 
 
 def summary_html(cells: Sequence[CellReport], *, title: str = "stackfarm matrix") -> str:
@@ -170,20 +243,25 @@ def summary_html(cells: Sequence[CellReport], *, title: str = "stackfarm matrix"
         for n in names:
             s = by_name.get(n)
             if s is None:
-                tds.append('<td class="none">—</td>')
+                tds.append('<td class="o o-missing" data-outcome="missing">—</td>')
                 continue
-            counts = f"{s.passed}/{s.failures}/{s.skipped}/{s.errors}"
+            why = suite_reason(s)
+            under = f'<span class="why">{e(short(why, 140))}</span>' if why else ""
             tds.append(
-                f'<td class="{e(s.outcome)}">{_ICON[s.outcome]} {e(s.outcome)}'
-                f'<span class="counts" title="passed/failed/skipped/error">{e(counts)}</span></td>'
+                f'<td class="o o-{e(s.outcome)}" data-outcome="{e(s.outcome)}">{_ICON[s.outcome]} '
+                f"{e(suite_text(s))}{under}</td>"
             )
         verdict = str(c.status)
         reused = " (reused)" if c.reused else ""
         rows.append(
-            f"<tr><th><code>{e(c.cell)}</code></th>{''.join(tds)}"
-            f'<td class="{e(verdict)}">{_STATUS_ICON[verdict]} {e(verdict)}{e(reused)}</td>'
-            f'<td class="fail">{e(c.first_problem())}</td></tr>'
+            f'<tr data-cell="{e(c.cell)}"><th><code>{e(c.cell)}</code></th>{"".join(tds)}'
+            f'<td class="o v-{e(verdict)}" data-outcome="{e(verdict)}">{_STATUS_ICON[verdict]} {e(verdict)}'
+            f'{e(reused)}</td><td class="fail">{e(c.first_problem())}</td></tr>'
         )
+    causes = "".join(
+        f"<li><strong>{e(rc.line())}</strong> — {', '.join(f'<code>{e(x)}</code>' for x in rc.cells)}</li>"
+        for rc in root_causes(cells)
+    )
     details: list[str] = []
     for c in cells:
         props = "".join(
@@ -200,12 +278,16 @@ def summary_html(cells: Sequence[CellReport], *, title: str = "stackfarm matrix"
         f"<h1>{e(title)}</h1>\n"
         f"<table><thead><tr><th>cell</th>{head}<th>status</th><th>first failure</th></tr></thead>\n"
         f"<tbody>\n{chr(10).join(rows)}\n</tbody></table>\n"
-        f"<p><strong>{e(totals(cells))}</strong></p>\n<h2>Cells</h2>\n{chr(10).join(details)}\n"
-        "</body></html>\n"
+        f"<p><strong>{e(totals(cells))}</strong></p>\n"
+        + (f"<h2>Failures by root cause</h2><ul>{causes}</ul>\n" if causes else "")
+        + f"<h2>Cells</h2>\n{chr(10).join(details)}\n</body></html>\n"
     )
 
 
-def write_summaries(cells: Sequence[CellReport], reports_dir: Path) -> None:
-    merge(cells, reports_dir / "junit.xml")
+def write_summaries(
+    cells: Sequence[CellReport], reports_dir: Path, *, matrix: Path | None = None
+) -> None:
+    """junit.xml, summary.md and summary.html of these cells (every planned cell: the caller lists them)."""
+    merge(cells, reports_dir / "junit.xml", matrix=matrix)
     write_atomic(reports_dir / "summary.md", summary_markdown(cells))
     write_atomic(reports_dir / "summary.html", summary_html(cells))
