@@ -128,6 +128,10 @@ class Runner:
     gpus: int
     #: fnmatch globs on cell ids; the first kind (in file order) that matches a cell runs it.
     cells: tuple[str, ...]
+    #: The NVIDIA driver the runner has ("570.86.15"), None when matrix.toml does not say (stackfarm.driver).
+    driver: str | None = None
+    #: The runner has the cuda-compat package: a CUDA newer than its driver runs (forward compatibility).
+    forward_compat: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -383,6 +387,8 @@ def _runners(doc: _Doc, data: Mapping[str, Any], archs: Sequence[str]) -> dict[s
             arch=entry.get("arch"),
             gpus=int(entry.get("gpus", 1)),
             cells=(cells,) if isinstance(cells, str) else tuple(cells),
+            driver=str(entry["driver"]).strip() if "driver" in entry else None,
+            forward_compat=bool(entry.get("forward_compat", False)),
         )
     return runners
 

@@ -4,7 +4,8 @@ the keys of each [suites.<NN-name>] (its settings are declared per suite: stackf
 matrix.load checks every table against these (stackfarm.schema) before any work starts. Each declaration
 mirrors what its reader accepts:
 
-- [runners.<kind>]: stackfarm.qualify (the GitHub Actions job matrix: runs-on labels, GPU count, cell globs);
+- [runners.<kind>]: stackfarm.qualify (the GitHub Actions job matrix: runs-on labels, GPU count, cell globs) and
+  stackfarm.driver (the runner's NVIDIA driver and forward compatibility, against each cell's driver floor);
 - [features.<name>]: stackfarm.analysis.captables.parse_features, read by 10-capability;
 - [docker]: stackfarm.backends.docker's validators (validate_shm_size, validate_ulimits, base_for), mirrored
   here because the backend is imported only when it is used (tests/test_schema.py keeps the two in step).
@@ -40,6 +41,14 @@ def suite(name: str) -> Table:
 # --------------------------------------------------------------------------- [runners.<kind>]
 
 _KIND_COUNT = re.compile(r"^(\d+)x-")
+_DRIVER = re.compile(r"^\d{3,4}(\.\d+){0,2}$")
+
+
+def _driver_version(text: str) -> str | None:
+    """Mirrors stackfarm.driver.driver_key: 570, 570.86 or 570.86.15."""
+    if _DRIVER.fullmatch(text.strip()):
+        return None
+    return f"= {text!r} is not an NVIDIA driver version like \"570.86.15\""
 
 
 def runner(archs: Sequence[str]) -> Table:
@@ -60,6 +69,14 @@ def runner(archs: Sequence[str]) -> Table:
             "cells": Either(
                 (Str("a cell-id glob"), List(Str("a cell-id glob"), "")),
                 'cell-id globs the runner takes, e.g. cells = ["*-sgl0.5.9"] (default ["*"])',
+            ),
+            "driver": Str(
+                'the NVIDIA driver the runner has, quoted, e.g. driver = "570.86.15" (stackfarm.driver)',
+                check=_driver_version,
+            ),
+            "forward_compat": Bool(
+                "true or false: the runner has NVIDIA's cuda-compat package (data-center GPUs), so a newer CUDA "
+                "than its driver runs"
             ),
         },
         required=("labels",),

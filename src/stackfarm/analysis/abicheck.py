@@ -215,14 +215,15 @@ class CellAbi:
 # --------------------------------------------------------------------------- collecting
 
 
-def _record(comp: InstalledComponent) -> dict[str, tuple[str | None, int | None]]:
+def _record(comp: InstalledComponent) -> dict[str, tuple[str | None, int | None]] | None:
+    """The libraries its wheel's RECORD lists, with their sha256 and size; None without a RECORD."""
     info = dist_info(comp)
     if info is None or not (info / "RECORD").is_file():
-        return {}
+        return None
     out: dict[str, tuple[str | None, int | None]] = {}
     with (info / "RECORD").open(newline="", encoding="utf-8") as fh:
         for row in csv.reader(fh):
-            if len(row) >= 3 and row[0]:
+            if len(row) >= 3 and looks_like_library(row[0]):
                 out[row[0]] = (record_sha256(row[1]), int(row[2]) if row[2].isdigit() else None)
     return out
 
@@ -245,7 +246,7 @@ def native_libraries(
         path = root / rel
         if not path.is_file() or not is_shared_object(path):
             continue
-        sha, size = record.get(rel, (None, None))
+        sha, size = (record or {}).get(rel, (None, None))
         try:
             trusted = sha if size is not None and path.stat().st_size == size else None
             info = read_elf(path, sha256=trusted, cache=cache)
@@ -262,25 +263,36 @@ def _expand(entry: str, origin: Path) -> Path:
 
 
 class _Index:
-    """The cell's libraries by loader name (SONAME and file name) and by real path."""
+    """The cell's libraries by loader name (SONAME and file name), by path, and by the names they define."""
 
     def __init__(self, libs: Iterable[NativeLib]) -> None:
         self.by_name: dict[str, NativeLib] = {}
         self.by_path: dict[str, NativeLib] = {}
+        self.definers: dict[str, list[NativeLib]] = {}
+        self._found: dict[tuple[str, str, tuple[str, ...]], NativeLib | None] = {}
         for lib in libs:
-            self.by_path[os.path.realpath(lib.path)] = lib
+            self.by_path[os.path.normpath(lib.path)] = lib
             for name in (lib.info.soname, lib.path.name):
                 if name:
                     self.by_name.setdefault(name, lib)
+            for symbol in lib.info.defined:
+                self.definers.setdefault(symbol, []).append(lib)
 
     def find(self, name: str, requirer: NativeLib) -> NativeLib | None:
         dirs = requirer.info.runpath or requirer.info.rpath
+        key = (name, str(requirer.path.parent), dirs)
+        if key in self._found:
+            return self._found[key]
+        hit = None
         for entry in dirs:
             candidate = _expand(entry, requirer.path.parent) / name
-            hit = self.by_path.get(os.path.realpath(candidate))
+            hit = self.by_path.get(os.path.normpath(candidate))
             if hit is not None:
-                return hit
-        return self.by_name.get(name)
+                break
+        if hit is None:
+            hit = self.by_name.get(name)
+        self._found[key] = hit
+        return hit
 
     def closure(self, lib: NativeLib) -> tuple[list[NativeLib], set[str], list[str]]:
         """(the libraries it loads, breadth first; the system libraries it needs; names found nowhere)."""
@@ -336,7 +348,7 @@ def _judge(
     verdict = LibraryVerdict(lib, missing=missing)
     if m := _CPYTHON_TAG.search(lib.path.name):
         verdict.notes.append(f"built for CPython {m.group(1)}.{m.group(2)} (its file name says so)")
-    providers = [p for p in order if p is not lib]
+    providers = {id(p) for p in order if p is not lib}
     stems = {_stem(name): name for name in system_libs}
     system: Counter[str] = Counter()
     left: list[Undefined] = []
@@ -344,7 +356,7 @@ def _judge(
     for u in lib.info.undefined:
         if u.weak:
             continue
-        if any(_defines(p, u) for p in providers):
+        if any(id(p) in providers and _defines(p, u) for p in index.definers.get(u.name, ())):
             verdict.resolved += 1
             continue
         if u.name.startswith(("Py", "_Py")):

@@ -1,0 +1,167 @@
+"""05-import: can every native library of the cell load with the cell's torch, platform and driver?
+
+Static part (any machine, no import): one testcase per shared object of the cell's components (torch's own,
+sgl_kernel's per-arch ops, deep_gemm, mscclpp...), its undefined dynamic symbols resolved against the libraries
+the cell ships, the platform tag's glibc/libstdc++ and the CUDA libraries the system provides
+(stackfarm.analysis.abicheck). A failing one says ``<lib> cannot load with torch X: N unresolved symbols: ...``
+and the likely cause (a c10/at/torch symbol: built against another torch, and which cached torch has it).
+Besides: the flashinfer distributions are one release, and no SONAME is shipped as two different builds.
+
+GPU part (skipped with "needs GPU: ..." elsewhere): the machine's driver against the cell's driver floor
+(stackfarm.driver: the CUDA major's floor, raised by the driver-API symbols the libraries link), and a real
+``dlopen`` of every library in a fresh interpreter after ``import torch``, which must agree with the static verdict.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from import_findings import cell_matrix, findings
+
+from stackfarm.analysis.abicheck import FLASHINFER_TRIO, LibraryVerdict, flashinfer_drift
+from stackfarm.cellspec import CellSpec
+from stackfarm.driver import installed_driver, runner_for, runs_on
+from stackfarm.errors import StackfarmError
+from stackfarm.proc import call
+from stackfarm.suitekit import check_installed, need_gpu, not_applicable
+
+#: The type of pytest's record_property fixture.
+RecordProperty = Callable[[str, object], None]
+
+
+def test_analysis(record_property: RecordProperty) -> None:
+    """The cell's libraries could be read (an unreadable or truncated .so fails here, naming it)."""
+    found = findings()
+    if found.error:
+        pytest.fail(found.error, pytrace=False)
+    record_property("libraries", len(found.abi.libraries))
+    record_property("seconds", f"{found.seconds:.3f}")
+    record_property("platform", found.platform.tag)
+    assert not found.abi.errors, f"{len(found.abi.errors)} libraries cannot be read: {found.abi.errors[:5]}"
+
+
+def test_library_loads(native: LibraryVerdict, record_property: RecordProperty) -> None:
+    """Every non-weak undefined symbol of the library is defined by the cell, the interpreter or the system."""
+    found = findings()
+    record_property("library", native.lib.relpath)
+    record_property("component", f"{native.lib.component} {native.lib.version}")
+    record_property("soname", native.lib.info.soname)
+    record_property("build_id", native.lib.info.build_id)
+    record_property("resolved", native.resolved)
+    record_property("unresolved", len(native.unresolved))
+    record_property("first_symbols", "; ".join(u.demangled for u in native.unresolved[:5]))
+    record_property("system", ", ".join(f"{k}:{v}" for k, v in native.system.items()))
+    if native.missing:
+        record_property("missing_libraries", ", ".join(native.missing))
+    if native.cause:
+        record_property("cause", native.cause)
+    if native.notes:
+        record_property("notes", "; ".join(native.notes))
+    if not native.ok:
+        pytest.fail(native.line(found.torch), pytrace=False)
+
+
+def _flashinfer_versions(cell: CellSpec) -> dict[str, str]:
+    """The trio's versions: the cell's components, and any installed beside them (one site-packages)."""
+    versions = {c.distribution: c.version for c in cell.components if c.distribution in FLASHINFER_TRIO}
+    roots = {Path(c.root) for c in cell.components if c.root}
+    for root in sorted(roots):
+        for name in FLASHINFER_TRIO:
+            stem = name.replace("-", "_")
+            for info in sorted(root.glob(f"{stem}-*.dist-info")):
+                versions.setdefault(name, info.name[len(stem) + 1 : -len(".dist-info")])
+    return versions
+
+
+def test_flashinfer_components_agree(cell: CellSpec, record_property: RecordProperty) -> None:
+    """flashinfer-python, flashinfer-cubin and flashinfer-jit-cache (those present) are one release."""
+    versions = _flashinfer_versions(cell)
+    if not versions:
+        not_applicable("the cell has no flashinfer")
+    for name, version in sorted(versions.items()):
+        record_property(name, version)
+    problem = flashinfer_drift(versions)
+    if problem:
+        pytest.fail(problem, pytrace=False)
+
+
+def test_sonames_shipped_once(record_property: RecordProperty) -> None:
+    """No library SONAME (libnccl, libcudart, libnvrtc...) is shipped by two components as different builds:
+    which one a process loads would depend on import order."""
+    shared = findings().abi.shared
+    record_property("shared", " | ".join(s.describe() for s in shared))
+    different = [s for s in shared if len({b for *_, b in s.copies}) > 1]
+    if different:
+        pytest.fail("; ".join(s.describe() for s in different), pytrace=False)
+
+
+# --------------------------------------------------------------------------- GPU
+
+
+def test_gpu_driver_floor(cell: CellSpec, record_property: RecordProperty) -> None:
+    """The machine's NVIDIA driver is at least the cell's floor (its CUDA, and the driver API it links)."""
+    need_gpu(cell)
+    found = findings()
+    floor = found.floor()
+    if floor is None:
+        not_applicable(f"no driver floor is known for CUDA {cell.values.get('cuda')!r}")
+    driver = installed_driver()
+    if driver is None:
+        pytest.fail("a GPU was reported but nvidia-smi gives no driver version", pytrace=False)
+    matrix = cell_matrix(cell)
+    runner = runner_for(matrix, cell.id) if matrix is not None else None
+    forward = bool(runner and runner.forward_compat)
+    record_property("driver", driver)
+    record_property("floor", floor.driver)
+    record_property("floor_reason", floor.reason)
+    record_property("forward_compat", str(forward).lower())
+    if runner is not None and runner.driver and runner.driver != driver:
+        record_property("declared_driver", f"[runners.{runner.name}] driver = {runner.driver!r}")
+    why = runs_on(driver, floor, cell.values.get("cuda", ""), forward_compat=forward)
+    if why:
+        pytest.fail(f"this machine cannot run the cell: {why}", pytrace=False)
+
+
+_PROBE = """
+import ctypes, os, sys
+import torch
+try:
+    ctypes.CDLL(sys.argv[1], mode=os.RTLD_NOW | os.RTLD_LOCAL)
+except OSError as exc:
+    print("LOAD-FAILED:", exc)
+    sys.exit(3)
+print("LOADED")
+"""
+
+
+def test_gpu_real_import(cell: CellSpec, native: LibraryVerdict, record_property: RecordProperty) -> None:
+    """dlopen the library (RTLD_NOW, as Python imports an extension) in a fresh interpreter that imported
+    torch: it loads exactly when the static verdict says it does."""
+    need_gpu(cell)
+    check_installed(cell, ("torch",))
+    try:
+        done = call([sys.executable, "-c", _PROBE, str(native.lib.path)], timeout=600)
+    except StackfarmError as exc:
+        pytest.fail(f"cannot start {sys.executable}: {exc}", pytrace=False)
+    loaded = done.returncode == 0 and "LOADED" in done.output
+    record_property("library", native.lib.relpath)
+    record_property("static", "loads" if native.ok else "cannot load")
+    record_property("real", "loads" if loaded else "cannot load")
+    tail = done.output.strip().splitlines()[-1:] or ["(no output)"]
+    if loaded and not native.ok:
+        pytest.fail(
+            f"{native.lib.relpath} loads, but the static check says: {native.line(findings().torch)}: "
+            "fix stackfarm.analysis.abicheck",
+            pytrace=False,
+        )
+    if not loaded and native.ok:
+        if done.returncode != 3:
+            pytest.fail(f"probing {native.lib.relpath} failed before the load: {tail[0]}", pytrace=False)
+        pytest.fail(
+            f"{native.lib.relpath} does not load ({tail[0]}), the static check said it does: "
+            "fix stackfarm.analysis.abicheck",
+            pytrace=False,
+        )
