@@ -1,0 +1,119 @@
+"""`stackfarm plan --json`'s document (stackfarm.planjson) on the fake stack: each cell's input hash is the one
+the runner stores with its verdict, `stored` follows the runner's own reuse rule, durations come from a
+history folder, runner kinds from [runners], and a wheel that cannot be looked up leaves a null hash with why."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from fakestack import NEW, OLD, FakeProject, cell_id
+from stackfarm import verdict
+from stackfarm.artifacts import Cache
+from stackfarm.errors import ExitCode
+from stackfarm.matrix import load
+from stackfarm.planjson import plan_document
+from stackfarm.resolve import Resolver, plan_matrix
+
+pytest_plugins = ("fakestack",)
+
+RUNNERS = """
+[runners.1x-h200]
+arch = "sm_90"
+gpus = 1
+labels = ["self-hosted", "sm_90"]
+cells = ["*-sgl0.5.9"]
+
+[runners.2x-h200]
+arch = "sm_90"
+gpus = 2
+labels = ["self-hosted", "sm_90", "gpus-2"]
+cells = ["*"]
+"""
+
+
+def document(project: FakeProject, **kwargs: Any) -> dict[str, Any]:
+    """The plan document of the project, hashed as `stackfarm run --backend local` on this GPU-less host."""
+    matrix = load(project.matrix)
+    resolver = Resolver(matrix, Cache())
+    planned, unreachable = plan_matrix(matrix, resolver, None)
+    kwargs = {"backend": "local", "gpu": False, **kwargs}
+    doc = plan_document(matrix, planned, unreachable, resolver, **kwargs)
+    return json.loads(json.dumps(doc, default=str))  # what `plan --json` prints
+
+
+def cells(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for c in doc["cells"]}
+
+
+def test_the_input_hash_is_the_runners_and_stored_follows_reuse(fake_project: FakeProject) -> None:
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix([OLD, NEW], extra=RUNNERS)
+    before = cells(document(fake_project, store=fake_project.reports))
+    assert [c["stored"] for c in before.values()] == [False, False], "an empty store holds nothing"
+    assert fake_project.run("--cells", cell_id(OLD)) == ExitCode.OK
+    stored = verdict.read(verdict.path_of(fake_project.reports, cell_id(OLD)))
+    after = cells(document(fake_project, store=fake_project.reports))
+    assert after[cell_id(OLD)]["input_hash"] == stored.input_hash == before[cell_id(OLD)]["input_hash"]
+    assert after[cell_id(OLD)]["stored"] is True
+    assert after[cell_id(NEW)]["stored"] is False, "never run"
+    assert after[cell_id(NEW)]["input_hash"] not in (None, stored.input_hash)
+    # Hashed for another backend or a GPU runner, the same verdict does not stand.
+    docker = cells(document(fake_project, store=fake_project.reports, backend="docker", gpu=True))
+    assert docker[cell_id(OLD)]["stored"] is False
+    assert document(fake_project)["hash_basis"] == {"backend": "local", "gpu": False}
+    # A verdict whose JUnit file is gone is not reused by the runner: not stored either.
+    (fake_project.reports / cell_id(OLD) / "00-ok.xml").unlink()
+    assert cells(document(fake_project, store=fake_project.reports))[cell_id(OLD)]["stored"] is False
+
+
+def test_changed_inputs_are_not_stored(fake_project: FakeProject) -> None:
+    suite = fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix()
+    assert fake_project.run() == ExitCode.OK
+    assert cells(document(fake_project, store=fake_project.reports))[cell_id(OLD)]["stored"] is True
+    (suite / "test_it.py").write_text((suite / "test_it.py").read_text() + "\n\ndef test_more():\n    pass\n")
+    assert cells(document(fake_project, store=fake_project.reports))[cell_id(OLD)]["stored"] is False
+
+
+def test_runner_kind_gpus_arch_and_estimates(fake_project: FakeProject, tmp_path: Path) -> None:
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix([OLD, NEW], extra=RUNNERS)
+    assert fake_project.run() == ExitCode.OK
+    history = tmp_path / "history"
+    for run in ("1", "2", "3"):
+        assert fake_project.run("--force") == ExitCode.OK  # a fresh run id, fresh suite times
+        shutil.copytree(fake_project.reports, history / run)
+    times = {
+        c: sorted(
+            sum(s.time for s in verdict.read(history / r / c / "verdict.json").report.suites) for r in "123"
+        )
+        for c in (cell_id(OLD), cell_id(NEW))
+    }
+    doc = cells(document(fake_project, history=history))
+    old, new = doc[cell_id(OLD)], doc[cell_id(NEW)]
+    assert (old["runner"], old["gpus"], old["arch"], old["labels"]) == ("1x-h200", 1, "sm_90", ["self-hosted", "sm_90"])
+    assert (new["runner"], new["gpus"]) == ("2x-h200", 2)
+    assert old["estimated_seconds"] == times[cell_id(OLD)][1] > 0, "the median of three runs"
+    assert new["estimated_seconds"] == times[cell_id(NEW)][1]
+    assert all(c["estimated_seconds"] is None for c in cells(document(fake_project)).values())
+
+
+def test_a_wheel_that_cannot_be_looked_up_leaves_the_hash_null_with_the_reason(fake_project: FakeProject) -> None:
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix([OLD, NEW])
+    matrix = load(fake_project.matrix)
+    resolver = Resolver(matrix, Cache())
+    planned, _ = plan_matrix(matrix, resolver, None)
+    unreachable = {("sglang", "0.5.10"): "https://index.example: connection refused"}
+    doc = cells(plan_document(matrix, planned, unreachable, resolver))
+    assert doc[cell_id(NEW)]["input_hash"] is None
+    assert doc[cell_id(NEW)]["input_hash_error"] == "https://index.example: connection refused"
+    assert doc[cell_id(OLD)]["input_hash"] and doc[cell_id(OLD)]["input_hash_error"] is None
+    # A wheel gone from the index since planning: the lookup's own error.
+    (fake_project.wheels / "flashinfer_cubin-0.6.3-py3-none-any.whl").unlink()
+    doc = cells(plan_document(matrix, planned, {}, Resolver(matrix, Cache())))
+    assert doc[cell_id(OLD)]["input_hash"] is None
+    assert "flashinfer-cubin" in doc[cell_id(OLD)]["input_hash_error"]
