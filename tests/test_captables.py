@@ -27,6 +27,7 @@ from stackfarm.analysis.captables import (
     evaluate_gate,
     evaluate_site,
     flag_sites,
+    judge_site,
     module_facts,
     parse_features,
     scan_tables,
@@ -590,3 +591,165 @@ def test_a_cubin_family_without_the_arch_does_not_apply() -> None:
     assert findings._binary_finding(comp, family, sm90, ()).outcome == "pass"
     analysis = findings.Analysis([off])
     assert findings.grid(analysis) == {("sm_120", "flashinfer-cubin"): "ok"}
+
+
+# --------------------------------------------------------------------------- three-valued gates
+
+#: A platform object that answers its facts through __getattr__ (SGLang >= 0.5.2x's PlatformContext), a PEP 562
+#: module hook (sglang.srt.platforms' current_platform), and a run-time-only unknown for contrast.
+UNRESOLVED = {
+    "plat/__init__.py": """\
+        def __getattr__(name):
+            if name == "current_platform":
+                return object()
+            raise AttributeError(name)
+        """,
+    "plat/context.py": """\
+        class PlatformContext:
+            def __getattr__(self, name):
+                return probe(name)()
+        _PLATFORM = PlatformContext()
+        def get_platform():
+            return _PLATFORM
+        """,
+    "plat/fusion.py": """\
+        from plat.context import get_platform
+        from plat import current_platform
+        _is_sm90 = get_platform().is_sm90
+        def applies(batch_size, args):
+            return _is_sm90 and batch_size > 0 and args.enable_fusion
+        def gate(args):
+            if get_platform().is_sm100:
+                return True
+            return False
+        def hooked():
+            return current_platform.is_cuda()
+        def runtime_only(args, batch_size):
+            return args.enable_fusion and batch_size > 0
+        def refused():
+            if get_platform().is_sm100:
+                raise RuntimeError("no")
+            raise RuntimeError("never")
+        """,
+}
+
+
+@pytest.fixture(scope="module")
+def unresolved(tmp_path_factory: pytest.TempPathFactory) -> SourceTree:
+    return SourceTree([write_tree(tmp_path_factory.mktemp("unresolved"), UNRESOLVED)])
+
+
+def test_unresolved_values_make_gates_unknown_never_on(unresolved: SourceTree) -> None:
+    # `if get_platform().is_sm100: return True` (fusion.py:7): PlatformContext.__getattr__ answers it at run
+    # time, so neither branch is known to be taken: before, the True end made it "on" on every GPU
+    gate = evaluate_gate(unresolved, "plat.fusion:gate", SM120, "12.8")
+    assert gate.state == "unknown"
+    assert gate.unresolved.startswith(
+        "unknown: `get_platform().is_sm100` at plat/fusion.py:7 could not be resolved"
+    )
+    assert "PlatformContext.__getattr__" in gate.unresolved
+    # the PEP 562 hook of plat/__init__.py answers current_platform (fusion.py:11)
+    hooked = evaluate_gate(unresolved, "plat.fusion:hooked", SM90, "12.8")
+    assert hooked.state == "unknown"
+    assert "`current_platform` at plat/fusion.py:11" in hooked.unresolved
+    # a value known only at run time (arguments) stays "on": some run enables it
+    assert evaluate_gate(unresolved, "plat.fusion:runtime_only", SM120, "12.8").state == "on"
+    # every path refuses, whatever the unresolved test says: off is still sound
+    assert evaluate_gate(unresolved, "plat.fusion:refused", SM120, "12.8").state == "off"
+
+
+def test_unresolved_module_global_makes_a_site_undecidable(unresolved: SourceTree) -> None:
+    (site,) = flag_sites(unresolved, ["plat"], ["enable_fusion"])[:1]
+    assert (site.path, site.line) == ("plat/fusion.py", 5)
+    # `_is_sm90 = get_platform().is_sm90` (fusion.py:3) is bound at import time; reading it later taints the site
+    value, why = judge_site(unresolved, site, SM120, "12.8", assume={"enable_fusion": True})
+    assert value is None
+    assert why.startswith("unknown: `get_platform().is_sm90` at plat/fusion.py:3 could not be resolved")
+    runtime = flag_sites(unresolved, ["plat"], ["enable_fusion"])[-1]
+    assert judge_site(unresolved, runtime, SM120, "12.8", assume={"enable_fusion": True}) == (None, "")
+
+
+def _real_tree(version: str) -> Path:
+    from stackfarm.matrix import load as load_matrix
+    from stackfarm.patches.trees import sglang_trees
+
+    return sglang_trees(load_matrix(REPO / "matrix.toml"), [version], echo=lambda _: None)[version]
+
+
+def _analyse_release(version: str, root: Path) -> list[object]:
+    sys.path.insert(0, str(REPO / "suites" / "10-capability"))
+    findings = importlib.import_module("capability_findings")
+    import tomllib
+
+    from stackfarm.cellspec import CellSpec
+
+    raw = tomllib.loads((REPO / "matrix.toml").read_text(encoding="utf-8"))
+    comp = InstalledComponent(axis="sglang", distribution="sglang", version=version, filename="x.whl",
+                              sha256="0" * 64, source="pypi", root=str(root))  # fmt: skip
+    cell = CellSpec(id=version, values={"cuda": "12.8", "sglang": version}, backend="local", components=(comp,),
+                    archs=("sm_90", "sm_120"), reference_arch="sm_90", features=raw["features"],
+                    settings={"10-capability": {}})  # fmt: skip
+    return list(findings.analyse(cell).findings)
+
+
+@pytest.mark.integration
+def test_real_0_5_23_platform_getattr_is_undecidable_on_sm120() -> None:
+    """SGLang 0.5.23, sglang/srt/layers/layer_boundary/residual/add_norm.py:
+
+        53  _is_sm90_supported = _is_cuda and get_platform().is_sm90
+        146 (_is_sm90_supported or _is_sm100_supported) and _is_flashinfer_available and ... (flashinfer_ar_fusion_applies)
+
+    get_platform() returns runtime_context.PlatformContext, whose facts come from `__getattr__`
+    (runtime_context.py: `def __getattr__(self, name)` -> `getattr(_common, probe)()`): the evaluator does not run
+    it, so on sm_120 the condition that reads flashinfer_allreduce_fusion_backend is undecidable, a skip, not
+    the pass ("not decided by the GPU") it was."""
+    findings = _analyse_release("0.5.23", _real_tree("0.5.23"))
+    site = [f for f in findings if f.kind == "flag" and f.file.endswith("residual/add_norm.py")]  # type: ignore[attr-defined]
+    sm120 = next(f for f in site if f.arch == "sm_120")  # type: ignore[attr-defined]
+    assert (sm120.outcome, sm120.verdict, sm120.line) == ("skip", "unknown", 146)  # type: ignore[attr-defined]
+    assert sm120.message.startswith("undecidable: ")  # type: ignore[attr-defined]
+    assert (
+        "unknown: `get_platform().is_sm90` at sglang/srt/layers/layer_boundary/residual/add_norm.py:53 "
+        "could not be resolved (PlatformContext.__getattr__" in sm120.message  # type: ignore[attr-defined]
+    )
+    # no flag or gate finding of 0.5.23 claims "ok" on an unresolved value
+    assert not [f for f in findings if f.outcome == "pass" and "could not be resolved" in f.message]  # type: ignore[attr-defined]
+
+
+@pytest.mark.integration
+def test_real_0_5_9_gates_unchanged_and_absent_gate_reported() -> None:
+    """SGLang 0.5.9, sglang/srt/layers/communicator.py:92-95: apply_flashinfer_allreduce_fusion returns
+    `(_is_sm90_supported or _is_sm100_supported) and ...`, with both helpers plain torch.cuda probes: off on
+    sm_120, on (run-time dependent) on sm_90 as before. flashinfer.jit.comm:gen_trtllm_comm_module, the
+    feature's other gate, is in no tree of this sglang-only cell: reported n/a, not dropped."""
+    findings = _analyse_release("0.5.9", _real_tree("0.5.9"))
+    gate = {f.arch: f for f in findings if f.symbol == "apply_flashinfer_allreduce_fusion"}  # type: ignore[attr-defined]
+    assert (gate["sm_90"].outcome, gate["sm_90"].verdict) == ("pass", "ok")  # type: ignore[attr-defined]
+    assert (gate["sm_120"].outcome, gate["sm_120"].verdict) == ("fail", "gated-off")  # type: ignore[attr-defined]
+    absent = [f for f in findings if f.symbol == "gen_trtllm_comm_module"]  # type: ignore[attr-defined]
+    assert [(f.arch, f.outcome) for f in absent] == [("all", "n/a")]  # type: ignore[attr-defined]
+    assert "is not in this cell's trees" in absent[0].message  # type: ignore[attr-defined]
+
+
+def test_feature_off_everywhere_including_the_reference_is_reported(tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO / "suites" / "10-capability"))
+    findings = importlib.import_module("capability_findings")
+    from stackfarm.cellspec import CellSpec
+
+    root = write_tree(tmp_path / "tree", {"sglang/__init__.py": "", "sglang/off.py": """\
+        import torch
+        def gate():
+            return torch.cuda.get_device_capability()[0] == 7
+        """})  # fmt: skip
+    comp = InstalledComponent(axis="sglang", distribution="sglang", version="0", filename="x.whl",
+                              sha256="0" * 64, source="test", root=str(root))  # fmt: skip
+    cell = CellSpec(id="x", values={"cuda": "12.8"}, backend="local", components=(comp,), archs=("sm_120",),
+                    reference_arch="sm_90", features={"f": {"gate": ["sglang.off:gate", "sglang.gone:gate"]}},
+                    settings={"10-capability": {}})  # fmt: skip
+    out = findings.analyse(cell).findings
+    everywhere = [f for f in out if f.arch == "all" and f.verdict == "gated-off"]
+    assert len(everywhere) == 1
+    assert "off on every target arch, the reference sm_90 included" in everywhere[0].message
+    assert [
+        f.outcome for f in out if f.symbol == "gate" and f.arch == "all" and "sglang.gone" in f.message
+    ] == ["n/a"]

@@ -4,7 +4,7 @@ A finding is one (arch, component, place) judgement with a verdict and, when it 
 `analyse(cell)` never raises: a part that cannot be analysed (a truncated .so, a bad arch name in matrix.toml, a
 gate that is not in this SGLang) becomes a failing finding that says so.
 
-Verdicts: ok, missing-crash, missing-graceful, gated-off, ptx-jit, no-code. Policy:
+Verdicts: ok, missing-crash, missing-graceful, gated-off, ptx-jit, no-code, unknown. Policy:
 
 - binaries: ``no-code`` fails (the kernels in those units cannot launch), unless a feature that needs the
   library is declared off on that arch; ``ptx-jit`` passes (the driver JITs the PTX on first launch);
@@ -14,6 +14,13 @@ Verdicts: ok, missing-crash, missing-graceful, gated-off, ptx-jit, no-code. Poli
 - tables: ``missing-crash`` and ``missing-graceful`` fail; a table with computed keys is skipped as undecidable
   (outcome ``skip``: a question left unanswered, so the cell is incomplete);
 - gates: ``gated-off`` (or a crash) fails unless [features.X] off declares the arch;
+- gates and flag conditions are three-valued: on, off, or ``unknown`` when what decides them is a value the
+  evaluator could not resolve (a ``__getattr__`` answering a platform probe, say). Unknown is never ok: it is a
+  plain skip whose message starts "undecidable: unknown: `<expression>` at file:line could not be resolved",
+  so the cell is incomplete rather than green;
+- a configured gate that the release does not have is reported (``n/a`` when another of the feature's gates
+  decides it there, a failure when none does); a gate off on every target arch, the reference arch included,
+  is one failure saying so (the release turns the feature off everywhere: no capability question);
 - an ``off`` declaration whose feature turns out to be available on that arch fails as stale.
 """
 
@@ -38,6 +45,7 @@ from stackfarm.analysis.captables import (
     evaluate_gate,
     evaluate_site,
     flag_sites,
+    judge_site,
     parse_features,
     scan_tables,
 )
@@ -295,6 +303,9 @@ def _gate_finding(comp: InstalledComponent, feature: Feature, result: GateResult
     head = f"feature {feature.name}: gate {result.symbol} on {arch}"
     if result.state == "on":
         return replace(base, message=f"{head} lets it on ({result.reason})")
+    if result.state == "unknown":
+        why = f"undecidable: {head} cannot be decided statically: {result.reason}"
+        return replace(base, verdict="unknown", outcome="skip", message=why)
     verdict = "missing-crash" if result.state == "crash" else "gated-off"
     if arch in feature.off:
         why = f"{head} is off as declared ({feature.off[arch]!r}): {result.reason}"
@@ -309,9 +320,25 @@ def _gate_finding(comp: InstalledComponent, feature: Feature, result: GateResult
         f'[features.{feature.name}] off = {{ {arch} = "why" }} if the deployment does without it'
     )
     what = "crashes" if result.state == "crash" else "turns it off"
-    if result.state == "unknown":
-        what = "cannot be evaluated"
     return replace(base, verdict=verdict, outcome="fail", message=f"{head} {what}: {result.reason}. {fix}")
+
+
+@dataclass
+class _GateRun:
+    """What every feature of one cell is judged with: the tree, the CUDA, the archs, the settings."""
+
+    cell: CellSpec
+    comp: InstalledComponent
+    tree: SourceTree
+    archs: list[Arch]
+    reference: Arch | None
+    packages: tuple[str, ...]
+    environ: dict[str, str]
+    out: Analysis
+
+    @property
+    def cuda(self) -> str:
+        return self.cell.values.get("cuda", "")
 
 
 def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out: Analysis) -> None:
@@ -319,49 +346,81 @@ def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out
     if comp is None:
         return
     roots = [comp.root] + [c.root for c in cell.components if c is not comp and c.root]
-    tree = SourceTree(roots, packages=_top_packages(cell))
-    cuda = cell.values.get("cuda", "")
-    reference = _reference(cell)
     settings = cell.settings.get(SUITE, {})
-    packages = tuple(settings.get("flag_packages", ["sglang"]))
-    environ = {str(k): str(v) for k, v in settings.get("environ", {}).items()}
+    run = _GateRun(
+        cell=cell, comp=comp, tree=SourceTree(roots, packages=_top_packages(cell)), archs=archs,
+        reference=_reference(cell), packages=tuple(settings.get("flag_packages", ["sglang"])),
+        environ={str(k): str(v) for k, v in settings.get("environ", {}).items()}, out=out,
+    )  # fmt: skip
     for feature in features:
-        assume = dict.fromkeys(feature.flags, True)
-        present = [g for g in feature.gates if _exists(tree, g)]
+        present = [g for g in feature.gates if _exists(run.tree, g)]
         if feature.gates and not present:
             out.add(Finding("gate", "all", comp.distribution, "", 0, feature.name, "", "fail",
                             f"feature {feature.name}: none of its gates {list(feature.gates)} is in "
                             f"{comp.distribution} {comp.version}: update [features.{feature.name}] gate in "
                             "matrix.toml to where this release decides it", feature.name))  # fmt: skip
+        for gate in feature.gates if present else ():
+            if gate not in present:  # another candidate decides in this release: said, never dropped
+                out.add(Finding("gate", "all", comp.distribution, "", 0, gate.partition(":")[2], "", "n/a",
+                                f"feature {feature.name}: gate {gate} is not in this cell's trees "
+                                f"({comp.distribution} {comp.version}); decided here by "
+                                f"{', '.join(present)}", feature.name))  # fmt: skip
         results: dict[Arch, list[Finding]] = {arch: [] for arch in archs}
         for gate in present:
-            for arch in archs:
-                result = evaluate_gate(tree, gate, arch, cuda, assume=assume, environ=environ)
-                finding = _gate_finding(_owner(cell, tree, gate, comp), feature, result, arch)
-                results[arch].append(finding)
-                out.add(finding)
+            _gate(run, feature, gate, results)
         gate_symbols = {g.partition(":")[2] for g in present}
-        for site in flag_sites(tree, packages, feature.flags):
-            if site.symbol in gate_symbols:
-                continue  # judged above as the declared gate
-            values = {
-                arch: evaluate_site(tree, site, arch, cuda, assume=assume, environ=environ) for arch in archs
-            }
-            if reference is None:
-                ref_value = None
-            elif reference in values:
-                ref_value = values[reference]
-            else:
-                ref_value = evaluate_site(tree, site, reference, cuda, assume=assume, environ=environ)
-            if not any(v is False for v in values.values()) or ref_value is False:
-                continue  # not decided by the GPU: off everywhere (or nowhere) is no capability question
-            for arch, value in values.items():
-                finding = _flag_finding(comp, feature, site, arch, value)
-                results[arch].append(finding)
-                out.add(finding)
+        for site in flag_sites(run.tree, run.packages, feature.flags):
+            if site.symbol not in gate_symbols:  # a declared gate was judged above
+                _site(run, feature, site, results)
         for arch in archs:
             if arch in feature.off:
                 out.add(_expectation(comp, feature, arch, results[arch], out))
+
+
+def _gate(run: _GateRun, feature: Feature, gate: str, results: dict[Arch, list[Finding]]) -> None:
+    assume = dict.fromkeys(feature.flags, True)
+    owner = _owner(run.cell, run.tree, gate, run.comp)
+    states: dict[Arch, str] = {}
+    for arch in run.archs:
+        result = evaluate_gate(run.tree, gate, arch, run.cuda, assume=assume, environ=run.environ)
+        finding = _gate_finding(owner, feature, result, arch)
+        states[arch] = result.state
+        results[arch].append(finding)
+        run.out.add(finding)
+    reference = run.reference
+    if reference is not None and reference not in states:
+        states[reference] = evaluate_gate(run.tree, gate, reference, run.cuda, assume=assume,
+                                          environ=run.environ).state  # fmt: skip
+    if states and all(st in ("off", "crash") for st in states.values()):
+        ref = f", the reference {reference} included" if reference is not None else ""
+        run.out.add(Finding("gate", "all", owner.distribution, "", 0, gate.partition(":")[2], "gated-off",
+                            "fail", f"feature {feature.name}: gate {gate} is off on every target arch{ref} "
+                            f"({', '.join(map(str, states))}): {owner.distribution} {owner.version} turns it "
+                            "off everywhere with these flags, so it is no per-GPU capability: check the "
+                            f"gate and flags of [features.{feature.name}] for this release", feature.name))  # fmt: skip
+
+
+def _site(run: _GateRun, feature: Feature, site: FlagSite, results: dict[Arch, list[Finding]]) -> None:
+    assume = dict.fromkeys(feature.flags, True)
+    judged = {
+        arch: judge_site(run.tree, site, arch, run.cuda, assume=assume, environ=run.environ)
+        for arch in run.archs
+    }
+    values = {arch: value for arch, (value, _) in judged.items()}
+    reference = run.reference
+    if reference is None:
+        ref_value: bool | None = None
+    elif reference in values:
+        ref_value = values[reference]
+    else:
+        ref_value = evaluate_site(run.tree, site, reference, run.cuda, assume=assume, environ=run.environ)
+    undecided = any(v is None and why for v, why in judged.values())
+    if ref_value is False or not (undecided or any(v is False for v in values.values())):
+        return  # not decided by the GPU: off everywhere (or nowhere) is no capability question
+    for arch, (value, unresolved) in judged.items():
+        finding = _flag_finding(run.comp, feature, site, arch, value, unresolved)
+        results[arch].append(finding)
+        run.out.add(finding)
 
 
 def _flag_finding(
@@ -370,12 +429,16 @@ def _flag_finding(
     site: FlagSite,
     arch: Arch,
     value: bool | None,
+    unresolved: str = "",
 ) -> Finding:
     base = Finding("flag", str(arch), comp.distribution, site.path, site.line, site.symbol, "ok", "pass", "",
                    feature.name)  # fmt: skip
     head = (
         f"feature {feature.name}: `{site.text}` at {site.path}:{site.line} (reads {'/'.join(feature.flags)})"
     )
+    if value is None and unresolved:
+        why = f"undecidable: {head} on {arch} cannot be decided statically: {unresolved}"
+        return replace(base, verdict="unknown", outcome="skip", message=why)
     if value is not False:
         state = "true" if value else "not decided by the GPU"
         return replace(base, message=f"{head} is {state} on {arch}")
@@ -409,7 +472,13 @@ def _expectation(
             f"every library it needs has {arch} code: the expectation is stale, remove off.{arch} from matrix.toml"
         )
         return replace(base, verdict="ok", outcome="fail", message=why)
-    off = [f for f in evidence if f.verdict not in ("ok", "ptx-jit")]
+    off = [f for f in evidence if f.verdict not in ("ok", "ptx-jit", "unknown")]
+    if not off and any(f.verdict == "unknown" for f in evidence):
+        first = next(f for f in evidence if f.verdict == "unknown")
+        why = (
+            f"undecidable: [features.{feature.name}] is declared off on {arch} ({reason!r}); {first.message}"
+        )
+        return replace(base, verdict="unknown", outcome="skip", message=why)
     detail = "; ".join(
         f"{f.file}:{f.line} {f.verdict}" if f.line else f"{f.file} {f.verdict}" for f in off[:4]
     )

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from stackfarm.analysis.arch import Arch, ArchError, parse_target
 from stackfarm.analysis.pysource import UNKNOWN, Crash, End, Evaluator, Instance, function_locals, truth
+from stackfarm.analysis.pyvalues import Unresolved
 from stackfarm.analysis.sourcetree import SourceError, SourceTree, source_text
 
 GateState = Literal["on", "off", "crash", "unknown"]
@@ -93,11 +94,19 @@ class GateResult:
     gpu: Arch
     #: on: some path enables it (maybe depending on run-time settings); off: every path disables it on this GPU;
     #: crash: every path raises, at least one with an error (KeyError ...) rather than a deliberate refusal;
-    #: unknown: the gate could not be evaluated (the reason says why).
+    #: unknown: the gate could not be evaluated, or every enabling path depends on a value the evaluator could
+    #: not resolve (`unresolved` says which): never "on", since that would be a guess.
     state: GateState
     path: str = ""
     line: int = 0
     reason: str = ""
+    #: "unknown: `<expression>` at file:line could not be resolved (why)" when that decided the state.
+    unresolved: str = ""
+
+
+def describe_unresolved(tree: SourceTree, event: Unresolved) -> str:
+    """The one line every undecidable verdict carries: what could not be resolved, and where."""
+    return f"unknown: `{event.text}` at {_where(tree, event.module, event.line)} could not be resolved ({event.why})"
 
 
 def _end_reason(end: End, tree: SourceTree) -> str:
@@ -165,8 +174,14 @@ def evaluate_gate(
     rel = tree.relative(path) if path else module
     constructor = qualname.endswith("__init__")
     on = [e for e in ends if _is_on(e, constructor)]
-    if on:
-        return GateResult(gate, gpu, "on", rel, on[0].line, reason=_end_reason(on[0], tree))
+    sure = [e for e in on if e.unresolved is None]
+    if sure:
+        return GateResult(gate, gpu, "on", rel, sure[0].line, reason=_end_reason(sure[0], tree))
+    if on:  # every enabling path hangs on a value the evaluator could not resolve: undecidable, not on
+        assert on[0].unresolved is not None
+        why = describe_unresolved(tree, on[0].unresolved)
+        return GateResult(gate, gpu, "unknown", rel, on[0].unresolved.line, reason=f"{why}; it would be on "
+                          f"if that allowed it: {_end_reason(on[0], tree)}", unresolved=why)  # fmt: skip
     crashes = [e for e in ends if e.kind == "crash"]
     failing = crashes or ends
     if not failing:
@@ -249,13 +264,30 @@ def evaluate_site(
     environ: Mapping[str, str] | None = None,
 ) -> bool | None:
     """The condition's truth on `gpu` (None when unknown), with the feature's flags set as `assume` says."""
+    return judge_site(tree, site, gpu, cuda, assume=assume, environ=environ)[0]
+
+
+def judge_site(
+    tree: SourceTree,
+    site: FlagSite,
+    gpu: Arch,
+    cuda: str,
+    *,
+    assume: Mapping[str, object],
+    environ: Mapping[str, str] | None = None,
+) -> tuple[bool | None, str]:
+    """(truth, why unknown): the truth is None when unknown, and then the reason is "" when it is known only
+    at run time (server arguments, batch sizes) and `describe_unresolved`'s line when the evaluator could not
+    resolve something it depends on (the site is undecidable)."""
     evaluator = Evaluator(tree, gpu, cuda, assume=assume, environ=environ)
     try:
         value = evaluator.expression(site.module, site.node, site.local_names)
     except Crash:
-        return False
+        return False, ""
     t = truth(value)
-    return None if t is UNKNOWN else bool(t)
+    if t is not UNKNOWN:
+        return bool(t), ""
+    return None, describe_unresolved(tree, evaluator.unresolved[0]) if evaluator.unresolved else ""
 
 
 __all__ = [
@@ -264,8 +296,10 @@ __all__ = [
     "FlagSite",
     "GateResult",
     "GateState",
+    "describe_unresolved",
     "evaluate_gate",
     "evaluate_site",
     "flag_sites",
+    "judge_site",
     "parse_features",
 ]

@@ -38,6 +38,7 @@ from stackfarm.analysis.capgates import (
     evaluate_gate,
     evaluate_site,
     flag_sites,
+    judge_site,
     parse_features,
 )
 from stackfarm.analysis.sourcetree import SourceError, SourceTree
@@ -250,6 +251,7 @@ __all__ = [
     "evaluate_gate",
     "evaluate_site",
     "flag_sites",
+    "judge_site",
     "module_facts",
     "parse_features",
     "scan_tables",

@@ -24,6 +24,7 @@ from stackfarm.analysis.pyvalues import (
     PURE_METHODS,
     STARS,
     UNKNOWN,
+    UNRESOLVED,
     BoundMethod,
     Budget,
     ClassValue,
@@ -40,6 +41,7 @@ from stackfarm.analysis.pyvalues import (
     Instance,
     ModuleRef,
     PathValue,
+    Unresolved,
     apply_op,
     decorated,
     exception_name,
@@ -82,6 +84,12 @@ class ExpressionEvaluator:
         self._active: set[int] = set()
         self._depth = 0
         self._steps = 0
+        #: Every value met so far that the evaluator could not resolve, in order: an expression whose
+        #: evaluation adds to it depends on one (`Unresolved`).
+        self.unresolved: list[Unresolved] = []
+        self._memo_unresolved: dict[tuple[object, ...], tuple[Unresolved, ...]] = {}
+        #: The expression being evaluated, for the place of an `Unresolved`.
+        self._where: tuple[str, ast.AST] | None = None
 
     # ----------------------------------------------------------------------- statements (pysource.Evaluator)
 
@@ -110,6 +118,7 @@ class ExpressionEvaluator:
         if tree is None:
             return env
         self._loading.add(module)
+        mark, where = len(self.unresolved), self._where
         try:
             frame = Frame(module, env)
             self._exec_block(tree.body, frame)
@@ -117,6 +126,9 @@ class ExpressionEvaluator:
             pass
         finally:
             self._loading.discard(module)
+            # what the names it bound depend on stays with them (UNRESOLVED); loading itself taints nothing
+            del self.unresolved[mark:]
+            self._where = where
         for name in self._runtime_set(module, tree):
             env[name] = UNKNOWN
         return env
@@ -137,6 +149,7 @@ class ExpressionEvaluator:
     def _global(self, module: str, name: str) -> object:
         env = self.namespace(module)
         if name in env:
+            self._taint_of(env, name)
             return env[name]
         stars = env.get(STARS, ())
         for star in stars if isinstance(stars, tuple) else ():
@@ -145,7 +158,50 @@ class ExpressionEvaluator:
                 return value
         if hasattr(builtins, name):
             return External(f"builtins.{name}")
+        hook = env.get("__getattr__")
+        if isinstance(hook, Function):  # PEP 562: the module answers it at run time
+            self._unresolvable(f"{module}.__getattr__ answers {name!r} at run time", module, name)
         return UNKNOWN
+
+    # ----------------------------------------------------------------------- unresolved values
+
+    def _unresolvable(self, why: str, module: str = "", name: str = "") -> Unresolved:
+        """Record that the value being evaluated is one the evaluator cannot resolve (not a run-time input)."""
+        if self._where is not None:
+            where_module, node = self._where
+            event = Unresolved(where_module, getattr(node, "lineno", 0), node_text(node), why)
+        else:
+            event = Unresolved(module, 0, name, why)
+        self.unresolved.append(event)
+        return event
+
+    def _taint_of(self, env: Mapping[str, object], name: str) -> None:
+        """Reading a name bound to an unresolved value taints the expression that reads it."""
+        taints = env.get(UNRESOLVED)
+        if isinstance(taints, dict) and name in taints and env.get(name) is UNKNOWN:
+            self.unresolved.append(taints[name])
+
+    def _taint_bound(self, target: ast.expr, event: Unresolved | None, frame: Frame) -> None:
+        """After `target = <value>`: remember (or forget) that the value bound is unresolved."""
+        if isinstance(target, ast.Name):
+            taints = frame.env.get(UNRESOLVED)
+            if event is not None:
+                if not isinstance(taints, dict):
+                    taints = {}
+                    frame.env[UNRESOLVED] = taints
+                taints[target.id] = event
+            elif isinstance(taints, dict):
+                taints.pop(target.id, None)
+        elif isinstance(target, ast.Tuple | ast.List):
+            for sub in target.elts:
+                self._taint_bound(sub, event, frame)
+        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+            obj = frame.env.get(target.value.id)
+            if isinstance(obj, Instance):
+                if event is not None:
+                    obj.unresolved[target.attr] = event
+                else:
+                    obj.unresolved.pop(target.attr, None)
 
     def _in_tree(self, module: str) -> bool:
         if any(module == o or module.startswith(f"{o}.") for o in self.opaque):
@@ -195,12 +251,16 @@ class ExpressionEvaluator:
         return node.value
 
     def _name(self, node: ast.Name, frame: Frame) -> object:
+        self._where = (frame.module, node)
         if node.id in frame.env:
+            self._taint_of(frame.env, node.id)
             return self._deref(frame.env[node.id])
         return self._deref(self._global(frame.module, node.id))
 
     def _attribute(self, node: ast.Attribute, frame: Frame) -> object:
-        return self._getattr(self._eval(node.value, frame), node.attr)
+        obj = self._eval(node.value, frame)
+        self._where = (frame.module, node)
+        return self._getattr(obj, node.attr)
 
     def _unaryop(self, node: ast.UnaryOp, frame: Frame) -> object:
         operand = self._eval(node.operand, frame)
@@ -391,8 +451,16 @@ class ExpressionEvaluator:
 
     def _instance_attr(self, obj: Instance, attr: str) -> object:
         if attr in obj.attrs:
+            if attr in obj.unresolved and obj.attrs[attr] is UNKNOWN:
+                self.unresolved.append(obj.unresolved[attr])
             return obj.attrs[attr]
         value = self._class_attr(obj.cls, attr) if obj.cls else UNKNOWN
+        if value is UNKNOWN and obj.cls is not None and attr != "__getattr__":
+            where = self._where
+            hook = self._class_attr(obj.cls, "__getattr__")
+            self._where = where
+            if isinstance(hook, Function):
+                self._unresolvable(f"{obj.cls.qualname}.__getattr__ answers {attr!r} at run time")
         if isinstance(value, Function) and not isinstance(value.node, ast.Lambda):
             if decorated(value.node, "staticmethod"):
                 return value
@@ -499,6 +567,7 @@ class ExpressionEvaluator:
         key = (id(node), *memo_key(func.args + args), *memo_key(tuple(func.kwargs) + tuple(kwargs.items())))
         if not at_top and key in self._memo:
             cached = self._memo[key]
+            self.unresolved.extend(self._memo_unresolved.get(key, ()))  # what the first run depended on
             return cached if isinstance(cached, list) else []
         if id(node) in self._active or self._depth >= MAX_DEPTH:
             return [End("return", func.module, node.lineno, UNKNOWN)]
@@ -513,13 +582,18 @@ class ExpressionEvaluator:
             frame.self_obj = env[first[0].arg]  # type: ignore[assignment]  # checked just above
         self._active.add(id(node))
         self._depth += 1
+        mark = len(self.unresolved)
         try:
             ends = self._exec_block(node.body, frame)
         finally:
             self._depth -= 1
             self._active.discard(id(node))
+        tainted = [e.unresolved for e in ends if e.unresolved is not None]
+        if tainted and len(self.unresolved) == mark:
+            self.unresolved.append(tainted[0])  # a path through it depends on one: so does its result
         if not at_top:
             self._memo[key] = ends
+            self._memo_unresolved[key] = tuple(self.unresolved[mark : mark + 1])
         return ends
 
     def _bind_params(

@@ -28,6 +28,7 @@ from stackfarm.analysis.pyvalues import (
     MUTATORS,
     STARS,
     UNKNOWN,
+    UNRESOLVED,
     Budget,
     ClassValue,
     Crash,
@@ -44,6 +45,7 @@ from stackfarm.analysis.pyvalues import (
     ModuleRef,
     PathValue,
     Unknown,
+    Unresolved,
     copy_value,
     exception_name,
     function_locals,
@@ -124,34 +126,49 @@ class Evaluator(ExpressionEvaluator):
                 if not inside:  # raised in a called function: remember where we called it
                     via = (*via, (frame.module, stmt.lineno))
                 ends.append(
-                    End(kind, crash.module, crash.line, detail=str(crash), decision=decision, via=via)
-                )
+                    End(kind, crash.module, crash.line, detail=str(crash), decision=decision, via=via,
+                        unresolved=frame.unresolved)
+                )  # fmt: skip
                 return ends
             falls = [e for e in new_ends if e.kind == "fall"]
             ends.extend(e for e in new_ends if e.kind != "fall")
             if not falls:
                 return ends
         ends.append(
-            End("fall", frame.module, body[-1].end_lineno or 0 if body else 0, decision=frame.decision)
-        )
+            End("fall", frame.module, body[-1].end_lineno or 0 if body else 0, decision=frame.decision,
+                unresolved=frame.unresolved)
+        )  # fmt: skip
         return ends
 
-    def _branch(self, body: Sequence[ast.stmt], frame: Frame) -> tuple[list[End], Frame]:
+    def _branch(
+        self, body: Sequence[ast.stmt], frame: Frame, unresolved: Unresolved | None = None
+    ) -> tuple[list[End], Frame]:
         # each branch gets its own copies of lists / sets / dicts, since statements like `x.add(v)` change them
         sub = Frame(
-            frame.module, {k: copy_value(v) for k, v in frame.env.items()}, frame.decision, frame.self_obj
-        )
+            frame.module, {k: copy_value(v) for k, v in frame.env.items()}, frame.decision, frame.self_obj,
+            frame.unresolved or unresolved,
+        )  # fmt: skip
         if frame.self_obj is not None:
             # branches may set different attributes on self: give each its own copy, merged afterwards
             sub.self_obj = Instance(
-                frame.self_obj.cls, {k: copy_value(v) for k, v in frame.self_obj.attrs.items()}
+                frame.self_obj.cls,
+                {k: copy_value(v) for k, v in frame.self_obj.attrs.items()},
+                dict(frame.self_obj.unresolved),
             )
             sub.env = {k: (sub.self_obj if v is frame.self_obj else v) for k, v in sub.env.items()}
         return (self._exec_block(body, sub) if body else [End("fall", frame.module, 0)]), sub
 
-    def _merge_into(self, frame: Frame, subs: Sequence[Frame]) -> None:
+    def _merge_into(self, frame: Frame, subs: Sequence[Frame], unresolved: Unresolved | None = None) -> None:
+        """Join what the branches bound; with `unresolved` (the test that chose between them), a name whose
+        value the branches disagree on depends on it."""
         keys = set().union(*(s.env for s in subs))
+        taints: dict[str, Unresolved] = {}
+        for sub in subs:
+            found = sub.env.get(UNRESOLVED)
+            taints.update(found if isinstance(found, dict) else {})
         for key in keys:
+            if key == UNRESOLVED:
+                continue
             values = [s.env.get(key, UNKNOWN) for s in subs]
             if frame.self_obj is not None and all(v is s.self_obj for v, s in zip(values, subs, strict=True)):
                 frame.env[key] = frame.self_obj  # each branch's own copy of self: merged below
@@ -160,11 +177,20 @@ class Evaluator(ExpressionEvaluator):
                 frame.env[key] = tuple(dict.fromkeys(m for v in values if isinstance(v, tuple) for m in v))
                 continue
             frame.env[key] = join_all(values)
+            if unresolved is not None and frame.env[key] is UNKNOWN and any(v is not UNKNOWN for v in values):
+                taints.setdefault(key, unresolved)
+        if taints:
+            frame.env[UNRESOLVED] = taints
         if frame.self_obj is not None:
             attrs = set().union(*(s.self_obj.attrs for s in subs if s.self_obj))
             for attr in attrs:
                 vals = [s.self_obj.attrs.get(attr, UNKNOWN) if s.self_obj else UNKNOWN for s in subs]
                 frame.self_obj.attrs[attr] = join_all(vals)
+                for sub in subs:
+                    if sub.self_obj is not None and attr in sub.self_obj.unresolved:
+                        frame.self_obj.unresolved.setdefault(attr, sub.self_obj.unresolved[attr])
+                if unresolved is not None and frame.self_obj.attrs[attr] is UNKNOWN:
+                    frame.self_obj.unresolved.setdefault(attr, unresolved)
 
     def _decide(self, frame: Frame, node: ast.expr) -> bool | Unknown:
         value = truth(self._eval(node, frame))
@@ -181,42 +207,63 @@ class Evaluator(ExpressionEvaluator):
         return [End("fall", frame.module, stmt.lineno)]
 
     def _exec_if(self, stmt: ast.If, frame: Frame) -> list[End]:
+        mark = len(self.unresolved)
         test = self._decide(frame, stmt.test)
         if test is True:
             return self._exec_block(stmt.body, frame) if stmt.body else self._fall(stmt, frame)
         if test is False:
             return self._exec_block(stmt.orelse, frame) if stmt.orelse else self._fall(stmt, frame)
-        ends_a, sub_a = self._branch(stmt.body, frame)
-        ends_b, sub_b = self._branch(stmt.orelse, frame)
+        # an unknown test: both branches run; if it is unknown because of an unresolved value, so are they
+        cause = self.unresolved[mark] if len(self.unresolved) > mark else None
+        ends_a, sub_a = self._branch(stmt.body, frame, cause)
+        ends_b, sub_b = self._branch(stmt.orelse, frame, cause)
         live = [s for s, e in ((sub_a, ends_a), (sub_b, ends_b)) if any(x.kind == "fall" for x in e)]
         if live:
-            self._merge_into(frame, live)
+            self._merge_into(frame, live, cause)
         return [e for e in ends_a + ends_b if e.kind != "fall"] + (self._fall(stmt, frame) if live else [])
 
     def _exec_return(self, stmt: ast.Return, frame: Frame) -> list[End]:
+        mark = len(self.unresolved)
         value = self._eval(stmt.value, frame) if stmt.value is not None else None
-        return [End("return", frame.module, stmt.lineno, value, decision=frame.decision)]
+        cause = frame.unresolved
+        if cause is None and value is UNKNOWN and len(self.unresolved) > mark:
+            cause = self.unresolved[mark]
+        return [End("return", frame.module, stmt.lineno, value, decision=frame.decision, unresolved=cause)]
 
     def _exec_raise(self, stmt: ast.Raise, frame: Frame) -> list[End]:
         text = node_text(stmt.exc) if stmt.exc is not None else "re-raise"
-        return [End("raise", frame.module, stmt.lineno, detail=text, decision=frame.decision)]
+        return [End("raise", frame.module, stmt.lineno, detail=text, decision=frame.decision,
+                    unresolved=frame.unresolved)]  # fmt: skip
 
     def _exec_assert(self, stmt: ast.Assert, frame: Frame) -> list[End]:
+        mark = len(self.unresolved)
         test = self._decide(frame, stmt.test)
         if test is False:
             detail = f"AssertionError: {node_text(stmt.test)}"
-            return [End("raise", frame.module, stmt.lineno, detail=detail, decision=frame.decision)]
+            return [End("raise", frame.module, stmt.lineno, detail=detail, decision=frame.decision,
+                        unresolved=frame.unresolved)]  # fmt: skip
+        if test is UNKNOWN and len(self.unresolved) > mark and frame.unresolved is None:
+            frame.unresolved = self.unresolved[mark]  # getting past it depends on an unresolved value
         return self._fall(stmt, frame)
 
+    def _assigned(self, value_node: ast.expr, frame: Frame) -> tuple[object, Unresolved | None]:
+        mark = len(self.unresolved)
+        value = self._eval(value_node, frame)
+        cause = self.unresolved[mark] if value is UNKNOWN and len(self.unresolved) > mark else None
+        return value, cause
+
     def _exec_assign(self, stmt: ast.Assign, frame: Frame) -> list[End]:
-        value = self._eval(stmt.value, frame)
+        value, cause = self._assigned(stmt.value, frame)
         for target in stmt.targets:
             self._bind(target, value, frame)
+            self._taint_bound(target, cause, frame)
         return self._fall(stmt, frame)
 
     def _exec_annassign(self, stmt: ast.AnnAssign, frame: Frame) -> list[End]:
         if stmt.value is not None:
-            self._bind(stmt.target, self._eval(stmt.value, frame), frame)
+            value, cause = self._assigned(stmt.value, frame)
+            self._bind(stmt.target, value, frame)
+            self._taint_bound(stmt.target, cause, frame)
         return self._fall(stmt, frame)
 
     def _exec_augassign(self, stmt: ast.AugAssign, frame: Frame) -> list[End]:
@@ -305,7 +352,8 @@ class Evaluator(ExpressionEvaluator):
             ):
                 frame.self_obj.attrs[node.attr] = UNKNOWN
             elif isinstance(node, ast.Return):
-                ends.append(End("return", frame.module, node.lineno, UNKNOWN, decision=frame.decision))
+                ends.append(End("return", frame.module, node.lineno, UNKNOWN, decision=frame.decision,
+                                unresolved=frame.unresolved))  # fmt: skip
         for node in ast.walk(stmt):  # containers changed in the loop are unknown after it
             if (
                 isinstance(node, ast.Call)
@@ -327,6 +375,7 @@ class Evaluator(ExpressionEvaluator):
                 continue
             sub = Frame(frame.module, {**before, **{k: UNKNOWN for k in frame.env if k not in before}})
             sub.self_obj = frame.self_obj
+            sub.unresolved = frame.unresolved
             if handler.name:
                 sub.env[handler.name] = UNKNOWN
             out.extend(self._exec_block(handler.body, sub))

@@ -81,6 +81,20 @@ class ClassValue:
 class Instance:
     cls: ClassValue | None
     attrs: dict[str, object] = field(default_factory=dict)
+    #: Attributes whose unknown value comes from something the evaluator could not resolve (see `Unresolved`).
+    unresolved: dict[str, Unresolved] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """A value the evaluator could not resolve, as opposed to one known only at run time (an argument, a
+    server flag, the environment): an attribute answered by a ``__getattr__`` (PEP 562 module hooks, platform
+    objects), which the evaluator does not run. A test or a result that depends on one is undecidable."""
+
+    module: str
+    line: int
+    text: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -185,6 +199,8 @@ class End:
     decision: Decision | None = None
     #: For an error raised in a called function: the calls it came through, innermost first (module, line).
     via: tuple[tuple[str, int], ...] = ()
+    #: Set when this path (or its returned value) depends on a value the evaluator could not resolve.
+    unresolved: Unresolved | None = None
 
 
 @dataclass
@@ -193,6 +209,8 @@ class Frame:
     env: dict[str, object]
     decision: Decision | None = None
     self_obj: Instance | None = None
+    #: The unresolved value a test on the way here depended on (the path is undecidable from here on).
+    unresolved: Unresolved | None = None
 
 
 CMP_OPS: dict[type[ast.cmpop], Callable[[Any, Any], object]] = {
@@ -238,6 +256,8 @@ MUTATORS = frozenset(
 )
 #: The namespace key holding the modules a module star-imports (a tuple of names), looked up after its own names.
 STARS = "__stackfarm_star_imports__"
+#: The namespace key holding {name: Unresolved} for names bound to a value the evaluator could not resolve.
+UNRESOLVED = "__stackfarm_unresolved__"
 MAX_STEPS = 400_000
 
 
