@@ -7,6 +7,7 @@ equivalence figures (issue 7's names) and throughput figures with a threshold.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shutil
 import struct
@@ -46,8 +47,11 @@ PASSING: dict[str, list[CaseSpec]] = {
                                                  "max_abs_err": "0", "tolerance": "0.05"}),
     ],
     "40-throughput": [
-        ("test_decode[baseline]", "passed", "", {"decode_tok_s": "92.6", "threshold": "89.5", "ci_low": "91.9", "ci_high": "93.1"}),
-        ("test_decode[eagle3]", "passed", "", {"decode_tok_s": "54.1", "threshold": "92.6"}),
+        ("test_figures", "passed", "", {"decode_tok_s.median": "92.6", "decode_tok_s.ci_low": "91.9",
+                                        "decode_tok_s.ci_high": "93.1", "decode_tok_s.n": "5", "decode_tok_s.cv": "0.01",
+                                        "eagle3_decode_tok_s.median": "54.1", "eagle3_decode_tok_s.n": "5"}),
+        ("test_threshold[decode_tok_s]", "passed", "", {"name": "decode_tok_s", "figure": "decode_tok_s", "kind": "absolute",
+                                                        "bound": ">= 89.5", "threshold": "89.5", "verdict": "pass", "median": "92.6"}),
     ],
 }  # fmt: skip
 
@@ -125,9 +129,9 @@ def test_cell_page_shows_findings_patches_contract_equivalence_throughput(report
     assert "<h2>Equivalence</h2>" in passing
     assert "<td>0.5</td><td>4</td><td>2</td>" in passing.replace("<td>0</td><td>0.05</td>", "")
     throughput = passing.split("<h2>Throughput</h2>", 1)[1]
-    assert 'aria-label="decode_tok_s"' in throughput
-    assert "<title>threshold 89.5</title>" in throughput
-    assert throughput.count("<rect") >= 2
+    assert 'aria-label="decode"' in throughput
+    assert "<title>absolute threshold 89.5</title>" in throughput
+    assert throughput.count("data-series=") == 2, "baseline and EAGLE-3: two bars, no bar for .n or .cv"
 
 
 def test_pages_are_self_contained(reports: Path) -> None:
@@ -159,13 +163,15 @@ def test_history_trends_appear_on_the_cell_page(reports: Path, tmp_path: Path) -
     for night, value in (("n1", "92.6"), ("n2", "89.5")):
         suites: dict[str, list[CaseSpec]] = {
             **PASSING,
-            "40-throughput": [("test_decode[baseline]", "passed", "", {"decode_tok_s": value})],
+            "40-throughput": [
+                ("test_figures", "passed", "", {"decode_tok_s.median": value, "decode_tok_s.n": "5"})
+            ],
         }
         write_cell(runs / night, OTHER, suites)
     htmlreport.write_history(history.write(runs, reports), reports)
     htmlreport.write(reports)
     page = (reports / OTHER / "index.html").read_text()
-    over_time = page.split("<h3>Over time</h3>", 1)[1]
+    over_time = page.split("<h3>Over time (medians)</h3>", 1)[1]
     assert 'class="trend"' in over_time
     assert "<title>n2: 89.5</title>" in over_time
     assert 'href="history.html"' in (reports / "index.html").read_text()
@@ -262,3 +268,170 @@ def test_report_renders_in_headless_chromium(reports: Path, tmp_path: Path) -> N
         [*flags, "--dump-dom", cell_url], capture_output=True, text=True, timeout=120, check=False
     )
     assert page.stdout.count("<svg") >= 2
+
+
+# --------------------------------------------------------------------------- the grid's reasons and colours
+
+H200 = Path(__file__).parent / "test_throughput_fixtures" / "h200-history"
+H200_CELL = "cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"
+
+
+def _skips(passed: int, skipped: int) -> list[CaseSpec]:
+    none: dict[str, str] = {}
+    out: list[CaseSpec] = [(f"test_ok[{i}]", "passed", "", none) for i in range(passed)]
+    return out + [(f"test_gpu[{i}]", "skipped", "needs GPU: no NVIDIA GPU", none) for i in range(skipped)]
+
+
+def _judged_cell(root: Path, cell: str, suites: dict[str, list[CaseSpec]]) -> None:
+    """write_cell, with each suite's outcome and the cell's verdict from verdict's own rule (as the runner
+    stores them)."""
+    report = write_cell(root, cell, suites)
+    judged = [verdict.read_suite(root / cell / f"{s}.xml", cell=cell, suite=s) for s in suites]
+    verdict.save(root, verdict.judged(dataclasses.replace(report, suites=tuple(judged))))
+
+
+def test_incomplete_is_amber_with_its_reason_and_failures_group_by_root_cause(tmp_path: Path) -> None:
+    from stackfarm import reports as summaries
+
+    root = tmp_path / "reports"
+    cells = ["cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.9", "cu130-torch2.9.1-sk0.4.1-fi0.6.7-sgl0.5.10"]
+    for i, cell in enumerate(cells):
+        _judged_cell(root, cell, {
+            "10-capability": [(f"test_finding[table-sm_12{i}-torch_symm_mem]", "failed",
+                               f"KeyError: 12 in torch_symm_mem.py:{40 + i} (sglang 0.5.{9 + i})", {})],
+            "30-numerics": _skips(2, 23),
+        })  # fmt: skip
+    _judged_cell(root, OTHER, {"10-capability": [("test_ok", "passed", "", {})]})
+    htmlreport.write(root)
+    page = (root / "index.html").read_text()
+    row = re.search(rf'<tr data-cell="{re.escape(cells[0])}".*?</tr>', page)
+    assert row is not None
+    numerics = re.search(
+        r'<td class="o o-(\w+)" data-outcome="\w+"[^>]*>([^<]*)<span class="why">([^<]*)',
+        row[0].split("</td>", 1)[1],
+    )
+    assert numerics is not None
+    assert numerics.groups() == (
+        "incomplete",
+        "2/25 passed, 23 skipped",
+        "test_gpu[0]: needs GPU: no NVIDIA GPU",
+    )
+    assert '<span class="why">test_finding[table-sm_120-torch_symm_mem]: KeyError: 12' in row[0], (
+        "not hover-only"
+    )
+    assert 'data-outcome="passed" title="passed">1/1 passed</td>' in page, "a green cell carries no reason"
+    causes = page.split("<h2>Failures by root cause</h2>", 1)[1]
+    assert "2 cells: 10-capability: test_finding: KeyError: 12 in torch_symm_mem.py (sglang X.Y)" in causes
+    assert "2 cells: 30-numerics: test_gpu: needs GPU: no NVIDIA GPU" in causes
+    assert all(f'href="{c}/index.html"' in causes for c in cells)
+    assert OTHER not in causes
+
+    reports = [verdict.read(root / c / "verdict.json").report for c in [*cells, OTHER]]
+    md = summaries.summary_markdown(reports)
+    assert "- 2 cells: 10-capability: test_finding: KeyError: 12 in torch_symm_mem.py (sglang X.Y) — " in md
+    assert f"`{cells[0]}`, `{cells[1]}`" in md
+    assert "🟡 2/25 passed, 23 skipped: test_gpu[0]: needs GPU" in md
+    # One colour table for both HTML grids: amber is incomplete in each.
+    html_summary = summaries.summary_html(reports)
+    amber = f".o-incomplete,.v-incomplete{{background:{htmlreport.COLOURS['incomplete']};color:#fff}}"
+    assert amber in html_summary
+    assert amber in page
+    assert summaries.COLOURS is htmlreport.COLOURS
+    assert 'class="o o-incomplete"' in html_summary
+
+
+# --------------------------------------------------------------------------- throughput, on real H200 runs
+
+
+def _h200(tmp_path: Path, run: str) -> Path:
+    root = tmp_path / run
+    shutil.copytree(H200 / run, root)
+    htmlreport.write(root)
+    return root / H200_CELL / "index.html"
+
+
+def test_throughput_one_chart_per_family_with_whiskers_and_thresholds(tmp_path: Path) -> None:
+    page = _h200(tmp_path, "run-3").read_text()
+    section = page.split("<h2>Throughput</h2>", 1)[1].split("<h2>", 1)[0]
+    charts = re.findall(r'<svg [^>]*aria-label="([^"]+)" class="bars">(.*?)</svg>', section)
+    assert [title for title, _ in charts] == ["decode", "batch", "TTFT / ITL", "accept length"]
+    by_title = dict(charts)
+    bars = {t: re.findall(r"<title>([^<]+): [0-9.e+-]+</title></rect>", svg) for t, svg in charts}
+    assert bars["decode"] == ["decode · baseline", "decode · EAGLE-3"]
+    assert bars["batch"] == ["batch 8 · baseline", "batch 8 · EAGLE-3"]
+    assert bars["TTFT / ITL"] == [
+        "TTFT · baseline", "TTFT · EAGLE-3", "ITL · baseline", "ITL · EAGLE-3",
+        "batch 8 TTFT · baseline", "batch 8 TTFT · EAGLE-3",
+    ]  # fmt: skip
+    assert bars["accept length"] == ["accept length · EAGLE-3"]
+    assert not any(k in section for k in ('aria-label="decode_tok_s.n"', 'aria-label="decode_tok_s.cv"'))
+    # Every bar has its interval; each threshold is drawn on its own bar (decode: absolute and regression).
+    assert all(svg.count('class="ci"') == svg.count("data-series=") for svg in by_title.values())
+    decode = by_title["decode"]
+    assert "<title>absolute threshold 450</title>" in decode
+    assert re.search(r"<title>regression threshold 543\.8</title>", decode)
+    assert "<title>absolute threshold 60</title>" in decode, "EAGLE-3's own threshold"
+    assert "<title>absolute threshold 20</title>" in by_title["TTFT / ITL"]
+    # The scale is the chart's own: the largest bar (or interval or threshold) spans most of the plot.
+    widths = [int(w) for w in re.findall(r'<rect x="230" y="\d+" width="(\d+)" height="16"', decode)]
+    assert max(widths) > 300
+    # The rest are tables: every figure (eagle3_over_baseline too), every check.
+    assert "<code>eagle3_over_baseline</code>" in section
+    assert section.count("<h3>Threshold checks</h3>") == 1
+    assert "thresholds.1x-h200.max_regression_pct" in section
+
+
+def test_throughput_bars_in_chromium_keep_the_ratio_of_the_medians(tmp_path: Path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
+    page = _h200(tmp_path, "run-5")
+    assert 'data-value="218.741"' in page.read_text()
+    assert 'data-value="29.8971"' in page.read_text()
+    shot = tmp_path / "cell.png"
+    flags = [
+        browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+        "--force-color-profile=srgb", f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1400,4000",
+    ]  # fmt: skip
+    done = subprocess.run(
+        [*flags, f"--screenshot={shot}", page.resolve().as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    _, _, rows = _png_pixels(shot.read_bytes())
+    from stackfarm.sections.html import SERIES_COLOURS
+
+    def runs(colour: str) -> list[int]:
+        """The longest horizontal run of `colour` in each screenshot row."""
+        needle, out = bytes(_hex(colour)), []
+        for row in rows:
+            best = cur = 0
+            for i in range(0, len(row), 3):
+                cur = cur + 1 if row[i : i + 3] == needle else 0
+                best = max(best, cur)
+            out.append(best)
+        return out
+
+    def first_bar(lengths: list[int], after: int = 0, at_least: int = 20) -> tuple[int, int]:
+        """(last row, length) of the first band of 10+ rows below `after` each holding a run >= `at_least`
+        px: a bar is 16 px tall (a link's underline, also blue, is one row)."""
+        y = after
+        while True:
+            start = next(y for y in range(y, len(lengths)) if lengths[y] >= at_least)
+            end = next(y for y in range(start, len(lengths)) if lengths[y] < at_least)
+            if end - start >= 10:
+                return end, max(lengths[start:end])
+            y = end
+
+    # The decode chart is the section's first: its baseline bar, then EAGLE-3's right below it.
+    end, baseline = first_bar(runs(SERIES_COLOURS["baseline"]))
+    _, eagle3 = first_bar(runs(SERIES_COLOURS["EAGLE-3"]), after=end, at_least=12)
+    ratio = eagle3 / baseline
+    expected = 29.89714858979729 / 218.74054070957132
+    print(
+        f"decode bars: baseline {baseline} px, EAGLE-3 {eagle3} px, ratio {ratio:.4f} (medians {expected:.4f})"
+    )
+    assert abs(ratio / expected - 1) <= 0.05, (baseline, eagle3)
+    assert baseline > 300, "the baseline bar spans most of the plot"

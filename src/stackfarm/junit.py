@@ -39,9 +39,24 @@ NOT_APPLICABLE = "n/a: "
 ALLOWED: dict[str, frozenset[str]] = {
     "testsuites": frozenset({"name", "time", "tests", "failures", "disabled", "errors"}),
     "testsuite": frozenset(
-        {"name", "tests", "failures", "errors", "time", "disabled", "skipped", "timestamp", "hostname", "id",
-         "package", "file", "log", "url", "version"}
-    ),  # fmt: skip
+        {
+            "name",
+            "tests",
+            "failures",
+            "errors",
+            "time",
+            "disabled",
+            "skipped",
+            "timestamp",
+            "hostname",
+            "id",
+            "package",
+            "file",
+            "log",
+            "url",
+            "version",
+        }
+    ),
     "testcase": frozenset({"name", "assertions", "time", "classname", "status", "class"}),
     "property": frozenset({"name", "value"}),
     "failure": frozenset({"message", "type"}),
@@ -65,7 +80,7 @@ def now() -> str:
 
 
 def location(case: TestCase) -> str | None:
-    """"path:line" of a testcase: its ``file``/``line`` attributes (xunit1), else pytest's crash line in the
+    """ "path:line" of a testcase: its ``file``/``line`` attributes (xunit1), else pytest's crash line in the
     text of its failure or error; None when neither says."""
     elem: Any = case._elem
     path, line = elem.get("file"), elem.get("line")

@@ -284,9 +284,7 @@ def summary_html(cells: Sequence[CellReport], *, title: str = "stackfarm matrix"
     )
 
 
-def write_summaries(
-    cells: Sequence[CellReport], reports_dir: Path, *, matrix: Path | None = None
-) -> None:
+def write_summaries(cells: Sequence[CellReport], reports_dir: Path, *, matrix: Path | None = None) -> None:
     """junit.xml, summary.md and summary.html of these cells (every planned cell: the caller lists them)."""
     merge(cells, reports_dir / "junit.xml", matrix=matrix)
     write_atomic(reports_dir / "summary.md", summary_markdown(cells))

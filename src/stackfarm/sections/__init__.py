@@ -53,7 +53,7 @@ class Section:
 
 
 _REGISTRY: dict[str, Section] = {}
-_loaded = False
+_LOADED: list[str] = []  # the built-in modules imported so far
 
 
 def register(*prefixes: str, name: str, order: int = 50) -> Callable[[Renderer], Renderer]:
@@ -68,11 +68,10 @@ def register(*prefixes: str, name: str, order: int = 50) -> Callable[[Renderer],
 
 def load() -> list[Section]:
     """Every registered section, in page order (the built-in ones imported once)."""
-    global _loaded
-    if not _loaded:
-        for module in BUILTIN:
+    for module in BUILTIN:
+        if module not in _LOADED:
             importlib.import_module(f"{__name__}.{module}")
-        _loaded = True
+            _LOADED.append(module)
     return sorted(_REGISTRY.values(), key=lambda s: (s.order, s.name))
 
 

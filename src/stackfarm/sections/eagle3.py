@@ -7,7 +7,11 @@ from . import Context, register
 from .html import e, findings
 
 KEYS = ("role", "model_class", "method", "verdict", "provider_file", "consumer_site", "detail")
-TEXTS = (("contract", "Derived contract"), ("contract_diff", "Contract diff"), ("verdict_diff", "Verdict changes"))
+TEXTS = (
+    ("contract", "Derived contract"),
+    ("contract_diff", "Contract diff"),
+    ("verdict_diff", "Verdict changes"),
+)
 
 
 @register("eagle3", name="eagle3", order=20)

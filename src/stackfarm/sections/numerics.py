@@ -12,9 +12,7 @@ KEYS = ("max_abs_err", "tolerance", "match_rate", "first_divergence", "near_ties
 
 @register("numerics", "equivalence", name="numerics", order=30)
 def render(ctx: Context) -> str:
-    cases = [
-        (s.result.suite, c) for s in ctx.suites for c in s.cases if any(k in c.properties for k in KEYS)
-    ]
+    cases = [(s.result.suite, c) for s in ctx.suites for c in s.cases if any(k in c.properties for k in KEYS)]
     if not cases:
         return ""
     out = "<h2>Equivalence</h2>" + table(("suite", "outcome", "testcase", *KEYS), case_rows(cases, KEYS))

@@ -35,7 +35,9 @@ def render(ctx: Context) -> str:
     if not sets and not statuses:
         return out + "<p>No patch set applies to this cell.</p>"
     if sets:
-        out += table(("patch set", "sha256"), ((e(s), f"<code>{e(h)}</code>") for s, h in sorted(sets.items())))
+        out += table(
+            ("patch set", "sha256"), ((e(s), f"<code>{e(h)}</code>") for s, h in sorted(sets.items()))
+        )
     if statuses:
         out += table(
             ("patch", "status"),

@@ -80,11 +80,15 @@ def figures(cases: Sequence[Case]) -> dict[str, Figure]:
 def checks(cases: Sequence[Case]) -> list[Check]:
     return [
         Check(
-            name=c.properties.get("name", c.name), figure=c.properties["figure"],
-            kind=c.properties.get("kind", ""), bound=c.properties.get("bound", ""),
-            threshold=as_number(c.properties.get("threshold", "")), verdict=c.properties.get("verdict", ""),
-            source=c.properties.get("source", ""), case=c,
-        )  # fmt: skip
+            name=c.properties.get("name", c.name),
+            figure=c.properties["figure"],
+            kind=c.properties.get("kind", ""),
+            bound=c.properties.get("bound", ""),
+            threshold=as_number(c.properties.get("threshold", "")),
+            verdict=c.properties.get("verdict", ""),
+            source=c.properties.get("source", ""),
+            case=c,
+        )
         for c in cases
         if "figure" in c.properties
     ]
@@ -95,7 +99,7 @@ def family(figure: str) -> tuple[str, str, int] | None:
     if figure == "decode_tok_s":
         return "decode", "decode", 0
     if figure in ("ttft_ms", "itl_ms"):
-        return "TTFT / ITL", figure.split("_")[0].upper(), 0 if figure == "ttft_ms" else 1
+        return "TTFT / ITL", figure.split("_", maxsplit=1)[0].upper(), 0 if figure == "ttft_ms" else 1
     if figure == "accept_length":
         return "accept length", "accept length", 0
     if (m := _BATCH.match(figure)) is not None:
@@ -123,19 +127,24 @@ def charts(found: Mapping[str, Figure], by_figure: Mapping[str, Sequence[Check]]
                 fig = found.get(name)
                 if fig is None:
                     continue
-                limits = [(c.kind or "threshold", v) for c in by_figure.get(name, ()) if (v := c.threshold) is not None]
+                limits = [
+                    (f"{c.kind} threshold".lstrip(), v)
+                    for c in by_figure.get(name, ())
+                    if (v := c.threshold) is not None
+                ]
                 bars.append(
                     Bar(label=f"{label} · {series}", value=fig.median, low=fig.low, high=fig.high,
-                        series=series, group=label, threshold=limits[0][1] if limits else None,
-                        marks=tuple(limits[1:]))
+                        series=series, group=label, marks=tuple(limits))
                 )  # fmt: skip
         if bars:
             out.append(bar_chart(chart, bars, unit=unit))
     return out
 
 
-def _figure_rows(found: Mapping[str, Figure], by_figure: Mapping[str, Sequence[Check]]) -> list[tuple[str, ...]]:
-    rows = []
+def _figure_rows(
+    found: Mapping[str, Figure], by_figure: Mapping[str, Sequence[Check]]
+) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
     for name, f in sorted(found.items()):
         interval = f"{fmt(f.low)} … {fmt(f.high)}" if f.low is not None and f.high is not None else ""
         limits = ", ".join(f"{c.bound} ({c.kind}) {c.verdict}" for c in by_figure.get(name, ()))
@@ -147,7 +156,7 @@ def _figure_rows(found: Mapping[str, Figure], by_figure: Mapping[str, Sequence[C
 
 
 def _check_rows(found: Sequence[Check]) -> list[tuple[str, ...]]:
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for c in found:
         p = c.case.properties
         interval = f"{p.get('ci_low', '')} … {p.get('ci_high', '')}" if "ci_low" in p else ""
@@ -161,7 +170,7 @@ def _check_rows(found: Sequence[Check]) -> list[tuple[str, ...]]:
 
 def _settings_rows(cases: Sequence[Case]) -> list[tuple[str, ...]]:
     """What the run measured with: the non-figure properties (configs, warm-up, runner kind, GPU, problems)."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for case in cases:
         if "figure" in case.properties:
             continue
