@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from stackfarm.analysis import elfsyms
 from stackfarm.analysis.abicheck import (
@@ -129,6 +130,7 @@ def test_symbols_agree_with_pyelftools(tmp_path: Path) -> None:
     info = read_elf(lib)
     with lib.open("rb") as fh:
         dynsym = ELFFile(fh).get_section_by_name(".dynsym")
+        assert isinstance(dynsym, SymbolTableSection)
         rows = [(s.name, s["st_shndx"], s["st_info"]["bind"]) for s in dynsym.iter_symbols() if s.name]
     want_undefined = {n for n, ndx, bind in rows if ndx == "SHN_UNDEF" and bind != "STB_LOCAL"}
     want_defined = {n for n, ndx, bind in rows if ndx != "SHN_UNDEF" and bind != "STB_LOCAL"}
@@ -187,7 +189,7 @@ def test_demangle_with_cxxfilt() -> None:
 
 
 def test_demangle_without_cxxfilt_leaves_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(elfsyms.shutil, "which", lambda _name: None)
+    monkeypatch.setattr("shutil.which", lambda _name: None)
     assert demangle([C10_CHECK]) == {C10_CHECK: C10_CHECK}
 
 

@@ -1,0 +1,183 @@
+"""suites/05-import run as stackfarm runs it (pytest in a subprocess, JUnit read back): on tiny cc-built cells
+(fast) and on the default matrix's real cells from the artifact cache (integration)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+from stackfarm.cellspec import CellSpec, InstalledComponent
+from stackfarm.suitekit import NOT_APPLICABLE
+from test_elfsyms import (
+    C10_CHECK,
+    C10_ERROR,
+    build_so,
+    c10_source,
+    component,
+    needs_cc,
+    real_component,
+    uses_source,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+Cases = dict[str, dict[str, str]]
+
+
+def run_suite(tmp_path: Path, cell: CellSpec, *, cache: Path | None = None) -> Cases:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    spec = tmp_path / "cell.json"
+    spec.write_text(json.dumps(asdict(cell)))
+    junit = tmp_path / "junit.xml"
+    env = {**os.environ, "STACKFARM_CELL": str(spec)}
+    if cache is not None:
+        env["STACKFARM_CACHE"] = str(cache)
+    else:
+        env.pop("STACKFARM_CACHE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", str(REPO / "suites" / "05-import"), f"--junitxml={junit}",
+         "-q", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestWarning"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    cases: Cases = {}
+    for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+        failure = case.find("failure")
+        skipped = case.find("skipped")
+        result = failure if failure is not None else skipped
+        props["outcome"] = "failed" if failure is not None else "skipped" if skipped is not None else "passed"
+        message = result.get("message", "") if result is not None else ""
+        props["message"] = message.removeprefix("Failed: ")
+        cases[case.get("name", "")] = props
+    return cases
+
+
+def _cell(components: tuple[InstalledComponent, ...], torch: str, cuda: str = "12.8") -> CellSpec:
+    return CellSpec(id="synthetic", values={"torch": torch, "cuda": cuda}, backend="local", components=components,
+                    no_gpu_reason="no GPU in unit tests")  # fmt: skip
+
+
+def _dist_info(root: Path, name: str, version: str) -> None:
+    (root / f"{name.replace('-', '_')}-{version}.dist-info").mkdir(parents=True)
+
+
+@needs_cc
+def test_suite_on_a_tiny_cell(tmp_path: Path) -> None:
+    torch = tmp_path / "torch"
+    c10 = build_so(torch / "torch/lib/libc10.so", c10_source(C10_ERROR), soname="libc10.so")
+    kern = tmp_path / "kern"
+    build_so(kern / "sgl_kernel/good.abi3.so", uses_source(C10_ERROR), links=(c10,))
+    build_so(kern / "sgl_kernel/bad.abi3.so", uses_source(C10_ERROR, C10_CHECK), links=(c10,))
+    fi, cubin = tmp_path / "fi", tmp_path / "cubin"
+    _dist_info(fi, "flashinfer-python", "0.6.11")
+    _dist_info(cubin, "flashinfer-cubin", "0.6.11")
+    _dist_info(
+        fi, "flashinfer-jit-cache", "0.6.9+cu129"
+    )  # installed beside flashinfer-python, not a component
+    cell = _cell((component(torch, "torch", "2.11.0"), component(kern, "sgl-kernel", "0.3.21", "sgl_kernel"),
+                  component(fi, "flashinfer-python", "0.6.11", "flashinfer"),
+                  component(cubin, "flashinfer-cubin", "0.6.11", "flashinfer")), "2.11.0")  # fmt: skip
+    cases = run_suite(tmp_path / "run", cell, cache=tmp_path / "cache")
+
+    good = cases["test_library_loads[sgl-kernel-sgl_kernel/good.abi3.so]"]
+    assert good["outcome"] == "passed"
+    assert good["unresolved"] == "0"
+    bad = cases["test_library_loads[sgl-kernel-sgl_kernel/bad.abi3.so]"]
+    assert bad["outcome"] == "failed"
+    assert bad["library"] == "sgl_kernel/bad.abi3.so"
+    assert bad["component"] == "sgl-kernel 0.3.21"
+    assert bad["unresolved"] == "1"
+    assert bad["message"].startswith(
+        "sgl_kernel/bad.abi3.so cannot load with torch 2.11.0: 1 unresolved symbol: "
+    )
+    assert "built against another torch than torch 2.11.0" in bad["message"]
+    assert "\n" not in bad["message"]
+
+    trio = cases["test_flashinfer_components_agree"]
+    assert trio["outcome"] == "failed"
+    assert "flashinfer-jit-cache 0.6.9+cu129" in trio["message"]
+    assert cases["test_analysis"]["outcome"] == "passed"
+    assert cases["test_sonames_shipped_once"]["outcome"] == "passed"
+    gpu = [c for name, c in cases.items() if "gpu" in name]
+    assert gpu
+    assert all(c["outcome"] == "skipped" and "needs GPU: no GPU in unit tests" in c["message"] for c in gpu)
+
+
+def test_suite_without_flashinfer_is_not_applicable(tmp_path: Path) -> None:
+    empty = tmp_path / "torch"
+    empty.mkdir()
+    cases = run_suite(
+        tmp_path / "run", _cell((component(empty, "torch", "2.9.1"),), "2.9.1"), cache=tmp_path / "c"
+    )
+    assert cases["test_flashinfer_components_agree"]["outcome"] == "skipped"
+    assert cases["test_flashinfer_components_agree"]["message"].startswith(NOT_APPLICABLE)
+
+
+# --------------------------------------------------------------------------- the default matrix's real cells
+
+_FLASHINFER = {"0.6.3", "0.6.7.post2", "0.6.12"}
+
+
+def _real_cell(
+    torch: str, kernel: tuple[str, str], flashinfer: tuple[str, str], sglang: str, cuda: str
+) -> CellSpec:
+    comps = (real_component("torch", torch), real_component(*kernel),
+             real_component("flashinfer-python", flashinfer[0]), real_component("flashinfer-cubin", flashinfer[1]),
+             real_component("sglang", sglang))  # fmt: skip
+    return CellSpec(id=f"cu{cuda}-torch{torch}-sk{kernel[1]}-fi{flashinfer[0]}-sgl{sglang}",
+                    values={"torch": torch, "cuda": cuda, "sglang": sglang}, backend="local", components=comps,
+                    no_gpu_reason="no GPU in the integration tests", matrix=str(REPO / "matrix.toml"))  # fmt: skip
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(
+    ("torch", "kernel", "flashinfer", "sglang", "cuda"),
+    [
+        ("2.9.1", ("sgl-kernel", "0.3.21"), ("0.6.3", "0.6.3"), "0.5.9", "12.8"),
+        ("2.9.1", ("sglang-kernel", "0.4.1"), ("0.6.7.post2", "0.6.7.post2"), "0.5.10", "12.8"),
+        ("2.9.1", ("sgl-kernel", "0.3.21"), ("0.6.3", "0.6.3"), "0.5.10", "12.8"),  # the [[include]] cell
+        ("2.11.0", ("sglang-kernel", "0.4.4"), ("0.6.12", "0.6.12"), "0.5.15", "13.0"),  # the H200 stack
+    ],
+)  # fmt: skip
+def test_default_cells_pass(
+    tmp_path: Path, torch: str, kernel: tuple[str, str], flashinfer: tuple[str, str], sglang: str, cuda: str
+) -> None:
+    """The default matrix's cells that the artifact cache holds (its cu130 torch 2.9.1 cells come from the
+    PyTorch index) pass 05-import: SGLang's pins are ABI-consistent."""
+    cell = _real_cell(torch, kernel, flashinfer, sglang, cuda)
+    cases = run_suite(tmp_path, cell)
+    failed = {n: c["message"] for n, c in cases.items() if c["outcome"] == "failed"}
+    assert not failed, failed
+    libs = [c for n, c in cases.items() if n.startswith("test_library_loads[")]
+    assert len(libs) >= 18
+    assert any(c["library"] == "sgl_kernel/sm90/common_ops.abi3.so" for c in libs)
+    assert float(cases["test_analysis"]["seconds"]) < 5.0
+
+
+@pytest.mark.integration
+def test_mismatched_kernel_fails_in_the_suite(tmp_path: Path) -> None:
+    cell = _real_cell("2.11.0", ("sgl-kernel", "0.3.21"), ("0.6.12", "0.6.12"), "0.5.15", "13.0")
+    cases = run_suite(tmp_path, cell)
+    case = cases["test_library_loads[sgl-kernel-sgl_kernel/sm90/common_ops.abi3.so]"]
+    assert case["outcome"] == "failed"
+    assert case["unresolved"] == "2"
+    assert case["message"].startswith(
+        "sgl_kernel/sm90/common_ops.abi3.so cannot load with torch 2.11.0: 2 unresolved symbols: "
+    )
+    assert "c10_cuda_check_implementation" in case["message"]
+    assert "defined in torch 2.9.1" in case["message"]
+
+
+@pytest.mark.integration
+def test_flashinfer_trio_mismatch_fails_in_the_suite(tmp_path: Path) -> None:
+    cell = _real_cell("2.11.0", ("sglang-kernel", "0.4.4"), ("0.6.12", "0.6.7.post2"), "0.5.15", "13.0")
+    case = run_suite(tmp_path, cell)["test_flashinfer_components_agree"]
+    assert case["outcome"] == "failed"
+    assert "flashinfer-python 0.6.12, flashinfer-cubin 0.6.7.post2" in case["message"]
