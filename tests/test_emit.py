@@ -92,7 +92,8 @@ def plan300(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # Ten cells have a verdict stored for their inputs: no engine runs them.
     for cell in doc["cells"][100:110]:
         cell["stored"] = True
-    return json.loads(json.dumps(doc))  # as `emit --plan` reads it back
+    back: dict[str, Any] = json.loads(json.dumps(doc))
+    return back  # as `emit --plan` reads it back
 
 
 # --------------------------------------------------------------------------- the shared order
@@ -138,9 +139,13 @@ def test_the_yaml_writer_round_trips_the_documents(plan300: dict[str, Any]) -> N
 
 
 _text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")) | st.sampled_from("\n\t :#-|"))
-_leaf = st.none() | st.booleans() | st.integers() | _text | st.sampled_from(["on", "yes", "1.0", "~", "-", ""])
+_leaf = (
+    st.none() | st.booleans() | st.integers() | _text | st.sampled_from(["on", "yes", "1.0", "~", "-", ""])
+)
 _doc = st.recursive(
-    _leaf, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4), max_leaves=12
+    _leaf,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_text, inner, max_size=4),
+    max_leaves=12,
 )
 
 
@@ -176,7 +181,9 @@ def _actionlint(files: list[Path], cwd: Path) -> list[dict[str, Any]] | None:
 
 
 def _schema(name: str) -> dict[str, Any]:
-    vendor = pytest.importorskip("check_jsonschema.builtin_schemas.vendor", reason="pip install check-jsonschema")
+    vendor = pytest.importorskip(
+        "check_jsonschema.builtin_schemas.vendor", reason="pip install check-jsonschema"
+    )
     data: dict[str, Any] = json.loads((Path(vendor.__file__).parent / f"{name}.json").read_text())
     return data
 
@@ -187,7 +194,9 @@ def _schema_errors(document: Any, name: str) -> list[str]:
     return [f"{list(e.absolute_path)}: {e.message[:300]}" for e in validator.iter_errors(document)]
 
 
-def test_gha_chunks_past_256_cells_and_actionlint_finds_nothing(plan300: dict[str, Any], tmp_path: Path) -> None:
+def test_gha_chunks_past_256_cells_and_actionlint_finds_nothing(
+    plan300: dict[str, Any], tmp_path: Path
+) -> None:
     workflow = gha.workflow(plan300)
     jobs = workflow["jobs"]
     assert list(jobs) == ["chunk-1", "chunk-2", "report"]
@@ -322,7 +331,13 @@ def test_k8s_indexed_jobs_pass_kubernetes_validate(plan300: dict[str, Any]) -> N
     (container,) = pod["containers"]
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 8}
     assert pod["nodeSelector"] == {"nvidia.com/gpu.compute.major": "12", "nvidia.com/gpu.compute.minor": "0"}
-    assert container["args"][:5] == ["run", "--plan", "/plan/plan.json", "--cell-index", "$(JOB_COMPLETION_INDEX)"]
+    assert container["args"][:5] == [
+        "run",
+        "--plan",
+        "/plan/plan.json",
+        "--cell-index",
+        "$(JOB_COMPLETION_INDEX)",
+    ]
     assert small["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.compute.major"] == "9"
 
 
@@ -374,6 +389,8 @@ def test_emit_places_cells_of_an_older_plan_by_the_matrix(
     bare = {"cells": [{"id": c["id"]} for c in doc["cells"]]}
     path = tmp_path / "old-plan.json"
     path.write_text(json.dumps(bare))
-    pipeline = yaml.safe_load(_emit(["buildkite", "--plan", str(path), "--matrix", str(tmp_path / "matrix.toml")], capsys))
+    pipeline = yaml.safe_load(
+        _emit(["buildkite", "--plan", str(path), "--matrix", str(tmp_path / "matrix.toml")], capsys)
+    )
     queues = sorted(c["agents"]["queue"] for g in pipeline["steps"] if "group" in g for c in g["steps"])
     assert queues == ["1x-h200", "1x-h200", "8x-rtx-pro-6000", "8x-rtx-pro-6000"]

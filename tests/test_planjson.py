@@ -41,7 +41,8 @@ def document(project: FakeProject, **kwargs: Any) -> dict[str, Any]:
     planned, unreachable = plan_matrix(matrix, resolver, None)
     kwargs = {"backend": "local", "gpu": False, **kwargs}
     doc = plan_document(matrix, planned, unreachable, resolver, **kwargs)
-    return json.loads(json.dumps(doc, default=str))  # what `plan --json` prints
+    back: dict[str, Any] = json.loads(json.dumps(doc, default=str))
+    return back  # what `plan --json` prints
 
 
 def cells(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -94,14 +95,21 @@ def test_runner_kind_gpus_arch_and_estimates(fake_project: FakeProject, tmp_path
     }
     doc = cells(document(fake_project, history=history))
     old, new = doc[cell_id(OLD)], doc[cell_id(NEW)]
-    assert (old["runner"], old["gpus"], old["arch"], old["labels"]) == ("1x-h200", 1, "sm_90", ["self-hosted", "sm_90"])
+    assert (old["runner"], old["gpus"], old["arch"], old["labels"]) == (
+        "1x-h200",
+        1,
+        "sm_90",
+        ["self-hosted", "sm_90"],
+    )
     assert (new["runner"], new["gpus"]) == ("2x-h200", 2)
     assert old["estimated_seconds"] == times[cell_id(OLD)][1] > 0, "the median of three runs"
     assert new["estimated_seconds"] == times[cell_id(NEW)][1]
     assert all(c["estimated_seconds"] is None for c in cells(document(fake_project)).values())
 
 
-def test_a_wheel_that_cannot_be_looked_up_leaves_the_hash_null_with_the_reason(fake_project: FakeProject) -> None:
+def test_a_wheel_that_cannot_be_looked_up_leaves_the_hash_null_with_the_reason(
+    fake_project: FakeProject,
+) -> None:
     fake_project.suite("00-ok", "pass")
     fake_project.write_matrix([OLD, NEW])
     matrix = load(fake_project.matrix)
@@ -111,7 +119,8 @@ def test_a_wheel_that_cannot_be_looked_up_leaves_the_hash_null_with_the_reason(f
     doc = cells(plan_document(matrix, planned, unreachable, resolver))
     assert doc[cell_id(NEW)]["input_hash"] is None
     assert doc[cell_id(NEW)]["input_hash_error"] == "https://index.example: connection refused"
-    assert doc[cell_id(OLD)]["input_hash"] and doc[cell_id(OLD)]["input_hash_error"] is None
+    assert doc[cell_id(OLD)]["input_hash"]
+    assert doc[cell_id(OLD)]["input_hash_error"] is None
     # A wheel gone from the index since planning: the lookup's own error.
     (fake_project.wheels / "flashinfer_cubin-0.6.3-py3-none-any.whl").unlink()
     doc = cells(plan_document(matrix, planned, {}, Resolver(matrix, Cache())))
