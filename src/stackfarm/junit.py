@@ -61,7 +61,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "property": frozenset({"name", "value"}),
     "failure": frozenset({"message", "type"}),
     "error": frozenset({"message", "type"}),
-    "skipped": frozenset({"message"}),
+    "skipped": frozenset({"message", "type"}),
     "properties": frozenset(),
     "system-out": frozenset(),
     "system-err": frozenset(),
