@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import WriteMatrix
+from fakestack import CU130, OLD, FakeProject, cell_id
 from stackfarm import driver
 from stackfarm.driver import cell_floor, cuda_floor, driver_key, driver_problems, runs_on, symbol_floor
 from stackfarm.errors import ConfigError
 from stackfarm.matrix import load
 from stackfarm.plan import plan
+
+pytest_plugins = ("fakestack",)
 
 _RUNNERS = """
 [targets]
@@ -126,3 +131,25 @@ def test_runner_forward_compat_is_a_bool(write_matrix: WriteMatrix) -> None:
 def test_installed_driver_without_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("shutil.which", lambda _name: None)
     assert driver.installed_driver() is None
+
+
+def test_plan_says_which_cells_the_routed_runner_cannot_run(
+    fake_project: FakeProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`stackfarm plan` reports it before any GPU time is spent: a CUDA 13 cell on a runner with driver 535."""
+    from stackfarm.cli import main
+
+    fake_project.suite("00-suite", "pass")
+    fake_project.write_matrix(
+        [OLD, CU130],
+        extra="""
+        [runners.1x-old]
+        labels = ["self-hosted", "gpu"]
+        gpus = 1
+        driver = "535.0"
+        """,
+    )
+    assert main(["plan", "--json", "--matrix", str(fake_project.matrix)]) == 0
+    problems = json.loads(capsys.readouterr().out)["driver_problems"]
+    assert list(problems) == [cell_id(CU130)]
+    assert "535" in problems[cell_id(CU130)]

@@ -80,7 +80,7 @@ def test_runner_typo(write_matrix: WriteMatrix) -> None:
     path = write_matrix(RUNNERS.replace("labels =", "lables ="))
     exc = fails(path, "lables =")
     assert "`lables` in [runners.1x-h200] is unknown; did you mean `labels`?" in str(exc)
-    assert exc.fix == "use one of: labels, arch, gpus, cells"
+    assert exc.fix == "use one of: labels, arch, gpus, cells, driver, forward_compat"
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ from rich.table import Table
 from .. import history, htmlreport, proc, verdict
 from ..artifacts import Cache
 from ..backends import NAMES, get_backend
+from ..driver import driver_problems
 from ..errors import EnvironmentProblem, ExitCode, StackfarmError
 from ..files import write_atomic
 from ..matrix import Matrix, load
@@ -91,10 +92,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     matrix = load(args.matrix)
     p, unreachable = plan_matrix(matrix, Resolver(matrix, Cache(), refresh=args.refresh), args.cells)
+    drivers = driver_problems(matrix, p.cells)  # cells their runner's driver cannot run: said before GPU time
     # An index that did not answer leaves cells unplanned: never exit 0 on that.
     code = ExitCode.ENVIRONMENT if unreachable else ExitCode.OK
     if args.json:
         data = _plan_json(p)
+        data["driver_problems"] = drivers
         data["unreachable"] = [
             {"distribution": d, "version": v, "reason": r} for (d, v), r in unreachable.items()
         ]
@@ -105,6 +108,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for cell in p.cells:
         missing = [c.distribution for c in cell.components if (c.distribution, c.version) in unreachable]
         detail = f"index unreachable for {', '.join(missing)}" if missing else cell.origin
+        if cell.id in drivers:
+            detail = f"{detail}; {drivers[cell.id]}"
         table.add_row(escape(cell.id), "run", escape(detail))
     for conflict in p.conflicts:
         table.add_row(escape(conflict.cell.id), "[yellow]conflict[/]", escape("; ".join(conflict.problems)))
