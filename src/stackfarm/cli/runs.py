@@ -11,7 +11,6 @@ import os
 import signal
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
 
@@ -26,12 +25,14 @@ from ..driver import driver_problems
 from ..errors import EnvironmentProblem, ExitCode, StackfarmError
 from ..files import write_atomic
 from ..matrix import Matrix, load
-from ..plan import Plan, plan, select
+from ..plan import plan, select
+from ..planjson import plan_document
 from ..reports import write_summaries
 from ..resolve import Resolver, plan_matrix
 from ..runner import Runner, RunOptions, gpu_unavailable_reason
 from ..ui import CellProgress
 from ..verdict import CellReport
+from ..worker import read_plan, select_from_plan
 
 _Sub = argparse._SubParsersAction  # argparse's type for add_subparsers()
 
@@ -49,6 +50,18 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     )
     p_plan = sub.add_parser("plan", parents=[common], help="print the cells, conflicts and exclusions")
     p_plan.add_argument("--json", action="store_true", help="machine-readable output")
+    p_plan.add_argument(
+        "--history",
+        type=Path,
+        default=None,
+        help="past reports/ copies: each cell's estimated_seconds (--json)",
+    )
+    p_plan.add_argument(
+        "--store",
+        type=Path,
+        default=None,
+        help="a reports folder of stored verdicts: is each reusable (--json)",
+    )
     p_plan.set_defaults(func=cmd_plan)
     p_run = sub.add_parser("run", parents=[common], help="realise the cells and run their suites")
     p_run.add_argument("--reports", type=Path, default=Path("reports"), help="where reports go (reports/)")
@@ -60,6 +73,16 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     p_run.add_argument("--python", default=None, help="the host backend's Python (default: this one)")
     p_run.add_argument(
         "--suites", default=None, help="only suites whose name matches this glob (comma-separated)"
+    )
+    p_run.add_argument(
+        "--plan",
+        default=None,
+        help="a stored `stackfarm plan --json`: run its cell --cell-index I (or --cells ID)",
+    )
+    p_run.add_argument(
+        "--cell-index",
+        default=None,
+        help="with --plan: the plan's I-th cell, 0-based (e.g. $JOB_COMPLETION_INDEX)",
     )
     p_run.set_defaults(func=cmd_run)
     p_report = sub.add_parser(
@@ -79,28 +102,17 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     p_bundle.set_defaults(func=cmd_bundle)
 
 
-def _plan_json(p: Plan) -> dict[str, object]:
-    return {
-        "cells": [{**asdict(c), "values": c.as_dict()} for c in p.cells],
-        "conflicts": [{"id": c.cell.id, "problems": list(c.problems)} for c in p.conflicts],
-        "excluded": [{"id": e.cell.id, "reason": e.reason} for e in p.excluded],
-        "warnings": list(p.warnings),
-    }
-
-
 def cmd_plan(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     matrix = load(args.matrix)
-    p, unreachable = plan_matrix(matrix, Resolver(matrix, Cache(), refresh=args.refresh), args.cells)
+    resolver = Resolver(matrix, Cache(), refresh=args.refresh)
+    p, unreachable = plan_matrix(matrix, resolver, args.cells)
     drivers = driver_problems(matrix, p.cells)  # cells their runner's driver cannot run: said before GPU time
     # An index that did not answer leaves cells unplanned: never exit 0 on that.
     code = ExitCode.ENVIRONMENT if unreachable else ExitCode.OK
     if args.json:
-        data = _plan_json(p)
+        data = plan_document(matrix, p, unreachable, resolver, history=args.history, store=args.store)
         data["driver_problems"] = drivers
-        data["unreachable"] = [
-            {"distribution": d, "version": v, "reason": r} for (d, v), r in unreachable.items()
-        ]
         print(json.dumps(data, indent=2, default=str))
         return code
     table = Table("cell", "status", "detail", box=None)
@@ -148,6 +160,9 @@ def only_suites(matrix: Matrix, pattern: str | None) -> Matrix:
 
 def cmd_run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
+    if args.plan is not None:  # one cell of a stored plan (a fan-out engine's worker)
+        by_id = args.cells if args.cell_index is None else None
+        args.cells = select_from_plan(read_plan(args.plan), index=args.cell_index, cell_id=by_id)
     matrix = only_suites(load(args.matrix), args.suites)
     cache = Cache()
     resolver = Resolver(matrix, cache, refresh=args.refresh)
