@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Literal
 
@@ -283,3 +284,33 @@ def test_write_summaries(cells: list[CellReport], tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == ["junit.xml", "summary.html", "summary.md"]
     assert len(_suites(out / "junit.xml")) == 7
     assert (out / "summary.md").read_text(encoding="utf-8") == reports.summary_markdown(cells)
+
+
+def test_merge_moves_testcase_properties_onto_the_suite_and_locates_failures(tmp_path: Path) -> None:
+    (tmp_path / "test_fig.py").write_text(
+        "def test_figures(record_property):\n    record_property('decode_tok_s.median', '218.7')\n\n"
+        "def test_bad():\n    assert 1 == 2, 'nope'\n"
+    )
+    xml = tmp_path / "40-throughput.xml"
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "ignore",
+        f"--junitxml={xml}",
+    ]
+    subprocess.run([*cmd, "test_fig.py"], cwd=tmp_path, env=env, capture_output=True, check=False)
+    cell = cell_report(cell="c1", status="ran", suites=(_read(xml, "40-throughput", "c1"),))
+    out = tmp_path / "reports" / "junit.xml"
+    reports.merge([cell], out)
+    (suite,) = list(JUnitXml.fromfile(str(out)))
+    assert _props(suite)["test_figures::decode_tok_s.median"] == "218.7"
+    assert "<properties>" not in "".join(ET.tostring(c._elem, encoding="unicode") for c in suite)
+    bad = next(c for c in suite if c.name == "test_bad")
+    assert bad.classname == "c1.40-throughput.test_fig"
+    assert bad.result[0].message.startswith("test_fig.py:5: "), bad.result[0].message

@@ -1,0 +1,94 @@
+"""stackfarm.sections: the registry of a cell page's sections, one renderer per suite family, by prefix."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from stackfarm import htmlreport, sections
+from stackfarm.history import read_run
+from stackfarm.sections.html import loc
+from test_history import CELL, write_cell
+from test_htmlreport import FAILING, PASSING
+
+SRC = Path(htmlreport.__file__)
+
+
+def test_each_suite_family_has_its_renderer() -> None:
+    assert {s.name for s in sections.load()} >= {"patches", "capability", "eagle3", "numerics", "throughput"}
+    owner = {
+        suite: (found.name if (found := sections.for_suite(suite)) else None)
+        for suite in (
+            "10-capability",
+            "20-eagle3",
+            "30-numerics",
+            "30-equivalence",
+            "40-throughput",
+            "00-stack",
+        )
+    }
+    assert owner == {
+        "10-capability": "capability",
+        "20-eagle3": "eagle3",
+        "30-numerics": "numerics",
+        "30-equivalence": "numerics",
+        "40-throughput": "throughput",
+        "00-stack": None,
+    }
+
+
+def test_htmlreport_has_no_suite_specific_code() -> None:
+    text = SRC.read_text(encoding="utf-8")
+    code = re.sub(r'"""(.|\n)*?"""', "", text)  # docstrings may name the families
+    for word in ("capability", "eagle3", "EAGLE", "throughput", "numerics", "equivalence", "match_rate",
+                 "decode_tok_s", "patch."):  # fmt: skip
+        assert word not in code, word
+    assert len(text.splitlines()) <= 600
+
+
+def test_a_registered_section_renders_for_its_suites(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sections, "_REGISTRY", dict(sections._REGISTRY))
+    seen: list[tuple[str, ...]] = []
+
+    @sections.register("stack", name="stack-test", order=5)
+    def render(ctx: sections.Context) -> str:
+        seen.append(tuple(s.result.suite for s in ctx.suites))
+        return "<h2>From the stack suite</h2>"
+
+    write_cell(tmp_path, CELL, {**FAILING, "00-stack": [("test_imports", "passed", "", {})]})
+    run = read_run(tmp_path)
+    page = htmlreport.cell_page(run.cells[CELL])
+    assert "<h2>From the stack suite</h2>" in page
+    assert seen == [("00-stack",)], "a renderer gets only the suites its prefix claims"
+    assert (
+        page.index("<h2>Patches</h2>")
+        < page.index("<h2>From the stack suite</h2>")
+        < page.index("<h2>Capability findings</h2>")
+    )
+
+
+def test_findings_carry_their_file_line(tmp_path: Path) -> None:
+    write_cell(tmp_path, CELL, FAILING)
+    page = htmlreport.cell_page(read_run(tmp_path).cells[CELL])
+    findings = page.split("<h2>Capability findings</h2>", 1)[1].split("<h2>", 1)[0]
+    assert '<code class="loc">torch_symm_mem.py:40</code>' in findings
+    assert loc("/opt/sglang/srt/x.py", "12") == (
+        '<a class="loc" href="file:///opt/sglang/srt/x.py#L12"><code>/opt/sglang/srt/x.py:12</code></a>'
+    )
+    assert loc("libtorch_cuda.so", "0") == '<code class="loc">libtorch_cuda.so</code>'
+
+
+def test_eagle3_findings_locate_provider_and_consumer(tmp_path: Path) -> None:
+    suites = {
+        "20-eagle3": [
+            ("test_provider[target:K.get_embed_and_head]", "failed", "missing",
+             {"model_class": "K", "method": "get_embed_and_head", "verdict": "missing", "role": "target",
+              "provider_file": "", "consumer_site": "sglang/srt/speculative/eagle_worker.py:88"}),
+        ],
+        **{k: v for k, v in PASSING.items() if k != "20-eagle3"},
+    }  # fmt: skip
+    write_cell(tmp_path, CELL, suites)
+    page = htmlreport.cell_page(read_run(tmp_path).cells[CELL])
+    assert '<code class="loc">sglang/srt/speculative/eagle_worker.py:88</code>' in page
