@@ -165,3 +165,14 @@ def test_the_llama_3_8b_shape_is_described_without_being_made() -> None:
     assert names["fc.weight"] == (4096, 3 * 4096)
     assert names["layers.0.self_attn.q_proj.weight"] == (4096, 8192)
     assert names["lm_head.weight"] == (shape.vocab, 4096)
+
+
+def test_the_model_setting() -> None:
+    from stackfarm.numerics.settings import SettingsError, parse
+
+    assert parse(None).model == "random", "the default stays the seeded random model"
+    assert parse({"model": "planted"}).model == "planted"
+    with pytest.raises(SettingsError, match="unknown model 'plated'"):
+        parse({"model": "plated"})
+    with pytest.raises(SettingsError, match='model = "planted" is a model the suite writes'):
+        parse({"model": "planted", "model_path": "/models/x"})

@@ -62,6 +62,12 @@ from stackfarm.numerics.engines import (
     cuda_toolchain_env,
     make_prompts,
 )
+from stackfarm.numerics.planted import (
+    expected_accept_length,
+    planted_sequence,
+    write_draft_planted,
+    write_target_planted,
+)
 from stackfarm.numerics.settings import SUITE, Settings, SettingsError, parse
 from stackfarm.numerics.tinymodels import (
     CPU_TARGET,
@@ -170,7 +176,8 @@ def test_settings(cell: CellSpec, record_property: RecordProperty) -> None:
         prompts=found.prompts,
         prompt_len=found.prompt_len,
         max_new_tokens=found.max_new_tokens,
-        model_path=found.model_path or "tiny (written by the suite)",
+        model_path=found.model_path or f"tiny {found.model} model (written by the suite)",
+        model=found.model,
         logit_std=found.logit_std,
         fp32_lm_head=found.fp32_lm_head,
     )
@@ -179,7 +186,7 @@ def test_settings(cell: CellSpec, record_property: RecordProperty) -> None:
 def test_model_inputs(settings: Settings, record_property: RecordProperty) -> None:
     """A configured model_path / draft_path exists, has a config, and the draft fits the target."""
     if settings.model_path is None:
-        _record(record_property, model="tiny random Llama written by the suite")
+        _record(record_property, model=f"tiny {settings.model} Llama written by the suite")
         return
     try:
         target = read_config(settings.model_path)
@@ -259,10 +266,17 @@ def _judge_runs(
 # --------------------------------------------------------------------------- end to end, CPU (HF transformers)
 
 
+#: The planted variant's changed pair (stackfarm.numerics.planted): the reference target, wrong on one pair.
+PLANTED_PAIR = (100, 102)
+
+
 @dataclass(frozen=True)
 class CpuModels:
     target: Path
     assistant: Path
+    vocab: int
+    #: model = "planted": the target that alternates on PLANTED_PAIR (a planted real divergence).
+    variant: Path | None = None
 
 
 @pytest.fixture(scope="session")
@@ -270,6 +284,14 @@ def cpu_models(settings: Settings, workdir: Path) -> CpuModels:
     pytest.importorskip("torch", reason="the CPU engine needs torch (CPU build) in the suite's Python")
     pytest.importorskip("transformers", reason="the CPU engine needs transformers in the suite's Python")
     pytest.importorskip("safetensors", reason="the tiny models are written as safetensors")
+    if settings.model == "planted":
+        # The GPU shape (hidden 256): its margin is ~hidden - 3.3 sqrt(hidden) ~ 160 nats; CPU_TARGET's is ~40.
+        target = write_target_planted(workdir / "cpu-target", GPU_TARGET, seed=settings.seed)
+        variant = write_target_planted(
+            workdir / "cpu-variant", GPU_TARGET, swap=PLANTED_PAIR, seed=settings.seed
+        )
+        assistant = write_assistant(workdir / "cpu-assistant", target)
+        return CpuModels(target=target, assistant=assistant, vocab=GPU_TARGET.vocab, variant=variant)
     target = write_target(
         workdir / "cpu-target",
         CPU_TARGET,
@@ -277,7 +299,8 @@ def cpu_models(settings: Settings, workdir: Path) -> CpuModels:
         logit_std=settings.logit_std,
         dtype="float32",
     )
-    return CpuModels(target=target, assistant=write_assistant(workdir / "cpu-assistant", target))
+    assistant = write_assistant(workdir / "cpu-assistant", target)
+    return CpuModels(target=target, assistant=assistant, vocab=CPU_TARGET.vocab)
 
 
 @functools.cache
@@ -287,8 +310,18 @@ def _cpu_baseline(
     return _generate(HFEngine(model=target, dtype=dtype), prompts, max_new)
 
 
-def _cpu_prompts(settings: Settings) -> tuple[tuple[int, ...], ...]:
-    return make_prompts(settings.prompts, settings.prompt_len, CPU_TARGET.vocab, seed=settings.seed)
+def _cpu_prompts(settings: Settings, vocab: int) -> tuple[tuple[int, ...], ...]:
+    return make_prompts(settings.prompts, settings.prompt_len, vocab, seed=settings.seed)
+
+
+def _check_planted(settings: Settings, runs: tuple[Generation, ...], record_property: RecordProperty) -> None:
+    """model = "planted": the target computes what was planted (it repeats every prompt's last token)."""
+    if settings.model != "planted":
+        return
+    wrong = [i for i, g in enumerate(runs) if list(g.tokens) != planted_sequence(g.prompt, len(g.steps))]
+    record_property("planted_function", "repeat the last token")
+    record_property("planted_mismatches", str(wrong) if wrong else "none")
+    assert not wrong, f"the planted target did not repeat the last token on prompts {wrong}"
 
 
 @pytest.mark.parametrize("dtype", _collection_settings().cpu_dtypes, ids=lambda d: f"assisted-{d}")
@@ -296,8 +329,9 @@ def test_e2e_cpu(
     dtype: str, settings: Settings, cpu_models: CpuModels, record_property: RecordProperty
 ) -> None:
     """HF greedy vs HF assisted generation (multi-token verify with a draft) on CPU."""
-    prompts = _cpu_prompts(settings)
+    prompts = _cpu_prompts(settings, cpu_models.vocab)
     baseline = _cpu_baseline(cpu_models.target, dtype, prompts, settings.max_new_tokens)
+    _check_planted(settings, baseline, record_property)
     candidate = _generate(
         HFEngine(model=cpu_models.target, assistant=cpu_models.assistant, dtype=dtype),
         prompts,
@@ -316,7 +350,7 @@ def test_e2e_cpu_planted(
     dtype: str, settings: Settings, cpu_models: CpuModels, record_property: RecordProperty
 ) -> None:
     """The speculative path emits its least likely token at step 3 of prompt 0: a real divergence."""
-    prompts = _cpu_prompts(settings)
+    prompts = _cpu_prompts(settings, cpu_models.vocab)
     baseline = _cpu_baseline(cpu_models.target, dtype, prompts, settings.max_new_tokens)
     planted = HFEngine(
         model=cpu_models.target,
@@ -327,6 +361,29 @@ def test_e2e_cpu_planted(
     candidate = _generate(planted, prompts, settings.max_new_tokens)
     _judge_runs(
         settings, baseline, candidate, record_property, engine="hf-transformers (CPU), planted", dtype=dtype
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=RealDivergence,
+    reason="planted target variant: it differs from the reference on one pair of tokens, a real divergence",
+)
+def test_e2e_cpu_planted_target(
+    settings: Settings, cpu_models: CpuModels, record_property: RecordProperty
+) -> None:
+    """model = "planted": the reference target vs its variant that alternates on one pair, prompt 0 ending in
+    the pair: the divergence at its first token has a gap of ~hidden nats, so it is real, never a near-tie."""
+    if cpu_models.variant is None:
+        pytest.skip('runs with model = "planted" only')
+    first, *rest = _cpu_prompts(settings, cpu_models.vocab)
+    prompts = ((*first[:-1], PLANTED_PAIR[0]), *rest)
+    baseline = _cpu_baseline(cpu_models.target, "float32", prompts, settings.max_new_tokens)
+    candidate = _generate(
+        HFEngine(model=cpu_models.variant, name="hf-variant"), prompts, settings.max_new_tokens
+    )
+    _judge_runs(
+        settings, baseline, candidate, record_property, engine="hf-transformers (CPU), planted variant"
     )
 
 
@@ -493,6 +550,8 @@ class E2EConfig:
 
 
 _TP2 = {"tp_size": 2}
+#: SGLang's per-request accept length counts the prefill token (32 tokens / 8 verifies = 4, give or take one).
+PLANTED_ACCEPT_TOL = 0.25
 E2E = (
     E2EConfig(name="eagle3", reference={}, candidate=EAGLE3_CHAIN, needs_draft=True),
     E2EConfig(name="eagle3-tree", reference={}, candidate=EAGLE3_TREE, needs_draft=True),
@@ -535,6 +594,10 @@ def gpu_models(settings: Settings, workdir: Path) -> GpuModels:
         draft = Path(settings.draft_path) if settings.draft_path else None
         return GpuModels(target=Path(settings.model_path), draft=draft, vocab=int(target["vocab_size"]))
     pytest.importorskip("safetensors", reason="the tiny models are written as safetensors")
+    if settings.model == "planted":
+        target_dir = write_target_planted(workdir / "gpu-target", GPU_TARGET, seed=settings.seed)
+        draft_dir = write_draft_planted(workdir / "gpu-eagle3", GPU_TARGET, seed=settings.seed)
+        return GpuModels(target=target_dir, draft=draft_dir, vocab=GPU_TARGET.vocab)
     target_dir = write_target(
         workdir / "gpu-target",
         GPU_TARGET,
@@ -632,7 +695,9 @@ def test_e2e_gpu(
         draft=config.needs_draft,
         required=switches,
     )
-    _judge_runs(
+    if settings.model == "planted" and settings.model_path is None:
+        _check_planted(settings, reference, record_property)
+    comparison = _judge_runs(
         settings,
         reference,
         candidate,
@@ -643,3 +708,12 @@ def test_e2e_gpu(
         fp32_lm_head=settings.fp32_lm_head,
         toolchain=_toolchain(workdir)[1],
     )
+    if settings.model == "planted" and settings.model_path is None and config.candidate is EAGLE3_CHAIN:
+        # The planted draft is right after every token: each verify accepts all 3 draft tokens.
+        want = expected_accept_length(1.0)
+        record_property("planted_accept_length", f"{want:g}")
+        got = comparison.accept_length
+        assert got is not None, "SGLang reported no accept length"
+        assert abs(got - want) <= PLANTED_ACCEPT_TOL, (
+            f"the planted draft should accept everything (accept length {want:g}), SGLang reports {got}"
+        )

@@ -123,7 +123,11 @@ def _factories(seed: int, device: str) -> tuple[Any, Any, Any]:
         return torch.Generator(device=device).manual_seed(seed * 1_000_003 + salt)
 
     def rnd(salt: int, *size: int, std: float = INIT_STD) -> Callable[[], torch.Tensor]:
-        return (torch.randn(*size, generator=gen(salt), device=device) * std).cpu
+        def make() -> torch.Tensor:  # called when its shard is written, not before
+            out: torch.Tensor = (torch.randn(*size, generator=gen(salt), device=device) * std).cpu()
+            return out
+
+        return make
 
     def const(value: float, *size: int) -> Callable[[], torch.Tensor]:
         return lambda: torch.full(size, value)

@@ -85,7 +85,12 @@ class Settings:
     prompts: int = 8
     prompt_len: int = 16
     max_new_tokens: int = 32
-    #: A real target model folder on a GPU runner (default: the suite writes a tiny random one); draft_path is
+    #: The test model the suite writes when model_path is unset: "random" (seeded random weights, a scaled LM head:
+    #: peaked logits, ~3.5 % of steps near a tie) or "planted" (stackfarm.numerics.planted: a target that repeats
+    #: its last token with a top-1/top-2 gap of ~hidden nats, and an EAGLE-3 draft that accepts everything:
+    #: no near-tie anywhere, so every divergence is real, and the GPU EAGLE-3 accept length is known, 4).
+    model: str = "random"
+    #: A real target model folder on a GPU runner (default: the suite writes a tiny one, see `model`); draft_path is
     #: its EAGLE-3 draft (required with model_path for the EAGLE-3 configuration).
     model_path: str | None = None
     draft_path: str | None = None
@@ -127,7 +132,20 @@ def _draft_needs_model(raw: Mapping[str, Any]) -> list[Problem]:
         return [
             Problem(("draft_path",), "is set without model_path", "set model_path too, or remove draft_path")
         ]
+    if raw.get("model") == "planted" and "model_path" in raw:
+        return [
+            Problem(
+                ("model",),
+                '= "planted" is a model the suite writes, and model_path names another',
+                'remove model_path, or model = "random"',
+                raw["model"],
+            )
+        ]
     return []
+
+
+#: The test models `model` may name.
+MODELS = ("random", "planted")
 
 
 #: [suites.30-numerics.settings], declared: every key, its type, bounds and what it means (see Settings).
@@ -147,6 +165,7 @@ SCHEMA = Table(
         "max_new_tokens": _integer(1, 8192, "tokens generated per prompt"),
         "tree_examples": _integer(1, 100_000, "hypothesis examples per EAGLE tree kernel"),
         "seed": _integer(0, 2**31 - 1, "the random seed"),
+        "model": Enum(MODELS, f"one of {', '.join(MODELS)}: the test model the suite writes", noun="model"),
         "model_path": _path("a real target model on a GPU runner"),
         "draft_path": _path("the EAGLE-3 draft of model_path"),
         "dtype": _DTYPE,
@@ -200,6 +219,7 @@ def parse(raw: Mapping[str, Any] | None) -> Settings:
 __all__ = [
     "DEFAULT_TOLERANCES",
     "DTYPES",
+    "MODELS",
     "SCHEMA",
     "SUITE",
     "Settings",
