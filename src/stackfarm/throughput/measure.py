@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import curve
 from .errors import BenchError, MeasureError, PortInUseError, ServerStartError, ZeroTokensError
 from .machine import (
     NVIDIA_SMI_FIELDS,
@@ -247,22 +248,60 @@ def schedule(configs: Sequence[str], batch_sizes: Sequence[int], rounds: int) ->
 Send = Callable[[str, Sequence[Sequence[int]], int], RequestResult]
 
 
-class Measurement:
-    """Requests against running servers, kept per (configuration, batch size) in measuring order."""
+@dataclass(frozen=True, kw_only=True)
+class PlantedTokens:
+    """The planted draft's token sets (stackfarm.numerics.planted): it is wrong after tokens in [wrong_lo,
+    wrong_hi) and right after every other token from 3 up to the vocabulary's end."""
 
-    def __init__(self, endpoints: Mapping[str, str], settings: Settings, *, run: Send | None = None) -> None:
+    vocab: int
+    wrong_lo: int
+    wrong_hi: int
+
+    def last_token(self, rng: random.Random, right: bool) -> int:
+        if right:
+            choice = rng.randrange(3, self.vocab - (self.wrong_hi - self.wrong_lo))
+            return choice if choice < self.wrong_lo else choice + (self.wrong_hi - self.wrong_lo)
+        return rng.randrange(max(3, self.wrong_lo), self.wrong_hi)
+
+
+#: One sample at an acceptance rate: the group's requests, in order.
+Group = list[RequestResult]
+
+
+class Measurement:
+    """Requests against running servers, kept per (configuration, batch size) in measuring order; with planted
+    models also per (configuration, acceptance rate) as groups of single-stream requests."""
+
+    def __init__(
+        self,
+        endpoints: Mapping[str, str],
+        settings: Settings,
+        *,
+        run: Send | None = None,
+        planted: PlantedTokens | None = None,
+    ) -> None:
         self.endpoints = dict(endpoints)
         self.settings = settings
         self._run: Send = run or (lambda url, p, n: generate(url, p, n, timeout=settings.request_timeout))
         self._rng = random.Random(settings.seed)
+        self.planted = planted
         self.results: dict[tuple[str, int], list[RequestResult]] = {}
+        self.curve: dict[tuple[str, float], list[Group]] = {}
         self.warmups: dict[str, Warmup] = {}
         self.rounds = 0
+        self.curve_rounds = 0
 
-    def _prompts(self, batch: int) -> list[list[int]]:
+    def _prompt(self, right: bool = True) -> list[int]:
         # Fresh ids for every request: a repeated prompt would hit the radix cache and shorten its TTFT.
         limit, length = self.settings.vocab_limit, self.settings.input_tokens
-        return [[self._rng.randrange(3, limit) for _ in range(length)] for _ in range(batch)]
+        body = [self._rng.randrange(3, limit) for _ in range(length)]
+        if self.planted is not None:  # planted models: the last token decides the acceptance
+            body[-1] = self.planted.last_token(self._rng, right)
+        return body
+
+    def _prompts(self, batch: int) -> list[list[int]]:
+        """Outside the curve, planted prompts all end in the right set: the figures are at full acceptance."""
+        return [self._prompt() for _ in range(batch)]
 
     def request(self, config: str, batch: int) -> RequestResult:
         return self._run(self.endpoints[config], self._prompts(batch), self.settings.output_tokens)
@@ -295,19 +334,67 @@ class Measurement:
             self.results.setdefault((config, batch), []).append(self.request(config, batch))
         self.rounds += rounds
 
+    def run_curve(self, rounds: int) -> None:
+        """Per round and acceptance rate, one group per configuration (A B): the same right/wrong pattern, fresh
+        prompts, `acceptance_requests` single-stream requests one after another."""
+        if self.planted is None:
+            raise MeasureError("an acceptance curve needs the planted models (settings.acceptance)")
+        s = self.settings
+        for _ in range(rounds):
+            for rate in s.acceptance:
+                pattern = curve.right_in_group(rate, s.acceptance_requests)
+                for config in self.endpoints:
+                    group = [
+                        self._run(self.endpoints[config], [self._prompt(right)], s.output_tokens)
+                        for right in pattern
+                    ]
+                    self.curve.setdefault((config, float(rate)), []).append(group)
+        self.curve_rounds += rounds
+
     def figures(self) -> dict[str, list[float]]:
-        return figures(self.results)
+        return {**figures(self.results), **curve_figures(self.curve)}
 
     def remeasure(self, figure: str) -> Callable[[], list[float]]:
-        """A function that measures `repeats` more rounds at `figure`'s batch size and returns its new samples."""
+        """A function that measures `repeats` more rounds at `figure`'s batch size (or of the curve) and returns
+        its new samples."""
         batch = figure_batch(figure) or 1
 
         def more() -> list[float]:
             before = len(self.figures().get(figure, []))
-            self.run_rounds(self.settings.repeats, [batch])
+            if curve.is_curve_figure(figure):
+                self.run_curve(self.settings.repeats)
+            else:
+                self.run_rounds(self.settings.repeats, [batch])
             return self.figures()[figure][before:]
 
         return more
+
+
+def group_rate(group: Sequence[RequestResult]) -> float:
+    """A group's decode throughput: its decode tokens over its decode seconds (requests ran one by one)."""
+    tokens = sum(n - f for r in group for n, f in zip(r.tokens, r.first_tokens, strict=True))
+    seconds = sum(last - first for r in group for first, last in zip(r.first_s, r.last_s, strict=True))
+    return tokens / seconds
+
+
+def curve_figures(groups: Mapping[tuple[str, float], Sequence[Group]]) -> dict[str, list[float]]:
+    """The curve's samples per figure name (stackfarm.throughput.curve) from groups per (config, rate)."""
+    out: dict[str, list[float]] = {}
+    ratios: dict[float, list[float]] = {}
+    for rate in sorted({r for _, r in groups}):
+        base, spec = groups.get((BASELINE, rate), ()), groups.get((EAGLE3, rate), ())
+        out[curve.at("decode_tok_s", rate)] = [group_rate(g) for g in base]
+        if not spec:
+            continue
+        out[curve.at("eagle3_decode_tok_s", rate)] = [group_rate(g) for g in spec]
+        accepts = [[r.accept_length for r in g if r.accept_length is not None] for g in spec]
+        if all(accepts):
+            out[curve.at("accept_length", rate)] = [sum(a) / len(a) for a in accepts]
+        ratios[rate] = [group_rate(e) / group_rate(b) for b, e in zip(base, spec, strict=False)]
+        out[curve.at("eagle3_over_baseline", rate)] = ratios[rate]
+    if ratios:
+        out[curve.BREAK_EVEN] = curve.break_even_samples(ratios)
+    return out
 
 
 def figures(results: Mapping[tuple[str, int], Sequence[RequestResult]]) -> dict[str, list[float]]:
@@ -344,6 +431,7 @@ __all__ = [
     "MeasureError",
     "Measurement",
     "ModelPaths",
+    "PlantedTokens",
     "PortInUseError",
     "RequestResult",
     "RunningServer",
@@ -356,10 +444,12 @@ __all__ = [
     "available_cpus",
     "cpu_placement",
     "cuda_home",
+    "curve_figures",
     "ensure_port_free",
     "figures",
     "free_ports",
     "generate",
+    "group_rate",
     "launch",
     "parse_gpu_csv",
     "physical_cores",

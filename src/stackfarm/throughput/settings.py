@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..schema import NOTHING, Bool, Enum, Int, List, Number, Problem, Str, Table, first_problem
+from . import curve
 from ._tiny import SHAPES
 from .errors import MeasureError
 
@@ -43,6 +44,19 @@ class Settings:
     #: Requests per batch size > 1 before measuring (new shapes may JIT-compile).
     warmup_batches: int = 2
     eagle3: bool = True
+    #: Planted acceptance rates, e.g. [0.0, 0.5, 0.9]: serve the planted models of stackfarm.numerics.planted
+    #: (weights written per run, in model_shape) and measure EAGLE-3 vs baseline at each rate, a curve with its
+    #: break-even rate (stackfarm.throughput.curve). Rate r: a share r of a sample's requests end in a token the
+    #: draft gets right (accept length steps + 1), the rest in one it gets wrong (accept length 1), so the mean
+    #: accept length is 1 + steps x r. The standard figures are then measured at full acceptance. Empty: no curve,
+    #: dummy weights.
+    acceptance: tuple[float, ...] = ()
+    #: Requests per sample at each rate (run one after another: a batch would run at its slowest request's
+    #: pace); rate x acceptance_requests must be whole.
+    acceptance_requests: int = 10
+    #: accept_length@r passes when 1 + steps x r lies within its interval widened by this (tokens): SGLang's
+    #: per-request figure counts the prefill token (128 tokens / 127 verifies = 1.008).
+    accept_length_tolerance: float = 0.1
     #: A model to serve; unset: a random Llama (+ EAGLE-3 draft) with dummy weights, written per run.
     model_path: str | None = None
     #: The dummy Llama's dimensions when model_path is unset (throughput._tiny.SHAPES): "llama-3-8b" decodes
@@ -112,10 +126,39 @@ class Settings:
         if unknown:
             found.append(_rule("cuda_graph", list(self.cuda_graph),
                                f"names unknown configurations {unknown}: use {BASELINE!r}, {EAGLE3!r}"))  # fmt: skip
+        found += self._curve_problems()
         if self.model_path and self.eagle3 and not self.draft_model_path:
             found.append(_rule("model_path", self.model_path,
                                "is set with eagle3 on: set draft_model_path too (or eagle3 = false)"))  # fmt: skip
         return found
+
+    def _curve_problems(self) -> list[Problem]:
+        if not self.acceptance:
+            return []
+        rates = list(self.acceptance)
+        if not self.eagle3:
+            return [_rule("acceptance", rates, "needs eagle3 = true (the curve is EAGLE-3 vs the baseline)")]
+        if self.model_path:
+            return [_rule("acceptance", rates, "plants its own models: remove model_path (or acceptance)")]
+        if (
+            self.speculative_eagle_topk != 1
+            or self.speculative_num_draft_tokens != self.speculative_num_steps + 1
+        ):
+            return [_rule("acceptance", rates, "plants chain drafting: speculative_eagle_topk = 1 and "
+                          "speculative_num_draft_tokens = speculative_num_steps + 1")]  # fmt: skip
+        if len(set(rates)) != len(rates):
+            return [_rule("acceptance", rates, "lists a rate twice")]
+        odd = [r for r in rates if not curve.whole(r, self.acceptance_requests)]
+        if odd:
+            return [_rule("acceptance", rates, f"rates {odd} x acceptance_requests ({self.acceptance_requests}) "
+                          "are not whole numbers of requests: set acceptance_requests so they are, e.g. 10")]  # fmt: skip
+        return []
+
+    def figures(self) -> tuple[str, ...]:
+        """Every figure these settings measure (stackfarm.throughput.thresholds names them)."""
+        from .thresholds import figure_names
+
+        return figure_names(self.batch_sizes, eagle3=self.eagle3, acceptance=self.acceptance)
 
     def configs(self) -> tuple[str, ...]:
         return (BASELINE, EAGLE3) if self.eagle3 else (BASELINE,)
@@ -176,6 +219,13 @@ SCHEMA = Table(
         "warmup_max_runs": _count("warm-up requests at most", 2),
         "warmup_batches": _count("requests per batch size > 1 before measuring", 0),
         "eagle3": Bool("true or false: measure EAGLE-3 beside the baseline"),
+        "acceptance": List(
+            Number("an acceptance rate in [0, 1]", min=0.0, max=1.0),
+            "planted acceptance rates, e.g. [0.0, 0.5, 0.9]",
+            min_len=1,
+        ),
+        "acceptance_requests": _count("requests per sample at each acceptance rate", 1),
+        "accept_length_tolerance": Number("tokens: accept_length@r may miss 1 + steps x r by this", min=0.0),
         "model_path": _path("a model to serve"),
         "model_shape": Enum(tuple(SHAPES), f"one of {', '.join(SHAPES)}", noun="shape"),
         "draft_model_path": _path("the EAGLE-3 draft of model_path"),

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from ..errors import StackfarmError, did_you_mean
 from ..schema import Map, Number, Problem
+from . import curve
 from .stats import Bound
 
 CheckKind = Literal["absolute", "relative", "regression"]
@@ -50,6 +51,9 @@ FIGURES: Mapping[str, str] = {
     "eagle3_<figure>": "any of the above, measured with EAGLE-3",
     "eagle3_accept_length": "EAGLE-3's mean accept length, tokens (a floor)",
     RELATIVE_KEY: "EAGLE-3 decode / baseline decode per interleaved pair (a floor on the ratio)",
+    "<figure>@<r>": "with settings.acceptance: decode_tok_s, eagle3_decode_tok_s, eagle3_over_baseline or "
+    "accept_length at planted acceptance rate r (a group of requests per sample, stackfarm.throughput.curve)",
+    curve.BREAK_EVEN: "the acceptance rate where eagle3_over_baseline reaches 1, interpolated (a ceiling)",
     "max_regression_pct": "every tok/s figure >= (1 - x/100) x the last qualified record's median",
 }
 
@@ -59,10 +63,17 @@ class ThresholdError(StackfarmError):
 
 
 def is_figure(name: str) -> bool:
-    return name in ("eagle3_accept_length", RELATIVE_KEY) or _FIGURE.match(name) is not None
+    return (
+        name in ("eagle3_accept_length", RELATIVE_KEY)
+        or _FIGURE.match(name) is not None
+        or curve.is_curve_figure(name)
+    )
 
 
 def unit(figure: str) -> str:
+    if figure == curve.BREAK_EVEN:
+        return "acceptance"
+    figure = figure.partition("@")[0]
     if figure.endswith("_tok_s"):
         return "tok/s"
     if figure.endswith("_ms"):
@@ -73,13 +84,14 @@ def unit(figure: str) -> str:
 
 
 def higher_is_better(figure: str) -> bool:
-    return unit(figure) != "ms"
+    """Throughputs, ratios and accept lengths are floors; latencies and the break-even rate are ceilings."""
+    return unit(figure) not in ("ms", "acceptance")
 
 
 def figure_batch(figure: str) -> int | None:
     """The batch size a figure is measured at (1 for the single-stream ones), None for derived figures."""
     match = _FIGURE.match(figure)
-    if match is None:
+    if match is None:  # derived figures and the curve's (its groups are single-stream requests)
         return 1 if figure == "eagle3_accept_length" else None
     return int(match["batch"]) if match["batch"] else 1
 
@@ -88,8 +100,11 @@ def figure_config(figure: str) -> str:
     return "eagle3" if figure.startswith("eagle3_") else "baseline"
 
 
-def figure_names(batch_sizes: Sequence[int], *, eagle3: bool) -> tuple[str, ...]:
-    """Every figure a measurement with these settings produces, in a stable order."""
+def figure_names(
+    batch_sizes: Sequence[int], *, eagle3: bool, acceptance: Sequence[float] = ()
+) -> tuple[str, ...]:
+    """Every figure a measurement with these settings produces, in a stable order (the curve's with
+    settings.acceptance, which needs EAGLE-3)."""
     configs = ("", "eagle3_") if eagle3 else ("",)
     names: list[str] = []
     for prefix in configs:
@@ -98,7 +113,7 @@ def figure_names(batch_sizes: Sequence[int], *, eagle3: bool) -> tuple[str, ...]
             if batch > 1:
                 names += [f"{prefix}batch{batch}_tok_s", f"{prefix}batch{batch}_ttft_ms"]
     if eagle3:
-        names += ["eagle3_accept_length", RELATIVE_KEY]
+        names += ["eagle3_accept_length", RELATIVE_KEY, *curve.figure_names(acceptance)]
     return tuple(names)
 
 
@@ -188,6 +203,14 @@ def _unmeasured(figure: str, measured: Sequence[str]) -> str | None:
         return None
     batch = figure_batch(figure)
     why = "EAGLE-3 is not measured (settings.eagle3 is off)" if figure.startswith("eagle3_") else ""
+    at_rate = curve.split(figure)
+    if at_rate is not None or figure == curve.BREAK_EVEN:
+        rates = sorted({found[1] for f in measured if (found := curve.split(f)) is not None})
+        why = (
+            f"rate {curve.label(at_rate[1])} is not in settings.acceptance ({', '.join(map(curve.label, rates))})"
+            if at_rate is not None and rates
+            else "settings.acceptance is not set: no curve over acceptance rates is measured"
+        )
     if batch is not None and batch > 1 and f"batch{batch}_tok_s" not in measured:
         why = f"batch size {batch} is not in settings.batch_sizes"
     return f"the figure `{figure}` is not measured with these settings" + (f" ({why})" if why else "")
@@ -302,6 +325,20 @@ def resolve(
                     bound=Bound(value=_number(value, where), at_least=True),
                     source=where,
                     note="EAGLE-3 decode / baseline decode, per interleaved pair",
+                )
+            )
+        elif key.startswith(f"{RELATIVE_KEY}@") and is_figure(key):
+            unmeasured = _unmeasured(key, measured)
+            if unmeasured:
+                raise ThresholdError(f"{where}: {unmeasured}")
+            checks.append(
+                Check(
+                    name=key,
+                    figure=key,
+                    kind="relative",
+                    bound=Bound(value=_number(value, where), at_least=True),
+                    source=where,
+                    note="EAGLE-3 / baseline decode at a planted acceptance rate, per interleaved pair of groups",
                 )
             )
         elif key == REGRESSION_KEY:
