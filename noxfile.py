@@ -132,3 +132,10 @@ def report(session: nox.Session) -> None:
     """Rebuild reports/ (junit.xml, summaries, index.html) from stored verdicts; --history DIR adds trends."""
     _install(session, "plots")
     session.run("python", "-m", "stackfarm", "report", *session.posargs)
+
+
+@nox.session
+def corpus(session: nox.Session) -> None:
+    """Static verdicts (10-capability, EAGLE-3) over every sglang release on the index -> reports/corpus/."""
+    _install(session)
+    session.run("python", "-m", "stackfarm.corpus", *session.posargs)

@@ -99,7 +99,7 @@ def _contract(root: str) -> Contract:
 
 @functools.cache
 def _check(root: str, name: str, role: Role) -> tuple[Finding, ...]:
-    return check_class(SourceTree([Path(root)]), name, role, _contract(root))
+    return check_class(SourceTree([Path(root)]), name, role, _contract(root), include_optional=True)
 
 
 def _sglang_root(cell: CellSpec) -> Path:

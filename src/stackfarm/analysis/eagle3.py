@@ -11,7 +11,8 @@ The contract is therefore read from the version under test itself, never listed 
    arities.
 2. `check_class(tree, name, role, contract)` finds a model class by name or `EntryClass`, linearises its bases
    across modules (imports resolved inside the tree) and gives, per requirement, a `Finding`: implemented,
-   inherited, missing or signature-mismatch.
+   inherited (torch.nn.Module's own methods too), delegated (a forwarding __getattr__), missing,
+   optional-missing, signature-mismatch, or class-not-in-release.
 3. `diff_contracts(old, new)` shows what an upgrade changes in the contract.
 
 Pure functions over files, read through `sourcetree.SourceTree`: ASTs are cached by the sha256 of a file's
@@ -24,7 +25,9 @@ walker that records model uses), `eagle3_derive` (step 1) and `eagle3_models` (s
 from __future__ import annotations
 
 from stackfarm.analysis.eagle3_contract import (
+    OK_VERDICTS,
     ROLES,
+    VERDICTS,
     Contract,
     ContractChange,
     ContractError,
@@ -41,7 +44,9 @@ from stackfarm.analysis.eagle3_models import Finding, check_class, locate_class
 from stackfarm.analysis.sourcetree import SourceTree, parse_file
 
 __all__ = [
+    "OK_VERDICTS",
     "ROLES",
+    "VERDICTS",
     "Contract",
     "ContractChange",
     "ContractError",

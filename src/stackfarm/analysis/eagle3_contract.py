@@ -15,7 +15,30 @@ from stackfarm.errors import StackfarmError
 Role = Literal["target", "draft"]
 ROLES: tuple[Role, ...] = ("target", "draft")
 UseKind = Literal["call", "attribute", "probe"]
-Verdict = Literal["implemented", "inherited", "missing", "signature-mismatch"]
+#: implemented: the class defines it; inherited: a base does (torch.nn.Module's own methods and object's
+#: attributes included); delegated: its __getattr__ forwards the name to a held model; missing: a required name
+#: nobody provides; optional-missing: a name only probed for (hasattr / getattr with a default) that it lacks;
+#: signature-mismatch: provided, but some call does not bind; class-not-in-release: no such class in this SGLang.
+Verdict = Literal[
+    "implemented",
+    "inherited",
+    "delegated",
+    "missing",
+    "optional-missing",
+    "signature-mismatch",
+    "class-not-in-release",
+]
+VERDICTS: tuple[Verdict, ...] = (
+    "implemented",
+    "inherited",
+    "delegated",
+    "missing",
+    "optional-missing",
+    "signature-mismatch",
+    "class-not-in-release",
+)
+#: The verdicts that let the class serve EAGLE-3.
+OK_VERDICTS: frozenset[Verdict] = frozenset({"implemented", "inherited", "delegated", "optional-missing"})
 
 
 class ContractError(StackfarmError):
@@ -214,7 +237,9 @@ def format_diff(old: Contract, new: Contract, changes: Sequence[ContractChange])
 
 
 __all__ = [
+    "OK_VERDICTS",
     "ROLES",
+    "VERDICTS",
     "Contract",
     "ContractChange",
     "ContractError",

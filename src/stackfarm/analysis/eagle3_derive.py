@@ -1,17 +1,27 @@
 """Derive an SGLang tree's EAGLE-3 contract from its own code (see `eagle3` for the whole story).
 
-`derive_contract(root)` asks `SpeculativeAlgorithm.create_worker` (speculative/spec_info.py) which worker
-classes serve EAGLE3, evaluates the algorithm's `is_*()` predicates for EAGLE3 from their own bodies, finds the
-flags set only on EAGLE-3 paths, and walks the workers plus every module of `speculative/` and
-`model_executor/` with `eagle3_uses.UseCollector`.
+`derive_contract(root)` finds which worker classes serve EAGLE3, evaluates the algorithm's `is_*()` predicates
+for EAGLE3 from their own bodies, finds the flags set only on EAGLE-3 paths, and walks the workers plus every
+module of `speculative/` and `model_executor/` with `eagle3_uses.UseCollector`.
+
+SpeculativeAlgorithm (speculative/spec_info.py) has had three forms, all read here:
+
+- an Enum with ``create_worker()`` (0.5.8 on): the classes it returns (or imports) for EAGLE3;
+- a registry (0.5.4.post2 - 0.5.7): ``register_speculative_algorithm("EAGLE3", worker_cls=<factory>,
+  flags=("EAGLE", "EAGLE3"))`` at module level, predicates ``self._has_flag("EAGLE3")``; the workers are the
+  classes the factory imports;
+- a bare Enum (0.4.x - 0.5.4.post1): the scheduler picks the worker, ``if self.spec_algorithm.is_eagle(): from
+  sglang.srt.speculative.eagle_worker import EAGLEWorker``; the workers are the classes imported under
+  conditions that hold for EAGLE3 and not without speculation, in managers/.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stackfarm.analysis.eagle3_contract import (
@@ -38,6 +48,10 @@ from stackfarm.analysis.sourcetree import ClassRef, SourceTree, last_name
 
 SPEC_INFO = "sglang/srt/speculative/spec_info.py"
 SCANNED = ("sglang/srt/speculative", "sglang/srt/model_executor")
+#: Where a bare-Enum SGLang picks its draft worker (the scheduler).
+MANAGERS = "sglang/srt/managers"
+_WORKER_NAME = re.compile(r"Worker(V\d+)?$")
+_REGISTER = ("register_speculative_algorithm", "register")
 #: The code the derivation runs: a change to it changes `contract_key`.
 _CODE = tuple(
     Path(__file__).with_name(n)
@@ -82,11 +96,44 @@ def _one_line_methods(cls: ast.ClassDef) -> dict[str, ast.expr]:
 
 
 @dataclass(frozen=True)
+class _Registration:
+    """One module-level ``register_speculative_algorithm(name, worker_cls=..., flags=(...))`` (or
+    ``SpeculativeAlgorithm.register(name)``) of the registry form."""
+
+    name: str
+    flags: frozenset[str]
+    worker: ast.expr | None
+
+
+def _registrations(module: ast.Module) -> list[_Registration]:
+    found = []
+    for stmt in module.body:
+        call = stmt.value if isinstance(stmt, ast.Expr | ast.Assign) else None
+        if not isinstance(call, ast.Call) or last_name(call.func) not in _REGISTER or not call.args:
+            continue
+        first = call.args[0]
+        if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+            continue
+        keywords = {k.arg: k.value for k in call.keywords if k.arg}
+        worker = keywords.get("worker_cls") or (call.args[1] if len(call.args) > 1 else None)
+        flags_node = keywords.get("flags")
+        flags = frozenset(
+            e.value.upper()
+            for e in (flags_node.elts if isinstance(flags_node, ast.Tuple | ast.List) else [])
+            if isinstance(e, ast.Constant) and isinstance(e.value, str)
+        )
+        found.append(_Registration(first.value.upper(), flags, worker))
+    return found
+
+
+@dataclass(frozen=True)
 class _Predicates:
     """SpeculativeAlgorithm's predicates, judged from their bodies for one algorithm (an enum member name)."""
 
     members: frozenset[str]
     methods: Mapping[str, ast.expr]
+    #: The registry form's flags per algorithm (``self._has_flag("EAGLE3")``); empty for the Enum forms.
+    flags: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def value(self, node: ast.expr, algorithm: str, seen: frozenset[str]) -> Tri:
         connective, result = logic3(node, lambda operand: self.value(operand, algorithm, seen))
@@ -97,14 +144,27 @@ class _Predicates:
             if name in self.methods and name not in seen:
                 return self.value(self.methods[name], algorithm, seen | {name})
             return None
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "_has_flag"
+            and len(node.args) == 1
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and algorithm in self.flags
+        ):
+            return node.args[0].value.upper() in self.flags[algorithm]
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.left, ast.Name):
             return self._compare(node.ops[0], node.comparators[0], algorithm)
         return None
 
     def _compare(self, op: ast.cmpop, right: ast.expr, algorithm: str) -> Tri:
         """``self == SpeculativeAlgorithm.EAGLE3``, ``self in (EAGLE, EAGLE3)`` and their negations."""
-        if isinstance(op, ast.Eq | ast.NotEq) and (m := last_name(right)) in self.members:
-            return (m == algorithm) == isinstance(op, ast.Eq)
+        if (
+            isinstance(op, ast.Eq | ast.NotEq | ast.Is | ast.IsNot)
+            and (m := last_name(right)) in self.members
+        ):
+            return (m == algorithm) == isinstance(op, ast.Eq | ast.Is)
         if isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Tuple | ast.List | ast.Set):
             names = {last_name(e) for e in right.elts}
             if names <= self.members:
@@ -114,7 +174,7 @@ class _Predicates:
 
 def _algorithm_predicates(tree: SourceTree) -> dict[str, dict[str, Tri]]:
     """Each argument-less predicate of SpeculativeAlgorithm, evaluated from its body for EAGLE3 and NONE."""
-    _module, cls = _speculative_algorithm(tree)
+    module, cls = _speculative_algorithm(tree)
     members = frozenset(
         t.id
         for n in cls.body
@@ -122,11 +182,17 @@ def _algorithm_predicates(tree: SourceTree) -> dict[str, dict[str, Tri]]:
         for t in n.targets
         if isinstance(t, ast.Name) and t.id.isupper()
     )
+    registered = _registrations(module)
+    members |= {r.name for r in registered}
     if EAGLE3 not in members:
         raise ContractError(
-            f"SpeculativeAlgorithm in {SPEC_INFO} has no EAGLE3 member (it has {sorted(members)})"
+            f"SpeculativeAlgorithm in {SPEC_INFO} has no EAGLE3 member (it has {sorted(members)}), "
+            "neither as an Enum member nor registered with register_speculative_algorithm()"
         )
-    predicates = _Predicates(members, _one_line_methods(cls))
+    flags = {r.name: r.flags for r in registered} if registered else {}
+    if flags:
+        flags.setdefault(NO_SPEC, frozenset())
+    predicates = _Predicates(members, _one_line_methods(cls), flags)
     return {
         name: {alg: predicates.value(expr, alg, frozenset({name})) for alg in (EAGLE3, NO_SPEC)}
         for name, expr in predicates.methods.items()
@@ -164,35 +230,101 @@ def contract_key(root: Path) -> str:
     digest = hashlib.sha256(tree_version(tree.root).encode() + b"\0")  # the contract names its version
     for code in _CODE:
         digest.update(code.read_bytes())
-    for path in [tree.root / SPEC_INFO, *_scanned(tree)]:
+    managers = [p for p in tree.files(MANAGERS) if p.is_relative_to(tree.root)]
+    for path in [tree.root / SPEC_INFO, *_scanned(tree), *sorted(managers)]:
         if path.is_file():
             digest.update(tree.relative(path).encode() + b"\0")
             digest.update(tree.digest(path).encode())
     return digest.hexdigest()
 
 
+def _imports_under(
+    stmts: Sequence[ast.stmt], guards: list[Guard]
+) -> Iterator[tuple[ast.ImportFrom, list[Guard]]]:
+    """Every ``from x import y`` in these statements (nested blocks and functions included), with its conditions."""
+    for stmt in stmts:
+        if isinstance(stmt, ast.If):
+            yield from _imports_under(stmt.body, [*guards, (stmt.test, True)])
+            yield from _imports_under(stmt.orelse, [*guards, (stmt.test, False)])
+        elif isinstance(stmt, ast.ImportFrom):
+            yield stmt, guards
+        else:
+            for name in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(stmt, name, None)
+                if isinstance(inner, list):
+                    for item in inner:
+                        body = item.body if isinstance(item, ast.ExceptHandler) else [item]
+                        yield from _imports_under([s for s in body if isinstance(s, ast.stmt)], guards)
+
+
+def _add_worker(tree: SourceTree, found: list[tuple[Path, str]], cls_ref: object) -> None:
+    """A worker class and its bases in speculative/ (a base's uses are the worker's)."""
+    if not isinstance(cls_ref, ClassRef):
+        return
+    classes, _external = tree.mro(cls_ref)
+    for worker in classes:
+        if (worker.file, worker.name) not in found and worker.file.is_relative_to(tree.root / SCANNED[0]):
+            found.append((worker.file, worker.name))
+
+
+def _imported_workers(
+    tree: SourceTree, stmts: Sequence[ast.stmt], knowledge: Knowledge, *, specific: bool
+) -> list[tuple[Path, str]]:
+    """Worker classes imported from speculative/ under conditions reachable for EAGLE3 (and, with `specific`,
+    false without speculation)."""
+    found: list[tuple[Path, str]] = []
+    for node, guards in _imports_under(stmts, []):
+        if not node.module or node.level or not node.module.startswith("sglang.srt.speculative"):
+            continue
+        if not knowledge.reachable(guards, "target") or (
+            specific and not knowledge.specific(guards, "target")
+        ):
+            continue
+        for alias in node.names:
+            if _WORKER_NAME.search(alias.name):
+                _add_worker(tree, found, tree.resolve_name(node.module, alias.name))
+    return found
+
+
 def _eagle3_workers(tree: SourceTree, knowledge: Knowledge) -> list[tuple[Path, str]]:
-    """(file, class) of every worker `create_worker` returns for EAGLE3, and their bases in speculative/."""
+    """(file, class) of every worker that serves EAGLE3, and their bases in speculative/ (see the module doc)."""
     spec, cls = _speculative_algorithm(tree)
     fn = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "create_worker"), None)
-    if fn is None:
-        raise ContractError(f"SpeculativeAlgorithm in {SPEC_INFO} has no create_worker()")
     found: list[tuple[Path, str]] = []
-    for ret, guards in _returns_under(fn.body, []):
-        if not isinstance(ret.value, ast.Name) or not knowledge.reachable(guards, "target"):
-            continue
-        dotted = _imported_module(fn, spec, ret.value.id)
-        cls_ref = tree.resolve_name(dotted, ret.value.id) if dotted else None
-        if not isinstance(cls_ref, ClassRef):
-            continue
-        classes, _external = tree.mro(cls_ref)
-        for worker in classes:
-            if (worker.file, worker.name) not in found and worker.file.is_relative_to(tree.root / SCANNED[0]):
-                found.append((worker.file, worker.name))
-    if not found:
-        raise ContractError(
-            f"create_worker() in {SPEC_INFO} returns no worker for EAGLE3 that could be found"
+    if fn is not None:
+        where = f"create_worker() in {SPEC_INFO}"
+        for ret, guards in _returns_under(fn.body, []):
+            value = ret.value.func if isinstance(ret.value, ast.Call) else ret.value
+            if not isinstance(value, ast.Name) or not knowledge.reachable(guards, "target"):
+                continue
+            dotted = _imported_module(fn, spec, value.id)
+            if dotted:
+                _add_worker(tree, found, tree.resolve_name(dotted, value.id))
+    elif (registration := next((r for r in _registrations(spec) if r.name == EAGLE3), None)) is not None:
+        where = f'register_speculative_algorithm("EAGLE3", ...) in {SPEC_INFO}'
+        factory = registration.worker
+        name = factory.id if isinstance(factory, ast.Name) else None
+        body = next(
+            (
+                n
+                for n in spec.body
+                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name
+            ),
+            None,
         )
+        if body is not None:  # a factory function: the worker classes it imports
+            found = _imported_workers(tree, body.body, knowledge, specific=False)
+        elif name is not None:  # the worker class itself
+            _add_worker(tree, found, tree.resolve_name(tree.module_of(tree.root / SPEC_INFO), name))
+    else:
+        where = f"{MANAGERS} (SpeculativeAlgorithm has neither create_worker() nor a registry)"
+        for path in sorted(tree.files(MANAGERS)):
+            if path.is_relative_to(tree.root) and b"sglang.srt.speculative" in tree.read(path):
+                for worker in _imported_workers(tree, tree.parse(path).body, knowledge, specific=True):
+                    if worker not in found:
+                        found.append(worker)
+    if not found:
+        raise ContractError(f"{where} gives no worker for EAGLE3 that could be found")
     return found
 
 
@@ -204,6 +336,8 @@ def _truthy_assignments(module: ast.Module) -> Iterator[tuple[str, ast.expr, lis
             if isinstance(stmt, ast.If):
                 yield from walk(stmt.body, [*guards, (stmt.test, True)])
                 yield from walk(stmt.orelse, [*guards, (stmt.test, False)])
+                if stmt.body and not stmt.orelse and isinstance(stmt.body[-1], ast.Return | ast.Raise):
+                    guards = [*guards, (stmt.test, False)]  # `if not (...): return`: the rest runs when false
                 continue
             if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
                 constant_false = isinstance(stmt.value, ast.Constant) and not stmt.value.value
@@ -222,6 +356,26 @@ def _truthy_assignments(module: ast.Module) -> Iterator[tuple[str, ast.expr, lis
                     yield from walk([s for s in children if isinstance(s, ast.stmt)], guards)
 
     yield from walk(module.body, [])
+
+
+def _shared_flags(
+    tree: SourceTree, files: Sequence[Path], knowledge: Knowledge, strict: Mapping[str, frozenset[Role]]
+) -> dict[str, frozenset[Role]]:
+    """Attributes set truthy on a path specific to speculation (for these roles) but also elsewhere."""
+    known = Knowledge(knowledge.predicates, strict)
+    shared: dict[str, set[Role]] = {}
+    for path in files:
+        for attr, value, guards in _truthy_assignments(tree.parse(path)):
+            if attr in strict or attr == "is_draft_worker":
+                continue
+            for role in ROLES:
+                if (
+                    known.specific(guards, role)
+                    and known.reachable(guards, role)
+                    and known.value(value, World(EAGLE3, role)) is not False
+                ):
+                    shared.setdefault(attr, set()).add(role)
+    return {k: frozenset(v) for k, v in shared.items()}
 
 
 def _eagle3_flags(
@@ -269,8 +423,10 @@ def derive_contract(root: Path) -> Contract:
     knowledge = Knowledge(_algorithm_predicates(tree))
     workers = _eagle3_workers(tree, knowledge)
     files = _scanned(tree)
-    flags = _eagle3_flags(tree, [p for p in files if p.is_relative_to(tree.root / SCANNED[1])], knowledge)
-    knowledge = Knowledge(knowledge.predicates, flags)
+    executor = [p for p in files if p.is_relative_to(tree.root / SCANNED[1])]
+    flags = _eagle3_flags(tree, executor, knowledge)
+    shared = _shared_flags(tree, executor, knowledge, flags)
+    knowledge = Knowledge(knowledge.predicates, flags, shared)
     worker_files = {path for path, _ in workers}
     uses: list[Use] = []
     flags_used: set[str] = set()
@@ -279,7 +435,7 @@ def derive_contract(root: Path) -> Contract:
         scope = Scope(file=path, worker_module=path in worker_files, speculative=speculative)
         collector = UseCollector(tree, scope, knowledge, tree.lines(path))
         collector.module(tree.parse(path))
-        uses.extend(collector.uses)
+        uses.extend(u for u in collector.uses if u not in uses)  # a helper reached from several callers
         flags_used |= collector.flags_used
     grouped: dict[tuple[Role, str], list[Use]] = {}
     for use in uses:
@@ -297,7 +453,10 @@ def derive_contract(root: Path) -> Contract:
     return Contract(
         version=tree_version(tree.root),
         workers=tuple(f"{tree.relative(p)}:{c}" for p, c in workers),
-        flags=tuple(f"{k} ({', '.join(sorted(flags[k])) or 'never'})" for k in sorted(flags_used)),
+        flags=tuple(
+            f"{k} ({', '.join(sorted({**shared, **flags}[k])) or 'never'}{'; shared' if k in shared else ''})"
+            for k in sorted(flags_used)
+        ),
         requirements=requirements,
     )
 

@@ -2,7 +2,10 @@
 
 `check_class(tree, name, role, contract)` finds a model class the way SGLang's registry does (a top-level class
 or alias, `EntryClass` first), linearises its bases across modules (`SourceTree.mro`) and gives, per required
-name, a `Finding`: implemented, inherited, missing or signature-mismatch.
+name (and, with ``include_optional``, per probed one), a `Finding`: implemented, inherited, delegated, missing,
+optional-missing or signature-mismatch; one class-not-in-release finding when the release has no such class.
+Members torch.nn.Module defines itself (``modules()``, ``named_modules()``, ...) and object's attributes
+(``__class__``) are inherited from those bases, which are outside the tree: never missing.
 """
 
 from __future__ import annotations
@@ -14,10 +17,25 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stackfarm.analysis.eagle3_contract import Contract, Role, Verdict
+from stackfarm.analysis.eagle3_contract import OK_VERDICTS, Contract, Role, Verdict
 from stackfarm.analysis.sourcetree import ClassRef, SourceTree, last_name, named_call, source_text, top_level
 
 MODELS = "sglang/srt/models"
+#: torch.nn.Module's own members (torch/nn/modules/module.py), which every model class inherits. `forward` is
+#: not among them: Module's placeholder raises NotImplementedError, so a model must define its own.
+NN_MODULE_MEMBERS = frozenset(
+    {"add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double", "eval",
+     "extra_repr", "float", "get_buffer", "get_extra_state", "get_parameter", "get_submodule", "half", "ipu",
+     "load_state_dict", "modules", "mtia", "named_buffers", "named_children", "named_modules",
+     "named_parameters", "parameters", "register_backward_hook", "register_buffer", "register_forward_hook",
+     "register_forward_pre_hook", "register_full_backward_hook", "register_full_backward_pre_hook",
+     "register_load_state_dict_post_hook", "register_module", "register_parameter", "register_state_dict_pre_hook",
+     "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty",
+     "train", "training", "type", "xpu", "zero_grad", "__call__", "_modules", "_parameters", "_buffers"}
+)  # fmt: skip
+_NN_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
+#: What every Python object has.
+OBJECT_MEMBERS = frozenset({"__class__", "__dict__", "__module__", "__doc__", "__init__", "__repr__"})
 
 
 @dataclass(frozen=True)
@@ -214,7 +232,7 @@ class Finding:
 
     @property
     def ok(self) -> bool:
-        return self.verdict in ("implemented", "inherited")
+        return self.verdict in OK_VERDICTS
 
 
 def _delegation_hint(resolver: _Models, classes: Sequence[ClassRef], name: str) -> str:
@@ -264,37 +282,59 @@ def locate_class(tree: SourceTree, class_name: str) -> tuple[str, str] | None:
     return None if cls is None else (cls.module, tree.site(cls.file, cls.node.lineno))
 
 
-def check_class(tree: SourceTree, class_name: str, role: Role, contract: Contract) -> tuple[Finding, ...]:
-    """A verdict for every required name of `role` in `contract`, on `class_name` as found in `tree`."""
+def _outside_provider(name: str, external: Sequence[str]) -> str | None:
+    """The base outside the tree that provides `name`: torch.nn.Module's own members, object's attributes."""
+    if name in NN_MODULE_MEMBERS and any(e in _NN_MODULE or e.endswith(".nn.Module") for e in external):
+        return "torch.nn.Module"
+    if name in OBJECT_MEMBERS:
+        return "object"
+    return None
+
+
+def check_class(
+    tree: SourceTree, class_name: str, role: Role, contract: Contract, *, include_optional: bool = False
+) -> tuple[Finding, ...]:
+    """A verdict for every required name of `role` in `contract` (and every optional one, with
+    `include_optional`), on `class_name` as found in `tree`; one class-not-in-release finding without it."""
     resolver = _models(tree)
     cls = resolver.find_class(class_name)
-    classes, external = tree.mro(cls) if cls is not None else ([], [])
+    if cls is None:
+        sites = sorted({s for r in contract.for_role(role) for s in r.sites})
+        return (
+            Finding(
+                model_class=class_name, role=role, method="*", verdict="class-not-in-release",
+                provider_file="", provider_class="", consumer_site="; ".join(sites),
+                detail=f"sglang {contract.version or '?'} has no class {class_name} (nor EntryClass entry) "
+                f"in {MODELS}: it cannot serve as the {role} model in this release",
+            ),
+        )  # fmt: skip
+    classes, external = tree.mro(cls)
     findings = []
-    for req in contract.for_role(role):
+    for req in contract.for_role(role, required_only=not include_optional):
         consumer = "; ".join(req.sites)
         base = functools.partial(
             Finding, model_class=class_name, role=role, method=req.name, consumer_site=consumer
         )
-        if cls is None:
-            findings.append(
-                base(
-                    verdict="missing", provider_file="", provider_class="",
-                    detail=f"no class {class_name} (nor EntryClass entry) in {tree.root / MODELS}",
-                )
-            )  # fmt: skip
-            continue
         found = _lookup(resolver, classes, req.name)
+        if found is None and (outside := _outside_provider(req.name, external)) is not None:
+            detail = f"{req.name} of {outside}, a base of {class_name} outside the tree"
+            findings.append(
+                base(verdict="inherited", provider_file="", provider_class=outside, detail=detail)
+            )
+            continue
         if found is None:
             outside = f"; bases outside the tree, not inspected: {', '.join(external)}" if external else ""
             hint = _delegation_hint(resolver, classes, req.name)
+            need = "need" if req.required else "probe for (hasattr / getattr with a default)"
             detail = (
-                f"{class_name} has no {req.name}, which {req.role} models need at {consumer}{hint}{outside}"
+                f"{class_name} has no {req.name}, which {req.role} models {need} at {consumer}{hint}{outside}"
             )
-            findings.append(base(verdict="missing", provider_file="", provider_class="", detail=detail))
+            verdict_missing: Verdict = "missing" if req.required else "optional-missing"
+            findings.append(base(verdict=verdict_missing, provider_file="", provider_class="", detail=detail))
             continue
         owner, member, forwarded = found
         where = tree.site(owner.file, member.line)
-        verdict: Verdict = "implemented" if owner == cls and not forwarded else "inherited"
+        verdict: Verdict = "delegated" if forwarded else "implemented" if owner == cls else "inherited"
         how = (
             f"forwarded by {owner.name}.__getattr__ to {source_text(member.value, 100)}"
             if forwarded and member.value
@@ -320,4 +360,4 @@ def check_class(tree: SourceTree, class_name: str, role: Role, contract: Contrac
     return tuple(findings)
 
 
-__all__ = ["MODELS", "Finding", "check_class", "locate_class"]
+__all__ = ["MODELS", "NN_MODULE_MEMBERS", "OBJECT_MEMBERS", "Finding", "check_class", "locate_class"]

@@ -9,6 +9,7 @@ alias of one, its role (target or draft) told by the names on the way (``target_
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Literal, TypeAlias
 
 from stackfarm.analysis.eagle3_contract import ROLES, Role, Use, UseKind
-from stackfarm.analysis.sourcetree import SourceTree, last_name, named_call, source_text
+from stackfarm.analysis.sourcetree import SourceTree, last_name, named_call, resolve_relative, source_text
 
 #: A model expression's role as its name tells it; "runner" is a ModelRunner's own model, whose role the
 #: enclosing conditions decide (the same ModelRunner class loads the target and the draft).
@@ -27,6 +28,9 @@ Guard: TypeAlias = tuple[ast.expr, bool]  # an enclosing condition and whether w
 EAGLE3 = "EAGLE3"
 NO_SPEC = "NONE"
 _RUNNER_NAME = re.compile(r"runner(_list)?$")
+#: How deep the walker follows a model passed to a helper function (helpers calling helpers).
+_FOLLOW_DEPTH = 4
+_Fn: TypeAlias = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 # ---------------------------------------------------------------------------------------- three-valued logic
@@ -78,6 +82,10 @@ class Knowledge:
 
     predicates: Mapping[str, Mapping[str, Tri]]
     flags: Mapping[str, frozenset[Role]] = field(default_factory=dict)
+    #: Attributes EAGLE-3 sets (on a path specific to speculation, for these roles) that other features set
+    #: too (0.5.23's eagle_use_aux_hidden_state, also set by --enable-return-aux-hidden-states): open either
+    #: way, but a use under one is on the EAGLE-3 path.
+    shared: Mapping[str, frozenset[Role]] = field(default_factory=dict)
 
     def value(self, node: ast.expr, world: World) -> Tri:
         connective, result = logic3(node, lambda operand: self.value(operand, world))
@@ -108,6 +116,16 @@ class Knowledge:
     def reachable(self, guards: Sequence[Guard], role: Role) -> bool:
         world = World(EAGLE3, role)
         return all(self.guard(g, world) is not False for g in guards)
+
+    def enabled_by_eagle3(self, guards: Sequence[Guard], role: Role) -> bool:
+        """True when a condition that must hold reads an attribute EAGLE-3 sets for this role (`shared`)."""
+        for test, positive in guards:
+            if positive and any(
+                (n := last_name(node)) is not None and role in self.shared.get(n, frozenset())
+                for node in ast.walk(test)
+            ):
+                return True
+        return False
 
     def specific(self, guards: Sequence[Guard], role: Role) -> bool:
         """True when these conditions cannot hold without speculative decoding: an EAGLE-3(-family) path."""
@@ -231,10 +249,41 @@ def _assigned_aliases(
                 runners[key] = tag
 
 
-class UseCollector:
-    """Walks one module with the stack of enclosing conditions, recording model uses on EAGLE-3 paths."""
+def _exits(stmts: Sequence[ast.stmt]) -> bool:
+    return bool(stmts) and isinstance(stmts[-1], ast.Return | ast.Raise | ast.Continue | ast.Break)
 
-    def __init__(self, tree: SourceTree, scope: Scope, knowledge: Knowledge, lines: Sequence[str]) -> None:
+
+class _Substitute(ast.NodeTransformer):
+    """A helper's condition as its caller sees it: parameters replaced by the caller's argument expressions."""
+
+    def __init__(self, mapping: Mapping[str, ast.expr]) -> None:
+        self.mapping = mapping
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        if isinstance(node.ctx, ast.Load) and node.id in self.mapping:
+            return copy.deepcopy(self.mapping[node.id])
+        return node
+
+
+class UseCollector:
+    """Walks one module with the stack of enclosing conditions, recording model uses on EAGLE-3 paths.
+
+    A model passed to a function of the tree (``configure_aux_hidden_state_capture(model=self.model, ...)``,
+    ``resolve_target_embed_and_head(target_model)``) is followed into it: the parameter is the model there, with
+    the caller's conditions, and the helper's own conditions read with the caller's arguments. Uses in an
+    ``except`` handler are optional: they run only when the guarded code failed (a fallback, not the path).
+    """
+
+    def __init__(
+        self,
+        tree: SourceTree,
+        scope: Scope,
+        knowledge: Knowledge,
+        lines: Sequence[str],
+        *,
+        depth: int = 0,
+        seen: set[tuple[int, tuple[tuple[str, str], ...]]] | None = None,
+    ) -> None:
         self.tree = tree
         self.scope = scope
         self.lines = lines
@@ -242,6 +291,14 @@ class UseCollector:
         self.uses: list[Use] = []
         #: The flags that decided whether a recorded use is on an EAGLE-3 path (shown in the report).
         self.flags_used: set[str] = set()
+        self.depth = depth
+        self.seen = seen if seen is not None else set()
+        #: The helper's parameters -> the caller's argument expressions (for its conditions).
+        self.substitute: dict[str, ast.expr] = {}
+        #: Inside an except handler: uses there are optional.
+        self.fallback = 0
+        self.methods: dict[str, _Fn] = {}
+        self.local_imports: dict[str, tuple[str, str]] = {}
 
     # -- statements ----------------------------------------------------------------------------------------
 
@@ -251,6 +308,7 @@ class UseCollector:
                 self.scope.class_name = node.name
                 self.scope.class_models, self.scope.class_runners = {}, {}
                 methods = [m for m in node.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)]
+                self.methods = {m.name: m for m in methods}
                 assigns = {id(m): _assignments(m) for m in methods}
                 everything = [a for m in methods for a in assigns[id(m)]]
                 _assigned_aliases(
@@ -260,6 +318,7 @@ class UseCollector:
                     self.function(method, assigns[id(method)])
                 self.scope.class_name = ""
                 self.scope.class_models, self.scope.class_runners = {}, {}
+                self.methods = {}
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 self.function(node, _assignments(node))
 
@@ -269,17 +328,48 @@ class UseCollector:
         if "model" not in text and not any(alias in text for alias in self.scope.class_models):
             return
         self.scope.local_models, self.scope.local_runners = {}, {}
+        self.local_imports = _local_imports(fn)
         _assigned_aliases(
             assigns, self.scope, self.scope.local_models, self.scope.local_runners, on_self=False
         )
         self.block(fn.body, [])
 
+    def follow(
+        self, fn: _Fn, bound: Mapping[str, _Tag], arguments: Mapping[str, ast.expr], guards: list[Guard]
+    ) -> None:
+        """Walk helper `fn` with its parameters `bound` to models, under the caller's `guards`."""
+        self.scope.local_models, self.scope.local_runners = dict(bound), {}
+        self.local_imports = _local_imports(fn)
+        self.substitute = dict(arguments)
+        _assigned_aliases(
+            _assignments(fn), self.scope, self.scope.local_models, self.scope.local_runners, on_self=False
+        )
+        self.block(fn.body, guards)
+
+    def _test(self, test: ast.expr) -> ast.expr:
+        if not self.substitute:
+            return test
+        replaced = _Substitute(self.substitute).visit(copy.deepcopy(test))
+        return ast.copy_location(replaced, test) if isinstance(replaced, ast.expr) else test
+
     def block(self, stmts: Sequence[ast.stmt], guards: list[Guard]) -> None:
         for stmt in stmts:
             if isinstance(stmt, ast.If):
                 self.expr(stmt.test, guards)
-                self.block(stmt.body, [*guards, (stmt.test, True)])
-                self.block(stmt.orelse, [*guards, (stmt.test, False)])
+                test = self._test(stmt.test)
+                self.block(stmt.body, [*guards, (test, True)])
+                self.block(stmt.orelse, [*guards, (test, False)])
+                if _exits(stmt.body) and not stmt.orelse:
+                    # `if not (eagle and not is_draft_worker): return`: what follows runs only when it is false
+                    guards = [*guards, (test, False)]
+            elif isinstance(stmt, ast.Try):
+                self.block(stmt.body, guards)
+                self.fallback += 1
+                for handler in stmt.handlers:
+                    self.block(handler.body, guards)
+                self.fallback -= 1
+                self.block(stmt.orelse, guards)
+                self.block(stmt.finalbody, guards)
             elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
                 # A closure runs where it is called; the conditions around its definition are the best guess.
                 self.block(stmt.body, guards)
@@ -341,7 +431,66 @@ class UseCollector:
                 for arg in [*node.args, *(k.value for k in node.keywords)]:
                     self.expr(arg, guards)
                 return True
+        self.helper(node, guards)
         return False
+
+    # -- helpers that take the model -------------------------------------------------------------------------
+
+    def helper(self, node: ast.Call, guards: list[Guard]) -> None:
+        """A call passing a model (or a runner) to a function of the tree: follow it there."""
+        if self.depth >= _FOLLOW_DEPTH:
+            return
+        given: list[tuple[int | str, ast.expr]] = [(i, a) for i, a in enumerate(node.args)]
+        given += [(k.arg, k.value) for k in node.keywords if k.arg]
+        if not any(_model_tag(a, self.scope) or _runner_tag(a, self.scope) for _, a in given):
+            return
+        found = self._function_of(node.func)
+        if found is None:
+            return
+        path, fn, is_method = found
+        params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)][1 if is_method else 0 :]
+        names = {*params, *(a.arg for a in fn.args.kwonlyargs)}
+        arguments: dict[str, ast.expr] = {}
+        for key, value in given:
+            if isinstance(value, ast.Starred):
+                continue
+            name = params[key] if isinstance(key, int) and key < len(params) else key
+            if isinstance(name, str) and name in names:
+                arguments[name] = value
+        bound = {n: t for n, v in arguments.items() if (t := _model_tag(v, self.scope)) is not None}
+        runners = {n: t for n, v in arguments.items() if n not in bound and (t := _runner_tag(v, self.scope))}
+        visit = (id(fn), tuple(sorted({**bound, **{f"{n}.runner": t for n, t in runners.items()}}.items())))
+        if visit in self.seen:
+            return
+        self.seen.add(visit)
+        scope = Scope(file=path, worker_module=self.scope.worker_module, speculative=self.scope.speculative)
+        child = UseCollector(
+            self.tree, scope, self.knowledge, self.tree.lines(path), depth=self.depth + 1, seen=self.seen
+        )
+        child.fallback = self.fallback
+        child.scope.local_runners = dict(runners)
+        child.follow(fn, bound, arguments, guards)
+        self.uses.extend(child.uses)
+        self.flags_used |= child.flags_used
+
+    def _function_of(self, func: ast.expr) -> tuple[Path, _Fn, bool] | None:
+        """(file, def, is a method) of a called function of the tree: a module function (imported, maybe
+        inside the calling function) or a method of the current class called on self."""
+        if (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+            and func.attr in self.methods
+        ):
+            return self.scope.file, self.methods[func.attr], True
+        if not isinstance(func, ast.Name):
+            return None
+        module = self.tree.module_of(self.scope.file)
+        if func.id in self.local_imports:
+            module, name = self.local_imports[func.id]
+        else:
+            name = func.id
+        return _module_function(self.tree, module, name)
 
     def record(
         self,
@@ -371,11 +520,19 @@ class UseCollector:
         for role in roles:
             if not self.knowledge.reachable(guards, role):
                 continue
-            if not (self.scope.worker_module or self.knowledge.specific(guards, role)):
+            if not (
+                self.scope.worker_module
+                or self.knowledge.specific(guards, role)
+                or self.knowledge.enabled_by_eagle3(guards, role)
+            ):
                 continue
             for test, _ in guards:
                 names = {last_name(n) for n in ast.walk(test)}
-                self.flags_used |= {n for n in names if n is not None and n in self.knowledge.flags}
+                self.flags_used |= {
+                    n
+                    for n in names
+                    if n is not None and (n in self.knowledge.flags or n in self.knowledge.shared)
+                }
             self.uses.append(
                 Use(
                     role=role,
@@ -385,7 +542,7 @@ class UseCollector:
                     receiver=_text(receiver),
                     positional=positional,
                     keywords=keywords,
-                    optional=optional or self.probed(name, guards),
+                    optional=optional or self.fallback > 0 or self.probed(name, guards),
                     guard=_guard_text(guards),
                 )
             )
@@ -401,6 +558,36 @@ class UseCollector:
                 if found is not None and found[1] == name and _model_tag(found[0][0], self.scope) is not None:
                     return True
         return False
+
+
+def _local_imports(fn: _Fn) -> dict[str, tuple[str, str]]:
+    """``from x import y`` inside a function: local name -> (module, name) (absolute imports only)."""
+    out: dict[str, tuple[str, str]] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                out[alias.asname or alias.name] = (node.module, alias.name)
+    return out
+
+
+def _module_function(
+    tree: SourceTree, module: str, name: str, depth: int = 0
+) -> tuple[Path, _Fn, bool] | None:
+    """A top-level function `name` of `module`, following ``from x import name`` across the tree."""
+    path = tree.path_of(module)
+    if path is None or depth > 8 or not path.is_relative_to(tree.root):
+        return None
+    entries = tree.bindings(module).get(name)
+    if not entries:
+        return None
+    stmt = entries[-1][1]
+    if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+        return path, stmt, False
+    if isinstance(stmt, ast.ImportFrom):
+        alias = next(a for a in stmt.names if (a.asname or a.name) == name)
+        source = resolve_relative(module, tree.is_package(module), stmt.level, stmt.module)
+        return _module_function(tree, source, alias.name, depth + 1)
+    return None
 
 
 __all__ = [
