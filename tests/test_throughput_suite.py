@@ -248,3 +248,47 @@ def test_regression_against_the_last_record(tmp_path: Path) -> None:
     )
     assert cases["test_thresholds_resolved"].outcome == "failed"
     assert "is from runner kind '1x-h200', not '8x-h200'" in cases["test_thresholds_resolved"].message
+
+
+def test_acceptance_curve_on_planted_models(tmp_path: Path) -> None:
+    """settings.acceptance: planted weights written, a group of requests per rate, the accept length checked
+    against 1 + 3r, the curve and its break-even in the JUnit properties and throughput.json."""
+    limits = {"1x-h200": {"eagle3_over_baseline@0.9": 1.2, "break_even_acceptance": 0.95}}
+    settings = {"acceptance": [0.0, 0.5, 0.9], "model_shape": "tiny", "acceptance_requests": 10, "repeats": 2}
+    code, cases, out = run_suite(tmp_path, settings=settings, thresholds=limits)
+    assert code == 0, {n: c.message for n, c in cases.items() if c.outcome not in ("passed", "skipped")}
+    assert (out.parent.parent / "cell.json").is_file()
+    for rate, want in (("0", 1.0), ("0.5", 2.5), ("0.9", 3.7)):
+        case = cases[f"test_accept_length[{rate}]"]
+        assert case.outcome == "passed", case.message
+        assert float(case.properties["expected"]) == pytest.approx(want)
+        assert abs(float(case.properties["median"]) - want) < 0.1
+    figures = cases["test_figures"].properties
+    assert float(figures["eagle3_over_baseline@0.9.median"]) > 1.2
+    assert float(figures["eagle3_over_baseline@0.median"]) < 1.0
+    breakeven = cases["test_break_even"]
+    assert breakeven.outcome == "passed"
+    assert 0.0 < float(breakeven.properties["break_even_acceptance"]) < 0.9
+    assert cases["test_threshold[eagle3_over_baseline@0.9]"].properties["kind"] == "relative"
+    assert cases["test_threshold[break_even_acceptance]"].properties["verdict"] == "pass"
+    doc = json.loads((out / "throughput.json").read_text(encoding="utf-8"))
+    assert doc["curve"]["rates"] == [0.0, 0.5, 0.9]
+    assert doc["curve"]["points"]["0.5"]["expected_accept_length"] == 2.5
+    assert 0.0 < doc["curve"]["break_even_acceptance"] < 0.9
+    assert "--load-format" not in figures["config.eagle3.args"], "planted weights are real, not dummy"
+
+
+def test_a_warmup_that_never_settles_is_inconclusive_not_passed(tmp_path: Path) -> None:
+    code, cases, out = run_suite(
+        tmp_path,
+        settings={"warmup_tolerance": 0.0, "warmup_max_runs": 3},
+        thresholds={"1x-h200": {"decode_tok_s": 1.0}},
+    )
+    assert code == 1
+    decode = cases["test_threshold[decode_tok_s]"]
+    assert decode.outcome == "failed"
+    assert decode.properties["verdict"] == "inconclusive"
+    assert "the warm-up of baseline never became stable" in decode.message
+    assert cases["test_figures"].properties["warmup.baseline.stable"] == "False"
+    doc = json.loads((out / "throughput.json").read_text(encoding="utf-8"))
+    assert [c["verdict"] for c in doc["checks"]] == ["inconclusive"]

@@ -402,7 +402,7 @@ def _thresholds(
         settings = ThroughputSettings.from_mapping(raw)
     except StackfarmError:  # an unusable settings table was refused before; a disabled suite's is not read
         settings = ThroughputSettings()
-    measured = throughput_thresholds.figure_names(settings.batch_sizes, eagle3=settings.eagle3)
+    measured = settings.figures()
     declared = throughput_thresholds.table_schema(measured)
     for kind, entry in table.items():
         if kind not in runners and not throughput_thresholds.is_known_kind(kind):

@@ -39,13 +39,15 @@ import pytest
 from stackfarm.cellspec import CellSpec, load
 from stackfarm.errors import StackfarmError
 from stackfarm.proc import call
-from stackfarm.throughput import benchjson, record
-from stackfarm.throughput._tiny import check_models, write_dummy_pair
+from stackfarm.throughput import benchjson, curve, record
+from stackfarm.throughput._tiny import SHAPES, check_models, write_dummy_pair
 from stackfarm.throughput.measure import (
     BASELINE,
+    EAGLE3,
     GpuInfo,
     Measurement,
     ModelPaths,
+    PlantedTokens,
     ServerConfig,
     ServerSpec,
     ServerStartError,
@@ -65,7 +67,7 @@ from stackfarm.throughput.measure import (
 from stackfarm.throughput.stats import RemeasureFailed, classify, decide
 from stackfarm.throughput.thresholds import (
     Check,
-    figure_names,
+    figure_config,
     resolve,
     runner_kind,
 )
@@ -124,7 +126,7 @@ def plan() -> Plan:
         last, origin, problem = _baseline(settings, kind)
         if problem:
             return Plan(cell=cell, settings=settings, runner_kind=kind, gpus=gpus, problems=(problem,))
-        measured = figure_names(settings.batch_sizes, eagle3=settings.eagle3)
+        measured = settings.figures()
         resolution = resolve(cell.thresholds, kind, measured=measured, last=last, last_origin=origin)
     except StackfarmError as exc:
         return Plan(
@@ -140,6 +142,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "check" in metafunc.fixturenames:
         checks: list[Check | None] = list(plan().checks) or [None]
         metafunc.parametrize("check", checks, ids=[c.name if c else "none" for c in checks])
+    if "rate" in metafunc.fixturenames:
+        settings = plan().settings
+        rates: list[float | None] = list(settings.acceptance) if settings and settings.acceptance else [None]
+        metafunc.parametrize("rate", rates, ids=[curve.label(r) if r is not None else "none" for r in rates])
 
 
 # ------------------------------------------------------------------------------------------ the run
@@ -169,6 +175,8 @@ class Run:
         self.bench: dict[str, Any] | None = None
         #: CPU sets by role ("client", then each configuration); empty when nothing is pinned.
         self.cpus: dict[str, list[int]] = {}
+        #: The acceptance curve's summary (settings.acceptance), for throughput.json.
+        self.curve: dict[str, Any] | None = None
 
     def sglang_version(self) -> str:
         try:
@@ -212,8 +220,26 @@ class Run:
             checks=self.checks,
             problems=self.problems,
             bench_tool=self.bench,
+            curve=self.curve,
         )
         return record.write(folder, doc)
+
+
+def _planted(settings: Settings, scratch: Path) -> tuple[ModelPaths, PlantedTokens]:
+    """settings.acceptance: the planted target (repeats its last token) and an EAGLE-3 draft wrong after the upper
+    half of the vocabulary, with real weights (stackfarm.numerics.planted; written shard by shard: the Llama-3-8B
+    shape is 16 GB of bf16, so it is written here, on the GPU machine)."""
+    from stackfarm.numerics import planted
+
+    shape = SHAPES[settings.model_shape]
+    wrong = planted.default_wrong(shape.vocab)
+    folder = scratch / "models"
+    target = planted.write_target_planted(folder / f"{settings.model_shape}-planted", shape, dtype="bfloat16")
+    draft = planted.write_draft_planted(
+        folder / f"{settings.model_shape}-planted-eagle3", shape, wrong=wrong, dtype="bfloat16"
+    )
+    tokens = PlantedTokens(vocab=shape.vocab, wrong_lo=wrong[0], wrong_hi=wrong[1])
+    return ModelPaths(target=str(target), draft=str(draft), load_format=None), tokens
 
 
 def _models(settings: Settings, scratch: Path) -> ModelPaths:
@@ -236,8 +262,13 @@ def run(cell: CellSpec, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
         pytest.fail("; ".join(the_plan.problems) or "no settings", pytrace=False)
     settings = the_plan.settings
     scratch = tmp_path_factory.mktemp("throughput")
+    tokens: PlantedTokens | None = None
     try:
-        configs = server_configs(settings, _models(settings, scratch))
+        if settings.acceptance:
+            models, tokens = _planted(settings, scratch)
+        else:
+            models = _models(settings, scratch)
+        configs = server_configs(settings, models)
     except StackfarmError as exc:
         pytest.fail(str(exc), pytrace=False)
     state = Run(the_plan, cell, settings, configs)
@@ -272,9 +303,11 @@ def run(cell: CellSpec, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
                 server = launch(spec)
                 servers.callback(server.stop)
                 state.endpoints[config.label] = server.base_url
-            state.measurement = Measurement(state.endpoints, settings)
+            state.measurement = Measurement(state.endpoints, settings, planted=tokens)
             state.measurement.warm_up()
             state.measurement.run_rounds(settings.repeats)
+            if settings.acceptance:
+                state.measurement.run_curve(settings.repeats)
         except Exception as exc:  # whatever broke, it is recorded, classified, and not retried
             text = f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, ServerStartError):  # a start failure shows its log already
@@ -289,6 +322,8 @@ def run(cell: CellSpec, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
         finally:
             with contextlib.suppress(StackfarmError):
                 state.gpus_after = query_gpus()
+            if settings.acceptance:
+                state.curve = _curve_summary(state)
             state.write()
 
 
@@ -335,10 +370,11 @@ def test_figures(run: Run, record_property: RecordProperty) -> None:
     record_property(
         "throughput_json", str(written) if written else f"not written: ${record.OUT_ENV} is not set"
     )
-    expected = figure_names(settings.batch_sizes, eagle3=settings.eagle3)
+    expected = settings.figures()
     missing = [f for f in expected if f not in figures]
     assert not missing, f"figures not measured: {missing} (the EAGLE-3 server reports no spec_accept_length?)"
-    short = {n: f["n"] for n, f in figures.items() if f["n"] < settings.repeats}
+    # break_even_acceptance has a sample per round whose curve crosses 1: there may be fewer (test_break_even).
+    short = {n: f["n"] for n, f in figures.items() if f["n"] < settings.repeats and n != curve.BREAK_EVEN}
     assert not short, f"fewer samples than repeats = {settings.repeats}: {short}"
     bad = {n: f["samples"] for n, f in figures.items() if any(x <= 0 for x in f["samples"])}
     assert not bad, f"non-positive samples: {bad}"
@@ -370,6 +406,22 @@ def test_thresholds_resolved(cell: CellSpec, record_property: RecordProperty) ->
         pytest.fail("; ".join(the_plan.problems), pytrace=False)
 
 
+def _configs_of(figure: str) -> tuple[str, ...]:
+    """The configurations a figure is measured on (a ratio or the break-even: both)."""
+    if figure.startswith("eagle3_over_baseline") or figure == curve.BREAK_EVEN:
+        return (BASELINE, EAGLE3)
+    if figure.startswith("accept_length@"):
+        return (EAGLE3,)
+    return (figure_config(figure.partition("@")[0]),)
+
+
+def _unwarmed(run: Run, figure: str) -> list[str]:
+    """The configurations behind `figure` whose warm-up never became stable."""
+    assert run.measurement is not None
+    warmups = run.measurement.warmups
+    return [c for c in _configs_of(figure) if c in warmups and not warmups[c].stable]
+
+
 def test_threshold(check: Check | None, run: Run, record_property: RecordProperty) -> None:
     if check is None:
         pytest.skip("no threshold checks for this runner: see test_thresholds_resolved")
@@ -396,15 +448,26 @@ def test_threshold(check: Check | None, run: Run, record_property: RecordPropert
         run.write()
         logs = "\n".join(f"--- last lines of {path} ---\n{tail(path)}" for path in run.logs.values())
         pytest.fail(f"{exc}\n{logs}", pytrace=False)
+    verdict, detail = judgement.verdict, judgement.explain()
+    unwarmed = _unwarmed(run, check.figure)
+    if unwarmed:
+        # Samples taken while the rate still moved prove nothing either way: neither a pass nor a shortfall.
+        verdict = "inconclusive"
+        detail = (
+            f"inconclusive: the warm-up of {', '.join(unwarmed)} never became stable "
+            f"(warmup_window {run.settings.warmup_window}, tolerance {run.settings.warmup_tolerance:g}, "
+            f"{run.settings.warmup_max_runs} requests at most), so its samples do not decide; measured: {detail}"
+        )
+        record_property("warmup_stable", "false")
     row = _check_row(
         check,
-        verdict=judgement.verdict,
+        verdict=verdict,
         median=judgement.median,
         ci_low=judgement.interval.low,
         ci_high=judgement.interval.high,
         n=len(judgement.samples),
         remeasures=judgement.remeasures,
-        detail=judgement.explain(),
+        detail=detail,
     )
     run.checks.append(row)
     run.write()
@@ -412,9 +475,88 @@ def test_threshold(check: Check | None, run: Run, record_property: RecordPropert
         record_property(key, row[key])
     record_property("history", json.dumps([[round(i.low, 4), round(i.high, 4)] for i in judgement.history]))
     record_property("samples", json.dumps([round(x, 4) for x in judgement.samples]))
-    assert judgement.verdict == "pass", (
-        f"{check.figure} {check.bound.describe()} ({check.source}): {judgement.explain()}"
+    assert verdict == "pass", f"{check.figure} {check.bound.describe()} ({check.source}): {detail}"
+
+
+def _curve_summary(run: Run) -> dict[str, Any]:
+    s, figures = run.settings, run.figures()
+
+    def med(name: str) -> float | None:
+        fig = figures.get(name)
+        return fig["median"] if fig else None
+
+    points = {
+        curve.label(r): {
+            "eagle3_over_baseline": med(curve.at("eagle3_over_baseline", r)),
+            "accept_length": med(curve.at("accept_length", r)),
+            "expected_accept_length": curve.expected_accept_length(r, s.speculative_num_steps),
+            "decode_tok_s": med(curve.at("decode_tok_s", r)),
+            "eagle3_decode_tok_s": med(curve.at("eagle3_decode_tok_s", r)),
+        }
+        for r in s.acceptance
+    }
+    ratios = {r: v for r in s.acceptance if (v := med(curve.at("eagle3_over_baseline", r))) is not None}
+    found = curve.break_even(ratios)
+    return {
+        "rates": list(s.acceptance),
+        "requests_per_sample": s.acceptance_requests,
+        "break_even_acceptance": found.value,
+        "break_even": found.describe(),
+        "points": points,
+    }
+
+
+def test_accept_length(rate: float | None, run: Run, record_property: RecordProperty) -> None:
+    """accept_length@<r>: the planted acceptance happened (1 + steps x r, within the interval and a tolerance)."""
+    if rate is None:
+        pytest.skip("settings.acceptance is not set: no planted acceptance curve is measured")
+    assert run.measurement is not None
+    s = run.settings
+    name = curve.at("accept_length", rate)
+    samples = run.measurement.figures().get(name, [])
+    if not samples:
+        pytest.fail(
+            f"{name} was not measured: the EAGLE-3 server reported no spec_accept_length", pytrace=False
+        )
+    found = curve.check_accept_length(
+        samples,
+        rate,
+        steps=s.speculative_num_steps,
+        tolerance=s.accept_length_tolerance,
+        confidence=s.confidence,
+        resamples=s.resamples,
+        seed=s.seed,
     )
+    record_property("figure", name)
+    record_property("expected", f"{found.expected:.4g}")
+    record_property("tolerance", f"{found.tolerance:g}")
+    record_property("median", f"{found.median:.4g}")
+    if found.interval is not None:
+        record_property("ci_low", f"{found.interval.low:.4g}")
+        record_property("ci_high", f"{found.interval.high:.4g}")
+    record_property("samples", json.dumps([round(x, 4) for x in samples]))
+    record_property("verdict", "pass" if found.ok else "fail")
+    run.checks.append(
+        {"name": name, "figure": name, "kind": "planted", "bound": f"= {found.expected:.4g} +- {found.tolerance:g}",
+         "verdict": "pass" if found.ok else "fail", "median": found.median, "detail": found.explain()}
+    )  # fmt: skip
+    run.write()
+    assert found.ok, found.explain()
+
+
+def test_break_even(run: Run, record_property: RecordProperty) -> None:
+    """The curve of eagle3_over_baseline over the planted rates, and where it reaches 1 (break_even_acceptance)."""
+    if not run.settings.acceptance:
+        pytest.skip("settings.acceptance is not set: no planted acceptance curve is measured")
+    summary = _curve_summary(run)
+    run.curve = summary
+    run.write()
+    record_property("break_even_acceptance", summary["break_even"])
+    record_property("curve", json.dumps(summary["points"], sort_keys=True))
+    per_round = run.measurement.figures().get(curve.BREAK_EVEN, []) if run.measurement else []
+    record_property("break_even_acceptance.samples", json.dumps([round(x, 4) for x in per_round]))
+    missing = [r for r, p in summary["points"].items() if p["eagle3_over_baseline"] is None]
+    assert not missing, f"eagle3_over_baseline not measured at rates {missing}"
 
 
 def test_bench_tool(run: Run, record_property: RecordProperty, tmp_path: Path) -> None:

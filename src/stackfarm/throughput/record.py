@@ -24,6 +24,10 @@ Schema ``stackfarm.throughput/1`` — new keys may be added; existing keys keep 
                    "verdict": "pass" | "fail" | "inconclusive" | "error", "median", "ci_low", "ci_high",
                    "n", "remeasures", "detail"} ],
       "problems": [ "why a check could not be resolved or run" ],
+      "curve": {"rates": [0.0, 0.5, 0.9], "requests_per_sample": 10, "break_even_acceptance": 0.41 | null,
+                "break_even": "how it was found", "points": {"<r>": {"eagle3_over_baseline": median,
+                "accept_length": median, "expected_accept_length": 1 + steps x r}}} | null,
+                                                    # with settings.acceptance (stackfarm.throughput.curve)
       "bench_tool": { ... } | null                  # SGLang's bench figures, when settings.bench_tool is set
     }
 
@@ -96,6 +100,7 @@ def document(
     checks: Sequence[Mapping[str, Any]],
     problems: Sequence[str],
     bench_tool: Mapping[str, Any] | None = None,
+    curve: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
@@ -112,6 +117,7 @@ def document(
         "checks": [dict(c) for c in checks],
         "problems": list(problems),
         "bench_tool": dict(bench_tool) if bench_tool is not None else None,
+        "curve": dict(curve) if curve is not None else None,
     }
 
 

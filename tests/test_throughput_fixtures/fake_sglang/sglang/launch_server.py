@@ -5,6 +5,10 @@ Like the real server, it streams "text" (the decoded completion so far) unless s
 SGLang's `internal_states` (avg_spec_accept_length under --speculative-algorithm) and GET /v1/models
 lists one model: both are what sglang.bench_serving reads.
 
+A draft folder with a planted.json (stackfarm.numerics.planted) makes it play the planted models: a single
+prompt ending in the draft's wrong range accepts 1 token per verify, any other steps + 1; a verify step costs
+FAKE_SGLANG_VERIFY_COST decode steps (default 2), so EAGLE-3 breaks even between the planted rates.
+
 Environment: FAKE_SGLANG_MODE = ok | never-healthy | crash | zero-tokens (default ok);
 FAKE_SGLANG_TOKEN_S = seconds per decode step (default 0.002); FAKE_SGLANG_START_S = seconds of "loading"
 before /health answers 200 (default 0.3).
@@ -19,10 +23,12 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 MODE = os.environ.get("FAKE_SGLANG_MODE", "ok")
 STEP_S = float(os.environ.get("FAKE_SGLANG_TOKEN_S", "0.002"))
+VERIFY_COST = float(os.environ.get("FAKE_SGLANG_VERIFY_COST", "2"))
 START_S = float(os.environ.get("FAKE_SGLANG_START_S", "0.3"))
 READY = threading.Event()
 
@@ -36,6 +42,8 @@ class Handler(BaseHTTPRequestHandler):
     speculative = False
     #: --skip-tokenizer-init: token ids only, no "text" in the events.
     ids_only = False
+    #: The planted draft's description (planted.json beside its config), or None.
+    planted: dict[str, Any] | None = None
 
     def log_message(self, format: str, *args: Any) -> None:
         log(format % args)
@@ -89,6 +97,12 @@ class Handler(BaseHTTPRequestHandler):
         if MODE != "zero-tokens":
             # EAGLE-3 accepts 2 tokens per verify step here, so its chunks carry 2 tokens after the first.
             step = 2 if self.speculative else 1
+            pause = STEP_S
+            if self.speculative and self.planted is not None:
+                lo, hi = self.planted["wrong"] or (0, 0)
+                wrong = any(lo <= int(p[-1]) < hi for p in prompts)  # a batch runs at its slowest pace
+                step = 1 if wrong else int(self.planted.get("steps", 3)) + 1
+                pause = STEP_S * VERIFY_COST
             produced = 0
             time.sleep(STEP_S * 2)  # prefill
             while produced < new:
@@ -103,6 +117,8 @@ class Handler(BaseHTTPRequestHandler):
                     }
                     if done and self.speculative:
                         verify_steps = 1 + (new - 1 + step - 1) // step
+                        if self.planted is not None:  # as SGLang counts: the prefill token, no verify
+                            verify_steps = (new - 1 + step - 1) // step
                         meta["spec_accept_length"] = new / verify_steps
                         meta["spec_verify_ct"] = verify_steps
                     event: dict[str, Any] = {"output_ids": list(range(produced)), "meta_info": meta}
@@ -111,7 +127,7 @@ class Handler(BaseHTTPRequestHandler):
                     if batched:
                         event["index"] = index
                     self._event(event)
-                time.sleep(STEP_S)
+                time.sleep(pause)
         self._chunk(b"data: [DONE]\n\n")
         self._chunk(b"")
 
@@ -122,6 +138,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument("--speculative-algorithm", default=None)
     parser.add_argument("--skip-tokenizer-init", action="store_true")
+    parser.add_argument("--speculative-draft-model-path", default=None)
     args, _rest = parser.parse_known_args()
     log(f"argv {sys.argv[1:]}")
     if MODE == "crash":
@@ -132,6 +149,11 @@ def main() -> None:
         sys.exit(1)
     Handler.speculative = args.speculative_algorithm is not None
     Handler.ids_only = args.skip_tokenizer_init
+    if args.speculative_draft_model_path:
+        sidecar = Path(args.speculative_draft_model_path) / "planted.json"
+        if sidecar.is_file():
+            Handler.planted = json.loads(sidecar.read_text(encoding="utf-8"))
+            log(f"planted draft: wrong after {Handler.planted['wrong']}")
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
     log(f"listening on {args.host}:{args.port}; loading weights")
