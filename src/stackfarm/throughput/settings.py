@@ -106,7 +106,8 @@ class Settings:
 
     def validate(self) -> None:
         """Check these values against SCHEMA (its types, bounds and cross-key rules): MeasureError if off."""
-        _raise(first_problem({k: v for k, v in self.as_dict().items() if v is not None}, SCHEMA))
+        unset = {k for k, v in self.as_dict().items() if v is None or (k == "acceptance" and not v)}
+        _raise(first_problem({k: v for k, v in self.as_dict().items() if k not in unset}, SCHEMA))
 
     def problems(self) -> list[Problem]:
         """What the keys' types and bounds cannot say: how they fit together."""
