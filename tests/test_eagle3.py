@@ -774,3 +774,135 @@ def test_real_sglang_0_5_9_and_0_5_10() -> None:
         for name in ("LlamaForCausalLM", "DeepseekV3ForCausalLM"):
             assert all(f.ok for f in check_class(SourceTree([root]), name, "target", contract))
         assert all(f.ok for f in check_class(SourceTree([root]), "LlamaForCausalLMEagle3", "draft", contract))
+
+
+# --------------------------------------------------------------------------------------------- across releases
+
+
+def _release(version: str) -> Path:
+    """The real wheel's tree, fetched through the farm's artifacts layer (matrix.toml's index)."""
+    from stackfarm.matrix import load as load_matrix
+    from stackfarm.patches.trees import sglang_trees
+
+    return sglang_trees(load_matrix(REPO / "matrix.toml"), [version], echo=lambda _: None)[version]
+
+
+def _by(findings: tuple[Finding, ...]) -> dict[str, Finding]:
+    return {f.method: f for f in findings}
+
+
+@pytest.mark.integration
+def test_real_0_4_10_post2_bare_enum_worker_from_the_scheduler() -> None:
+    """0.4.10.post2: spec_info.py is a bare `class SpeculativeAlgorithm(IntEnum)` (no create_worker, no registry);
+    managers/scheduler.py:324-327 picks the worker: `if self.spec_algorithm.is_eagle(): from
+    sglang.srt.speculative.eagle_worker import EAGLEWorker` (is_eagle: `self == EAGLE or self == EAGLE3`)."""
+    root = _release("0.4.10.post2")
+    contract = derive_contract(root)
+    assert contract.workers == ("sglang/srt/speculative/eagle_worker.py:EAGLEWorker",)
+    target = {r.name: r for r in contract.for_role("target")}
+    # eagle_worker.py:138 `embed, head = self.target_worker.model_runner.model.get_embed_and_head()`
+    assert target["get_embed_and_head"].sites == ("sglang/srt/speculative/eagle_worker.py:138",)
+    # model_runner.py:366 `self.model.set_eagle3_layers_to_capture(...)` under `is_eagle3() and not is_draft_worker`
+    assert "sglang/srt/model_executor/model_runner.py:366" in target["set_eagle3_layers_to_capture"].sites
+    # eagle_worker.py:142 `self.draft_model_runner.model.set_embed(embed)` under `is_eagle3()`
+    assert {r.name for r in contract.for_role("draft")} >= {"set_embed", "hot_token_id"}
+    tree = SourceTree([root])
+    # models/llama.py:714 and :743 define both target hooks on LlamaForCausalLM itself
+    assert {f.verdict for f in check_class(tree, "LlamaForCausalLM", "target", contract)} == {"implemented"}
+    # models/deepseek_v2.py of this release never mentions set_eagle3_layers_to_capture
+    deepseek = _by(check_class(tree, "DeepseekV3ForCausalLM", "target", contract))
+    assert deepseek["set_eagle3_layers_to_capture"].verdict == "missing"
+    assert deepseek["get_embed_and_head"].provider_class == "DeepseekV2ForCausalLM"  # inherited from V2
+    # there is no models/kimi_k25.py yet: one verdict for the class, not a missing per method
+    kimi = check_class(tree, "KimiK25ForConditionalGeneration", "target", contract)
+    assert [(f.method, f.verdict) for f in kimi] == [("*", "class-not-in-release")]
+
+
+@pytest.mark.integration
+def test_real_0_5_5_registry_form() -> None:
+    """0.5.5: SpeculativeAlgorithm is a registry; spec_info.py registers
+    `register_speculative_algorithm("EAGLE3", worker_cls=_create_eagle_worker, flags=("EAGLE", "EAGLE3"))`, and
+    is_eagle3() is `self._has_flag("EAGLE3")` (:168). _create_eagle_worker (:264-273) imports EAGLEWorkerV2
+    when enable_overlap, else EAGLEWorker."""
+    root = _release("0.5.5")
+    contract = derive_contract(root)
+    assert set(contract.workers) >= {
+        "sglang/srt/speculative/eagle_worker.py:EAGLEWorker",
+        "sglang/srt/speculative/eagle_worker_v2.py:EAGLEWorkerV2",
+    }
+    target = {r.name: r for r in contract.for_role("target")}
+    # eagle_worker.py:143 and eagle_worker_v2.py:158 call get_embed_and_head() on the target's model
+    assert set(target["get_embed_and_head"].sites) == {
+        "sglang/srt/speculative/eagle_worker.py:143",
+        "sglang/srt/speculative/eagle_worker_v2.py:158",
+    }
+    assert "set_eagle3_layers_to_capture" in target
+    # `hasattr(..., "load_lm_head_from_target")` guards every use (eagle_worker.py:149-150): optional
+    optional = {r.name for r in contract.for_role("draft", required_only=False) if not r.required}
+    assert "load_lm_head_from_target" in optional
+    tree = SourceTree([root])
+    llama = _by(check_class(tree, "LlamaForCausalLMEagle3", "draft", contract, include_optional=True))
+    # models/llama_eagle3.py:206 sets self.load_lm_head_from_target; set_embed comes from LlamaForCausalLM
+    assert llama["load_lm_head_from_target"].verdict == "implemented"
+    assert (llama["set_embed"].verdict, llama["set_embed"].provider_class) == (
+        "inherited",
+        "LlamaForCausalLM",
+    )
+
+
+@pytest.mark.integration
+def test_real_0_5_21_hooks_called_through_helper_functions() -> None:
+    """0.5.21: model_runner.py:1009 calls `configure_aux_hidden_state_capture(model=self.model,
+    eagle_use_aux_hidden_state=self.spec_aux_config.eagle_use_aux_hidden_state, ...)`, which calls
+    `model.set_eagle3_layers_to_capture(...)` under `if eagle_use_aux_hidden_state:`
+    (model_runner_components/attention_backend_setup.py:54-55); spec_aux_hidden_state.py sets that flag only
+    past `if not ((is_eagle() or is_standalone()) and not is_draft_worker): return`, so for the target only.
+    eagle_worker_v2.py:372 passes `target_model=target_runner.model` to resolve_draft_embed_and_head, which
+    calls resolve_target_embed_and_head(target_model) -> `target_model.get_embed_and_head()`
+    (speculative/pp_draft_embedding.py:84). eagle_worker_v2.py:432 iterates `self.draft_runner.model.modules()`,
+    torch.nn.Module's own method."""
+    root = _release("0.5.21")
+    contract = derive_contract(root)
+    target = {r.name: r for r in contract.for_role("target")}
+    assert target["set_eagle3_layers_to_capture"].sites == (
+        "sglang/srt/model_executor/model_runner_components/attention_backend_setup.py:55",
+    )
+    assert target["get_embed_and_head"].sites == ("sglang/srt/speculative/pp_draft_embedding.py:84",)
+    assert "set_eagle3_layers_to_capture" not in {r.name for r in contract.for_role("draft")}
+    # `target_model.lm_head` (pp_draft_embedding.py:88) runs only in `except AttributeError:`: a fallback
+    assert not next(r for r in contract.requirements if r.role == "target" and r.name == "lm_head").required
+    tree = SourceTree([root])
+    for name in ("KimiK25ForConditionalGeneration", "DeepseekV3ForCausalLM", "LlamaForCausalLM"):
+        findings = check_class(tree, name, "target", contract, include_optional=True)
+        assert all(f.ok for f in findings), [(f.method, f.verdict, f.detail) for f in findings if not f.ok]
+    # models/kimi_k25.py:924 and :961 now define both hooks on the wrapper itself
+    kimi = _by(check_class(tree, "KimiK25ForConditionalGeneration", "target", contract))
+    assert kimi["set_eagle3_layers_to_capture"].provider_file == "sglang/srt/models/kimi_k25.py:924"
+    draft = _by(check_class(tree, "LlamaForCausalLMEagle3", "draft", contract, include_optional=True))
+    assert (draft["modules"].verdict, draft["modules"].provider_class) == ("inherited", "torch.nn.Module")
+    assert (
+        draft["set_lm_head_from_target"].verdict == "optional-missing"
+    )  # hasattr-probed (eagle_worker_v2.py:338)
+    assert draft["set_lm_head_from_target"].ok
+
+
+@pytest.mark.integration
+def test_every_release_on_the_index_has_a_contract() -> None:
+    """0.4.10.post2 to the newest: a release whose contract cannot be derived is a bug of the derivation."""
+    from packaging.version import Version
+
+    from stackfarm.matrix import load as load_matrix
+    from stackfarm.patches.trees import available_versions, sglang_trees
+
+    matrix = load_matrix(REPO / "matrix.toml")
+    versions = [
+        v
+        for v in available_versions(matrix)
+        if Version(v) >= Version("0.4.10.post2") and not Version(v).is_prerelease
+    ]
+    trees = sglang_trees(matrix, versions, echo=lambda _: None)
+    for version, root in trees.items():
+        contract = derive_contract(root)
+        names = {r.name for r in contract.for_role("target")}
+        assert {"get_embed_and_head", "set_eagle3_layers_to_capture"} <= names, version
+        assert contract.for_role("draft"), version
