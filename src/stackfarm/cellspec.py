@@ -63,6 +63,9 @@ class CellSpec:
     #: The matrix file the cell comes from, as the suite sees it ("" when unknown): a suite that fetches more
     #: wheels (20-eagle3's older SGLang) resolves them with its [indexes] and [[route]] (`stackfarm.resolve`).
     matrix: str = ""
+    #: Parts of the stack this host deliberately lacks, from matrix.toml's [[deviation]] (Deviation.as_dict():
+    #: component, missing globs, absent, reason): 00-stack passes them with a note instead of failing.
+    deviations: tuple[dict[str, Any], ...] = ()
 
     def component(self, distribution: str) -> InstalledComponent:
         for comp in self.components:
@@ -105,7 +108,7 @@ def component_files(component: InstalledComponent) -> frozenset[str]:
 def load(path: Path | str) -> CellSpec:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     data["components"] = tuple(InstalledComponent(**c) for c in data["components"])
-    for key in ("archs", "models", "patch_sets", "patched_files"):
+    for key in ("archs", "models", "patch_sets", "patched_files", "deviations"):
         data[key] = tuple(data.get(key, ()))
     return CellSpec(**data)
 

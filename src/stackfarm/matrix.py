@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 from . import matrix_tables, schema
 from .artifacts import Source
 from .errors import ConfigError, StackfarmError, did_you_mean
-from .stack import AXES, BY_AXIS, PINNED_AXES
+from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of
 from .throughput import thresholds as throughput_thresholds
 from .throughput.settings import SUITE as THROUGHPUT_SUITE
 from .throughput.settings import Settings as ThroughputSettings
@@ -47,6 +47,7 @@ _TOP_KEYS = (
     "thresholds",
     "runners",
     "docker",
+    "deviation",
 )
 _ARCH = re.compile(r"^sm_\d{2,3}[af]?$")
 
@@ -119,6 +120,22 @@ class Suite:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Deviation:
+    """A part of the stack a host deliberately lacks ([[deviation]]): 00-stack passes it with a note."""
+
+    component: str
+    #: Globs (relative to the wheel's root, ** for any depth) of the files left out; () with `absent`.
+    missing: tuple[str, ...]
+    #: The whole wheel is left out.
+    absent: bool
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"component": self.component, "missing": list(self.missing), "absent": self.absent,
+                "reason": self.reason}  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
 class Runner:
     """A kind of self-hosted CI runner ([runners.<name>]): the labels a job asks for, and which cells run there."""
 
@@ -156,6 +173,8 @@ class Matrix:
     docker: Mapping[str, Any] = field(default_factory=dict)
     #: [runners.<kind>] in file order; empty when matrix.toml has no [runners] table.
     runners: Mapping[str, Runner] = field(default_factory=dict)
+    #: [[deviation]] entries: parts of the stack deliberately left out (CellSpec.deviations hands them to suites).
+    deviations: tuple[Deviation, ...] = ()
 
     @property
     def root(self) -> Path:
@@ -354,7 +373,37 @@ def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
         thresholds=_thresholds(doc, _table(doc, data, "thresholds"), suites, runners),
         docker=_docker(doc, _table(doc, data, "docker")),
         runners=runners,
+        deviations=_deviations(doc, data),
     )
+
+
+def _deviations(doc: _Doc, data: Mapping[str, Any]) -> tuple[Deviation, ...]:
+    found = []
+    for nth, entry in enumerate(_array_of_tables(doc, data, "deviation")):
+        problem = schema.first_problem(entry, matrix_tables.DEVIATION)
+        if problem is not None:
+            key = problem.path[0] if problem.path else None
+            text = (
+                f"`{key}` in [[deviation]] {problem.message}" if key else f"a [[deviation]] {problem.message}"
+            )
+            raise doc.error(text, table="deviation", key=key, fix=problem.fix, nth=nth)
+        component = str(entry["component"])
+        if axis_of(component) is None:
+            names = sorted(DISTRIBUTION_AXIS)
+            hint = did_you_mean(component, names)
+            raise doc.error(
+                f"`{component}` in [[deviation]] is not a distribution of the stack" + (f"; {hint}" if hint else ""),
+                table="deviation", key="component", nth=nth, fix=f"use one of: {', '.join(names)}",
+            )  # fmt: skip
+        found.append(
+            Deviation(
+                component=component,
+                missing=tuple(entry.get("missing", ())),
+                absent=bool(entry.get("absent", False)),
+                reason=str(entry["reason"]),
+            )
+        )
+    return tuple(found)
 
 
 def _docker(doc: _Doc, table: dict[str, Any]) -> dict[str, Any]:
@@ -699,6 +748,7 @@ def locate(path: Path, table: str, key: str | None = None) -> int | None:
 __all__ = [
     "AXES",
     "Couple",
+    "Deviation",
     "Matrix",
     "Model",
     "Override",

@@ -48,7 +48,7 @@ def _driver_version(text: str) -> str | None:
     """Mirrors stackfarm.driver.driver_key: 570, 570.86 or 570.86.15."""
     if _DRIVER.fullmatch(text.strip()):
         return None
-    return f"= {text!r} is not an NVIDIA driver version like \"570.86.15\""
+    return f'= {text!r} is not an NVIDIA driver version like "570.86.15"'
 
 
 def runner(archs: Sequence[str]) -> Table:
@@ -158,6 +158,40 @@ def feature(archs: Sequence[str]) -> Table:
     )
 
 
+# --------------------------------------------------------------------------- [[deviation]]
+
+
+def _missing_or_absent(entry: Mapping[str, Any]) -> list[Problem]:
+    has_missing, absent = bool(entry.get("missing")), entry.get("absent") is True
+    if has_missing == absent:
+        return [
+            Problem(
+                (),
+                "needs exactly one of missing (globs of the files left out) or absent = true (the whole wheel)",
+                'e.g. missing = ["sgl_kernel/sm100/**"], or absent = true',
+            )
+        ]
+    return []
+
+
+#: One [[deviation]]: a component a host's stack deliberately lacks, wholly (absent) or in part (missing files).
+#: 00-stack reports it as passed with a note (`deviation.<component>`); any other difference still fails.
+DEVIATION = Table(
+    {
+        "component": Str('a distribution of the stack, e.g. "sglang-kernel"'),
+        "missing": List(
+            Str("a glob relative to the wheel's root, ** for any depth"),
+            'files left out, e.g. missing = ["sgl_kernel/flash_ops*.so", "sgl_kernel/sm100/**"]',
+            min_len=1,
+        ),
+        "absent": Bool("true: the whole wheel is left out"),
+        "reason": Str('why, e.g. "FA3 is 1.7 GB, not carried to the H200"'),
+    },
+    required=("component", "reason"),
+    rules=(_missing_or_absent,),
+)
+
+
 # --------------------------------------------------------------------------- [docker]
 
 # Mirrors of stackfarm.backends.docker.common (the image reference grammar, sizes, ulimits).
@@ -215,4 +249,4 @@ DOCKER = Table(
 #: The keys of [docker].
 DOCKER_KEYS = tuple(DOCKER.fields)
 
-__all__ = ["DOCKER", "DOCKER_KEYS", "ULIMITS", "feature", "runner", "runner_count_rule", "suite"]
+__all__ = ["DEVIATION", "DOCKER", "DOCKER_KEYS", "ULIMITS", "feature", "runner", "runner_count_rule", "suite"]

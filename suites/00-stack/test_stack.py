@@ -3,6 +3,12 @@
 For every component: the installed metadata names the claimed distribution and version, every file matches the
 wheel's RECORD hash, torch was built for the cell's CUDA, and every CUDA library links that CUDA's runtime.
 Nothing here imports the stack, so it runs on any machine, with or without a GPU.
+
+A host that deliberately lacks parts of a component declares them in matrix.toml (``[[deviation]]``, handed over
+as ``cell.deviations``): files matching its `missing` globs may be missing, and an `absent` component may be
+missing whole. Those testcases pass with a note, the property ``deviation.<component>``; every undeclared
+difference (another missing file, a file that differs from RECORD, a declared file that is there but altered)
+still fails.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ import base64
 import csv
 import email.parser
 import hashlib
+import json
 import os
 import re
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -42,6 +50,36 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("cuda_component", comps, ids=[c.distribution for c in comps])
 
 
+def _deviation(cell: CellSpec, component: InstalledComponent) -> Mapping[str, object] | None:
+    """The [[deviation]] declared for this component, or None."""
+    name = canonicalize_name(component.distribution)
+    return next((d for d in cell.deviations if canonicalize_name(str(d.get("component", ""))) == name), None)
+
+
+def _glob(pattern: str) -> re.Pattern[str]:
+    """A path glob: ** spans folders, * and ? stay within one."""
+    out = ""
+    for part in re.split(r"(\*\*/?|\*|\?)", pattern):
+        out += {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}.get(part, re.escape(part))
+    return re.compile(out + r"\Z")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _declared(cell: CellSpec, record_testsuite_property: RecordProperty) -> None:
+    """Every declared deviation in the suite's properties, so the record shows what the host left out."""
+    if cell.deviations:
+        record_testsuite_property("deviations", json.dumps(list(cell.deviations), sort_keys=True))
+
+
+def _absent(cell: CellSpec, component: InstalledComponent, record_property: RecordProperty) -> bool:
+    """True (and the note recorded) when the component is missing whole and declared absent: a pass."""
+    found = _deviation(cell, component)
+    if component.root or found is None or not found.get("absent"):
+        return False
+    record_property(f"deviation.{component.distribution}", f"absent (declared): {found.get('reason', '')}")
+    return True
+
+
 def _root(component: InstalledComponent) -> Path:
     if not component.root:
         pytest.fail(f"{component.distribution} {component.version} is not installed ({component.source})")
@@ -56,7 +94,11 @@ def _dist_info(component: InstalledComponent) -> Path:
     return found
 
 
-def test_metadata_matches_claim(component: InstalledComponent, record_property: RecordProperty) -> None:
+def test_metadata_matches_claim(
+    cell: CellSpec, component: InstalledComponent, record_property: RecordProperty
+) -> None:
+    if _absent(cell, component, record_property):
+        return
     meta = email.parser.Parser().parsestr((_dist_info(component) / "METADATA").read_text(encoding="utf-8"))
     record_property(f"{component.distribution}.installed_version", meta["Version"])
     record_property(f"{component.distribution}.sha256", component.sha256)
@@ -82,6 +124,8 @@ def _check(root: Path, path: str, expected: str) -> str | None:
 def test_files_match_record(
     cell: CellSpec, component: InstalledComponent, record_property: RecordProperty
 ) -> None:
+    if _absent(cell, component, record_property):
+        return
     root = _root(component)
     record = _dist_info(component) / "RECORD"
     with record.open(newline="", encoding="utf-8") as fh:
@@ -97,6 +141,19 @@ def test_files_match_record(
     with ThreadPoolExecutor(max_workers=4) as pool:
         problems = [p for p in pool.map(lambda r: _check(root, *r), rows) if p]
     record_property(f"{component.distribution}.files_checked", len(rows))
+    declared = _deviation(cell, component)
+    if declared is not None and declared.get("missing"):
+        listed = declared["missing"]
+        globs = [str(g) for g in listed] if isinstance(listed, list | tuple) else [str(listed)]
+        patterns = [_glob(g) for g in globs]
+        excused = [
+            p
+            for p in problems
+            if p.endswith(": missing") and any(r.match(p[: -len(": missing")]) for r in patterns)
+        ]
+        problems = [p for p in problems if p not in excused]
+        note = f"{len(excused)} files missing as declared ({', '.join(globs)}): {declared.get('reason', '')}"
+        record_property(f"deviation.{component.distribution}", note)
     assert not problems, f"{len(problems)} of {len(rows)} files differ from RECORD, e.g. {problems[:5]}"
 
 
@@ -142,6 +199,8 @@ def _cudart_majors(path: Path) -> set[int]:
 def test_cuda_libraries_link_cell_runtime(
     cell: CellSpec, cuda_component: InstalledComponent, record_property: RecordProperty
 ) -> None:
+    if _absent(cell, cuda_component, record_property):
+        return
     distribution = cuda_component.distribution
     root = _root(cuda_component)
     linked = {
