@@ -10,7 +10,7 @@ import pytest
 from stackfarm import htmlreport, sections
 from stackfarm.history import read_run
 from stackfarm.sections.html import loc
-from test_history import CELL, write_cell
+from test_history import CELL, CaseSpec, write_cell
 from test_htmlreport import FAILING, PASSING
 
 SRC = Path(htmlreport.__file__)
@@ -81,7 +81,7 @@ def test_findings_carry_their_file_line(tmp_path: Path) -> None:
 
 
 def test_eagle3_findings_locate_provider_and_consumer(tmp_path: Path) -> None:
-    suites = {
+    suites: dict[str, list[CaseSpec]] = {
         "20-eagle3": [
             ("test_provider[target:K.get_embed_and_head]", "failed", "missing",
              {"model_class": "K", "method": "get_embed_and_head", "verdict": "missing", "role": "target",

@@ -248,14 +248,13 @@ def summary_html(cells: Sequence[CellReport], *, title: str = "stackfarm matrix"
             why = suite_reason(s)
             under = f'<span class="why">{e(short(why, 140))}</span>' if why else ""
             tds.append(
-                f'<td class="o o-{e(s.outcome)}" data-outcome="{e(s.outcome)}">{_ICON[s.outcome]} '
-                f"{e(suite_text(s))}{under}</td>"
+                f'<td class="o o-{e(s.outcome)}" data-outcome="{e(s.outcome)}">{e(suite_text(s))}{under}</td>'
             )
         verdict = str(c.status)
         reused = " (reused)" if c.reused else ""
         rows.append(
             f'<tr data-cell="{e(c.cell)}"><th><code>{e(c.cell)}</code></th>{"".join(tds)}'
-            f'<td class="o v-{e(verdict)}" data-outcome="{e(verdict)}">{_STATUS_ICON[verdict]} {e(verdict)}'
+            f'<td class="o v-{e(verdict)}" data-outcome="{e(verdict)}">{e(verdict)}'
             f'{e(reused)}</td><td class="fail">{e(c.first_problem())}</td></tr>'
         )
     causes = "".join(

@@ -68,7 +68,7 @@ def short(text: str, limit: int) -> str:
 
 _PARAMS = re.compile(r"\[[^\[\]]*\]")
 _FILE_LINE = re.compile(r"([\w./\\-]+\.\w+):\d+(?::\d+)?")
-_VERSION = re.compile(r"(?<![\w.])v?\d+(?:\.\d+)+(?:[a-z]+\d*|\+[\w.]+)*(?![\w])", re.IGNORECASE)
+_VERSION = re.compile(r"(?<![\w.])v?\d+(?:\.\d+)+(?:\.?[a-z]+\d*|\+[\w.]+)*(?![\w])", re.IGNORECASE)
 _HEX = re.compile(r"0x[0-9a-f]+", re.IGNORECASE)
 _TMP = re.compile(r"/tmp/[\w./-]*|pytest-\d+/\S*")
 

@@ -153,7 +153,8 @@ def bar_chart(title: str, bars: Sequence[Bar], *, top: float | None = None, unit
             f'<rect x="{label_w}" y="{y + 3}" width="{width}" height="{row_h - 6}" fill="{fill}" '
             f'shape-rendering="crispEdges" data-series="{e(bar.series)}" data-value="{bar.value:.6g}">'
             f"<title>{e(bar.label)}: {fmt(bar.value)}</title></rect>"
-            f'<text x="{label_w + width + 4}" y="{y + 15}" font-size="11">{fmt(bar.value)}</text>'
+            f'<text x="{label_w + max(width, (bar.high or 0.0) * scale) + 4:.0f}" y="{y + 15}" '
+            f'font-size="11">{fmt(bar.value)}</text>'
         )
         if bar.low is not None and bar.high is not None:
             x1, x2, mid = label_w + bar.low * scale, label_w + bar.high * scale, y + row_h / 2
