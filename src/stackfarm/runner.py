@@ -255,6 +255,7 @@ class Runner:
             no_gpu_reason=self.no_gpu_reason,
             patched_files=self._patched_files.get(cell.id, ()),
             matrix=str(self.matrix.path.resolve()),
+            deviations=tuple(d.as_dict() for d in self.matrix.deviations),
         )
         spec_path = workdir / "cell.json"
         spec.dump(spec_path)
