@@ -249,9 +249,9 @@ def load(path: Path | str) -> Matrix:
             fix=f"pass --matrix {path / 'matrix.toml'} (the file itself)",
         ) from None
     except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
         raise ConfigError(
-            path, f"is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})", line=line,
+            path, f"is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+            line=path.read_bytes()[: exc.start].count(b"\n") + 1,
             fix="save matrix.toml as UTF-8 (TOML files are UTF-8)",
         ) from None  # fmt: skip
     except OSError as exc:
@@ -261,8 +261,8 @@ def load(path: Path | str) -> Matrix:
     try:
         data = tomlkit.parse(text).unwrap()
     except tomlkit.exceptions.TOMLKitError as exc:  # ParseError, KeyAlreadyPresent, ...
-        line = getattr(exc, "line", None) or _repeated_key_line(text, str(exc))
-        raise ConfigError(path, f"malformed TOML: {exc}", line=line, fix="correct the syntax there") from None
+        where: int | None = getattr(exc, "line", None) or _repeated_key_line(text, str(exc))
+        raise ConfigError(path, f"malformed TOML: {exc}", line=where, fix="correct the syntax there") from None
     return _build(_Doc(path, text), data)
 
 
