@@ -193,12 +193,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             reports = runner.run(p)
         except KeyboardInterrupt:
             done = [runner.finished[k] for k in sorted(runner.finished)]
-            write_reports(args.reports, done)
+            write_reports(args.reports, done, matrix=args.matrix)
             console.print(
                 f"interrupted: kept {len(done)} finished cells in {args.reports}/; a re-run resumes"
             )
             return ExitCode.INTERRUPTED
-    write_reports(args.reports, reports)
+    write_reports(args.reports, reports, matrix=args.matrix)
     print_summary(reports, args.reports, console)
     return verdict.exit_code(reports)
 
@@ -236,7 +236,9 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def write_reports(where: Path, current: Sequence[CellReport] = ()) -> list[CellReport]:
+def write_reports(
+    where: Path, current: Sequence[CellReport] = (), *, matrix: Path | None = None
+) -> list[CellReport]:
     """junit.xml, summary.md/.html and the browsable report, from every verdict in the store with this run's
     own reports over them: a run of one cell updates its own row, the other cells keep theirs."""
     stored, problems = verdict.read_all(where)
@@ -246,7 +248,7 @@ def write_reports(where: Path, current: Sequence[CellReport] = ()) -> list[CellR
     reports = sorted(
         [*mine.values(), *(s.report for s in stored if s.report.cell not in mine)], key=lambda r: r.cell
     )
-    write_summaries(reports, where)
+    write_summaries(reports, where, matrix=matrix)
     htmlreport.write(where, reports)
     return reports
 
