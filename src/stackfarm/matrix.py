@@ -262,7 +262,9 @@ def load(path: Path | str) -> Matrix:
         data = tomlkit.parse(text).unwrap()
     except tomlkit.exceptions.TOMLKitError as exc:  # ParseError, KeyAlreadyPresent, ...
         where: int | None = getattr(exc, "line", None) or _repeated_key_line(text, str(exc))
-        raise ConfigError(path, f"malformed TOML: {exc}", line=where, fix="correct the syntax there") from None
+        raise ConfigError(
+            path, f"malformed TOML: {exc}", line=where, fix="correct the syntax there"
+        ) from None
     return _build(_Doc(path, text), data)
 
 
