@@ -438,6 +438,19 @@ def test_real_pinned_pairs_load(torch: str, kernel: tuple[str, str], cuda: str) 
     assert not bad, bad
     assert not result.errors
     assert len(result.libraries) >= 18
-    assert result.timings["total"] < 5.0, result.timings
+    assert set(result.timings) == {"read", "total"}  # measured, not asserted: speed is `nox -s bench`'s
     spatial = next(v for v in result.libraries if v.lib.relpath == "sgl_kernel/spatial_ops.abi3.so")
     assert "cuGreenCtxCreate" in spatial.driver_symbols  # the CUDA 12.4 green-context API: driver >= 550
+
+
+@needs_cc
+def test_a_wheel_whose_record_lists_no_library_has_none_in_a_shared_site_packages(tmp_path: Path) -> None:
+    """In an installed stack (Docker, a host) every component's root is the one site-packages: a wheel with a
+    RECORD and no library (sglang, flashinfer-python) must not claim the other wheels' libraries."""
+    site = tmp_path / "site-packages"
+    build_so(site / "torch/lib/libc10.so", c10_source(C10_ERROR), soname="libc10.so")
+    info = site / "sglang-0.5.9.dist-info"
+    info.mkdir(parents=True)
+    (info / "RECORD").write_text("sglang/__init__.py,sha256=AAAA,1\nsglang-0.5.9.dist-info/RECORD,,\n")
+    sglang = component(site, "sglang", "0.5.9", "sglang")
+    assert native_libraries(sglang) == []

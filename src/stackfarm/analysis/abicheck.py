@@ -236,9 +236,11 @@ def native_libraries(
         return []
     root = Path(comp.root)
     record = _record(comp)
+    # A RECORD that lists no library means the wheel has none: never fall back to scanning its root, which in
+    # an installed stack (Docker, a host) is the site-packages every component shares.
     paths = (
         sorted(p for p in record if looks_like_library(p))
-        if record
+        if record is not None
         else sorted(p.relative_to(root).as_posix() for p in root.rglob("*.so*") if looks_like_library(p.name))
     )
     libs = []
