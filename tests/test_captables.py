@@ -753,3 +753,21 @@ def test_feature_off_everywhere_including_the_reference_is_reported(tmp_path: Pa
     assert [
         f.outcome for f in out if f.symbol == "gate" and f.arch == "all" and "sglang.gone" in f.message
     ] == ["n/a"]
+
+
+def test_a_loader_pattern_the_host_declared_missing_is_undecidable_not_a_failure() -> None:
+    """A host that stripped sgl_kernel/sm100/ (declared) cannot say what an sm_120 GPU would load: a skip."""
+    sys.path.insert(0, str(REPO / "suites" / "10-capability"))
+    findings = importlib.import_module("capability_findings")
+    from stackfarm.analysis.kernels import LoaderChoice
+
+    comp = InstalledComponent(axis="sgl_kernel", distribution="sglang-kernel", version="0.4.4",
+                              filename="x.whl", sha256="0" * 64, source="test", root="/nowhere")  # fmt: skip
+    choice = LoaderChoice(
+        Arch(12, 0), ("sgl_kernel/sm100/common_ops.*", "sgl_kernel/common_ops.*"), None, "t"
+    )
+    stripped = findings._loader_finding(comp, (), choice, (), {"sgl_kernel/sm100/**": "not carried"})
+    assert stripped.outcome == "skip"
+    assert stripped.message.startswith("undecidable:")
+    assert "not carried" in stripped.message
+    assert findings._loader_finding(comp, (), choice, (), {}).outcome == "fail", "undeclared: still a failure"

@@ -210,7 +210,17 @@ def _binaries(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], 
                     continue  # the loader never opens it on this GPU (see the loader finding)
                 out.add(_binary_finding(comp, lib, arch, features))
         for choice in choices.values():
-            out.add(_loader_finding(comp, libraries, choice, features))
+            out.add(_loader_finding(comp, libraries, choice, features, declared_missing(cell, comp)))
+
+
+def declared_missing(cell: CellSpec, comp: InstalledComponent) -> dict[str, str]:
+    """The file globs this host declared missing from `comp` ([[deviation]] missing = [...]) -> the reason."""
+    return {
+        str(glob): str(d.get("reason", ""))
+        for d in cell.deviations
+        if d.get("component") == comp.distribution
+        for glob in d.get("missing", ())
+    }
 
 
 def _loader_finding(
@@ -218,9 +228,17 @@ def _loader_finding(
     libraries: tuple[Library, ...],
     choice: LoaderChoice,
     features: tuple[Feature, ...],
+    missing: dict[str, str] | None = None,
 ) -> Finding:
     arch = choice.gpu
     tried = " then ".join(choice.patterns) or "nothing"
+    stripped = [(p, g) for p in choice.patterns for g in (missing or {}) if fnmatch.fnmatchcase(p, g)]
+    if choice.chosen is None and stripped:
+        # The host deliberately lacks what the loader would open here: this tree cannot answer for that GPU.
+        pattern, glob = stripped[0]
+        return Finding("loader", str(arch), comp.distribution, "sgl_kernel/load_utils.py", 0, "loader", "",
+                       "skip", f"undecidable: sgl_kernel's loader on {arch} tries {pattern}, which this host "
+                       f"declared missing ([[deviation]] {glob!r}: {missing[glob] if missing else ''})")  # fmt: skip
     if choice.chosen is None:
         return Finding("loader", str(arch), comp.distribution, "sgl_kernel/load_utils.py", 0, "loader", "no-code",
                        "fail", f"sgl_kernel's loader on {arch} tries {tried} and finds no library: "
