@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import __version__, patches, proc, verdict
+from . import __version__, patches, proc, provenance, verdict
 from .artifacts import Artifact, Cache
 from .backends import PATCHED_SGLANG, Backend, groups_file
 from .cachekeep import remove_tree
@@ -234,6 +234,7 @@ class Runner:
         cell_reports = self.options.reports / cell.id
         # From here on the old verdict no longer describes what is on disk: it goes first, the new one last.
         verdict.path_of(self.options.reports, cell.id).unlink(missing_ok=True)
+        (cell_reports / provenance.RECORD).unlink(missing_ok=True)  # a GPU suite writes it afresh
         workdir.mkdir(parents=True, exist_ok=True)
         patch_step = self._patch(cell, artifacts, workdir, cell_reports)
         if patch_step is not None:
@@ -262,7 +263,9 @@ class Runner:
         suites = self._run_suites(cell, spec_path, cell_reports, first=patch_step[0] if patch_step else None)
         if self.cancel.is_set():
             raise Interrupted(f"interrupted while {cell.id} ran: no verdict kept, a re-run runs it again")
-        report = self._store(verdict.judged(replace(report, suites=tuple(suites))), inputs)
+        loaded = provenance.read_libraries(cell_reports)
+        report = replace(report, suites=tuple(suites), loaded_libraries=loaded)
+        report = self._store(verdict.judged(report), inputs)
         self.ui.done(cell.id, str(report.status), report.first_problem())
         return report
 

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from . import junit
 from .errors import ExitCode
 from .files import write_atomic
+from .provenance import LoadedLibrary
 
 Outcome = Literal["passed", "failed", "error", "skipped", "incomplete", "not_applicable"]
 #: The name of a cell's stored verdict inside its reports folder.
@@ -124,6 +125,9 @@ class CellReport:
     #: Why no GPU was usable (None when one was).
     no_gpu_reason: str | None = None
     suites: tuple[SuiteResult, ...] = ()
+    #: The shared libraries a real process of the cell loaded (SONAME, path, build-id; stackfarm.provenance),
+    #: recorded on GPU runs; empty where none ran.
+    loaded_libraries: tuple[LoadedLibrary, ...] = ()
 
     @property
     def ran(self) -> bool:
@@ -152,6 +156,8 @@ class CellReport:
             props["stackfarm.input_hash"] = self.input_hash
         if self.run_id:
             props["stackfarm.run_id"] = self.run_id
+        if self.loaded_libraries:
+            props["provenance.loaded_libraries"] = str(len(self.loaded_libraries))
         return props
 
     def first_problem(self) -> str:
@@ -285,6 +291,7 @@ def from_json(data: Mapping[str, Any]) -> CellReport:
             "wheels": tuple(Wheel(**w) for w in data.get("wheels", ())),
             "overridden": tuple(data.get("overridden", ())),
             "suites": suites,
+            "loaded_libraries": tuple(LoadedLibrary(**x) for x in data.get("loaded_libraries", ())),
         }
     )
 

@@ -9,11 +9,14 @@ Besides: the flashinfer distributions are one release, and no SONAME is shipped 
 
 GPU part (skipped with "needs GPU: ..." elsewhere): the machine's driver against the cell's driver floor
 (stackfarm.driver: the CUDA major's floor, raised by the driver-API symbols the libraries link), and a real
-``dlopen`` of every library in a fresh interpreter after ``import torch``, which must agree with the static verdict.
+``dlopen`` of every library in a fresh interpreter after ``import torch``, which must agree with the static verdict;
+then the fingerprint of one real process of the cell (stackfarm.provenance: SONAME, path and build-id of every
+library it maps, kept in the cell's verdict), where a SONAME loaded twice or a shipped library shadowed fails.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +29,7 @@ from stackfarm.cellspec import CellSpec
 from stackfarm.driver import installed_driver, runner_for, runs_on
 from stackfarm.errors import StackfarmError
 from stackfarm.proc import call
+from stackfarm.provenance import PROBE, fingerprint, native_packages, parse_probe_output, save
 from stackfarm.suitekit import check_installed, need_gpu, not_applicable
 
 #: The type of pytest's record_property fixture.
@@ -165,3 +169,42 @@ def test_gpu_real_import(cell: CellSpec, native: LibraryVerdict, record_property
             "fix stackfarm.analysis.abicheck",
             pytrace=False,
         )
+
+
+def test_gpu_loaded_libraries(cell: CellSpec, record_property: RecordProperty) -> None:
+    """A fresh interpreter imports the cell's native packages and initialises CUDA: every shared library it
+    maps is recorded (SONAME, path, build-id) for the verdict; one SONAME mapped as two builds, or a library
+    the cell ships shadowed by another copy, fails."""
+    need_gpu(cell)
+    check_installed(cell, ("torch",))
+    found = findings()
+    if found.error:
+        pytest.fail(found.error, pytrace=False)
+    packages = native_packages(v.lib.relpath for v in found.abi.libraries)
+    try:
+        done = call([sys.executable, "-c", PROBE, *packages], timeout=600)
+        data = parse_probe_output(done.output)
+    except (StackfarmError, ValueError) as exc:
+        pytest.fail(f"the loaded-library probe gave no answer: {exc}", pytrace=False)
+    shipped: dict[str, list[tuple[str, Path]]] = {}
+    for v in found.abi.libraries:
+        shipped.setdefault(v.lib.info.soname or v.lib.path.name, []).append((v.lib.component, v.lib.path))
+    roots = sorted({Path(c.root) for c in cell.components if c.root})
+    fp = fingerprint(data["paths"], shipped, roots, data["errors"], data["device"])
+    out = os.environ.get("STACKFARM_SUITE_OUT")
+    if out:
+        save(Path(out), fp)
+    origins: dict[str, int] = {}
+    for lib in fp.libraries:
+        origins[lib.origin] = origins.get(lib.origin, 0) + 1
+    record_property("imported", " ".join(packages))
+    record_property("device", fp.device)
+    record_property("loaded", len(fp.libraries))
+    record_property("origins", ", ".join(f"{k}:{n}" for k, n in sorted(origins.items())))
+    if fp.errors:
+        record_property("errors", "; ".join(f"{k}: {v}" for k, v in sorted(fp.errors.items()))[:2000])
+    problems = list(fp.problems) + [
+        f"import {k} failed: {v}" for k, v in sorted(fp.errors.items()) if k in packages
+    ]
+    if problems:
+        pytest.fail("; ".join(problems), pytrace=False)
