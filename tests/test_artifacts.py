@@ -84,21 +84,36 @@ class FakeIndex:
         return Source(name="fake", url=self.url)
 
     def add(
-        self, wheel: Path | str, data: bytes | None = None, *, yanked: bool = False, digest: str | None = None
+        self,
+        wheel: Path | str,
+        data: bytes | None = None,
+        *,
+        yanked: bool = False,
+        digest: str | None = None,
+        metadata: bytes | None = None,
+        metadata_digest: str | None = None,
+        metadata_key: str = "core-metadata",
     ) -> Artifact:
-        """Serve a wheel (a built file, or just a filename with bytes); return what the index says."""
+        """Serve a wheel (a built file, or just a filename with bytes); return what the index says. With
+        ``metadata``, the index also serves ``<file>.metadata`` (PEP 658) and lists its sha256 (PEP 714 key
+        ``metadata_key``; ``metadata_digest`` "" lists it without a hash)."""
         filename = wheel.name if isinstance(wheel, Path) else wheel
         data = wheel.read_bytes() if isinstance(wheel, Path) else (data or filename.encode())
         is_wheel = filename.endswith(".whl")
         name, version = (parse_wheel_filename if is_wheel else parse_sdist_filename)(filename)[:2]
         self.blobs[filename] = data
-        entry = {
+        entry: dict[str, object] = {
             "filename": filename,
             "url": f"../../files/{filename}",
             "hashes": {"sha256": digest or sha(data)},
             "size": len(data),
             "yanked": yanked,
         }
+        meta_sha = None
+        if metadata is not None:
+            self.blobs[filename + ".metadata"] = metadata
+            meta_sha = sha(metadata) if metadata_digest is None else metadata_digest
+            entry[metadata_key] = {"sha256": meta_sha} if meta_sha else True
         self.projects.setdefault(name, []).append(entry)
         return Artifact(
             distribution=name,
@@ -108,6 +123,7 @@ class FakeIndex:
             sha256=digest or sha(data),
             size=len(data),
             source="fake",
+            metadata_sha256=meta_sha or None,
         )
 
     def count(self, prefix: str) -> int:
@@ -142,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
             elif state.html:
                 links = "".join(
                     f'<a href="{f["url"]}#sha256={f["hashes"]["sha256"]}"'  # type: ignore[index]
-                    f"{' data-yanked' if f['yanked'] else ''}>{f['filename']}</a>\n"
+                    f"{' data-yanked' if f['yanked'] else ''}{_html_metadata(f)}>{f['filename']}</a>\n"
                     for f in state.projects[parts[1]]
                 )
                 self._send(200, f"<html><body>{links}</body></html>".encode(), "text/html")
@@ -168,6 +184,16 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, data, "application/octet-stream")
         else:
             self._send(404, b"not found", "text/plain")
+
+
+def _html_metadata(entry: dict[str, object]) -> str:
+    """The PEP 658 attribute of an HTML link (PEP 714 name, or the old one)."""
+    for key in ("core-metadata", "dist-info-metadata"):
+        if key in entry:
+            value = entry[key]
+            digest = value.get("sha256") if isinstance(value, dict) else None
+            return f' data-{key}="{f"sha256={digest}" if digest else "true"}"'
+    return ""
 
 
 class _Server(ThreadingHTTPServer):
@@ -524,6 +550,76 @@ def test_metadata_and_requires_dist(index: FakeIndex, cache: Cache, tmp_path: Pa
     assert names == ["torch", "nvidia-nccl-cu12", "cpy-only", "new-py"]
     names = [r.name for r in requires_dist(meta, python="3.10", platform_machine="aarch64")]
     assert names == ["torch", "tomli", "cpy-only"]
+
+
+def _metadata_of(wheel: Path) -> bytes:
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.read(next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA")))
+
+
+@pytest.mark.parametrize(
+    ("html", "key"),
+    [
+        (False, "core-metadata"),
+        (True, "core-metadata"),
+        (True, "dist-info-metadata"),
+        (False, "dist-info-metadata"),
+    ],
+)
+def test_pep658_metadata_is_read_without_the_wheel(
+    index: FakeIndex, tmp_path: Path, html: bool, key: str
+) -> None:
+    index.html = html
+    wheel = build_wheel(tmp_path, requires=("torch==2.9.1",))
+    index.add(wheel, metadata=_metadata_of(wheel), metadata_key=key)
+    art = find_artifact(index.source, "pkg", "1.0", TARGET)
+    assert art.metadata_sha256 == sha(_metadata_of(wheel))
+    cache = Cache(tmp_path / "cache")
+    meta = cache.metadata(art)
+    assert [str(r) for r in requires_dist(meta, python="3.11")] == ["torch==2.9.1"]
+    assert index.count(f"/files/{wheel.name}.metadata") == 1
+    assert index.count(f"/files/{wheel.name}") == 1  # the .metadata request only: the wheel was never asked
+    assert not cache.blob_path(art).exists()
+    # Kept by the wheel's sha256: a new process reads it from disk.
+    assert Cache(tmp_path / "cache").metadata(art)["Name"] == "pkg"
+    assert index.count(f"/files/{wheel.name}") == 1
+
+
+def test_pep658_metadata_mismatch_is_refused_and_not_kept(
+    index: FakeIndex, cache: Cache, tmp_path: Path
+) -> None:
+    wheel = build_wheel(tmp_path)
+    art = index.add(wheel, metadata=b"Name: evil\n", metadata_digest=sha(_metadata_of(wheel)))
+    with pytest.raises(artifacts.ShaMismatchError, match=r"pkg-1.0-.*\.whl\.metadata .*expected"):
+        cache.metadata(art)
+    assert not list(cache.root.glob("metadata/*"))
+    assert not cache.blob_path(art).exists()
+
+
+def test_pep658_without_hash_or_missing_falls_back_to_the_wheel(
+    index: FakeIndex, cache: Cache, tmp_path: Path
+) -> None:
+    one = build_wheel(tmp_path, name="one")
+    index.add(one, metadata=_metadata_of(one), metadata_digest="")  # "true": no hash to check it by
+    art = find_artifact(index.source, "one", "1.0", TARGET)
+    assert art.metadata_sha256 is None
+    assert cache.metadata(art)["Name"] == "one"
+    assert index.count(f"/files/{one.name}.metadata") == 0
+    assert cache.blob_path(art).is_file()
+
+    two = build_wheel(tmp_path, name="two")
+    art = index.add(two, metadata=_metadata_of(two))
+    del index.blobs[two.name + ".metadata"]  # listed, but the server has no such file
+    assert cache.metadata(art)["Name"] == "two"
+    assert cache.blob_path(art).is_file()
+
+
+def test_metadata_comes_from_the_cached_wheel_first(index: FakeIndex, cache: Cache, tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path)
+    art = index.add(wheel, metadata=_metadata_of(wheel))
+    cache.fetch(art)
+    assert Cache(cache.root).metadata(art)["Name"] == "pkg"
+    assert index.count(f"/files/{wheel.name}.metadata") == 0
 
 
 # --- local sources -----------------------------------------------------------------------

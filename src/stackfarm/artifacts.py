@@ -13,8 +13,8 @@ import email.message
 import email.policy
 import errno
 import functools
+import hashlib
 import http.client
-import json
 import os
 import re
 import threading
@@ -25,18 +25,19 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from email.parser import BytesParser
-from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
-from urllib.parse import unquote, urldefrag, urljoin, urlparse
+from urllib.parse import urlparse
 
-from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from stackfarm import cachekeep, indexwait, proc
+from stackfarm import cachekeep, indexauth, indexwait, proc
 from stackfarm.errors import ArtifactError, IndexUnreachableError, did_you_mean
+from stackfarm.files import write_bytes_atomic
+from stackfarm.listing import File, parse_listing
+from stackfarm.requires import INSTALLED_EXTRAS, requires_dist
 
 #: Pauses between attempts on network errors; tests shrink them.
 RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0)
@@ -94,21 +95,13 @@ class Artifact:
     sha256: str
     size: int | None
     source: str
-
-
-@dataclass(frozen=True)
-class _File:
-    filename: str
-    url: str
-    sha256: str
-    size: int | None
-    yanked: bool = False
-    path: Path | None = None  # set for local files, whose hash is computed only when chosen
+    #: The sha256 of its PEP 658 ``<url>.metadata`` file, where the index serves one with a hash.
+    metadata_sha256: str | None = None
 
 
 @dataclass(frozen=True)
 class _Wheel:
-    file: _File
+    file: File
     version: Version
     tags: frozenset[Tag]
 
@@ -118,57 +111,7 @@ def _retrying(url: str, attempt: Callable[[float], _T]) -> _T:
     return indexwait.retrying(url, attempt, delays=RETRY_DELAYS, sleep=_sleep, hint=_HINT)
 
 
-class _LinkParser(HTMLParser):
-    """Collects ``<a>`` tags of a PEP 503 page as (attributes, text)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[tuple[dict[str, str | None], str]] = []
-        self._attrs: dict[str, str | None] | None = None
-        self._text: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self._attrs, self._text = dict(attrs), []
-
-    def handle_data(self, data: str) -> None:
-        if self._attrs is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "a" and self._attrs is not None:
-            self.links.append((self._attrs, "".join(self._text).strip()))
-            self._attrs = None
-
-
-def _parse_listing(page: str, content_type: str, body: bytes) -> tuple[_File, ...]:
-    if content_type.endswith("json"):
-        files = json.loads(body).get("files", [])
-        return tuple(
-            _File(
-                filename=f["filename"],
-                url=urljoin(page, f["url"]),
-                sha256=str((f.get("hashes") or {}).get("sha256", "")).lower(),
-                size=f["size"] if isinstance(f.get("size"), int) else None,
-                # PEP 691: yanked is a bool or a non-empty reason string.
-                yanked=bool(f.get("yanked", False)),
-            )
-            for f in files
-        )
-    parser = _LinkParser()
-    parser.feed(body.decode("utf-8", "replace"))
-    out = []
-    for attrs, text in parser.links:
-        if not attrs.get("href"):
-            continue
-        url, fragment = urldefrag(urljoin(page, attrs["href"] or ""))
-        sha = fragment.removeprefix("sha256=").lower() if fragment.startswith("sha256=") else ""
-        name = text or unquote(PurePosixPath(urlparse(url).path).name)
-        out.append(_File(filename=name, url=url, sha256=sha, size=None, yanked="data-yanked" in attrs))
-    return tuple(out)
-
-
-_LISTINGS: dict[tuple[str, str], tuple[_File, ...]] = {}
+_LISTINGS: dict[tuple[str, str], tuple[File, ...]] = {}
 _LISTINGS_LOCK = threading.Lock()
 
 
@@ -176,7 +119,7 @@ class _Unreadable(http.client.HTTPException):
     """An index page that does not parse (cut short, a proxy's error page): retried like silence."""
 
 
-def _index_files(index: str, name: str, fresh: bool = False) -> tuple[_File, ...]:
+def _index_files(index: str, name: str, fresh: bool = False) -> tuple[File, ...]:
     """The files of one project on a simple index, listed once per process (``fresh``: listed again)."""
     key = (index.rstrip("/"), name)
     with _LISTINGS_LOCK:
@@ -186,10 +129,10 @@ def _index_files(index: str, name: str, fresh: bool = False) -> tuple[_File, ...
             return _LISTINGS[key]
     page = f"{key[0]}/{name}/"
 
-    def get(timeout: float) -> tuple[_File, ...]:
-        request = urllib.request.Request(page, headers={"Accept": _ACCEPT, "User-Agent": _USER_AGENT})
+    def get(timeout: float) -> tuple[File, ...]:
+        headers = {"Accept": _ACCEPT, "User-Agent": _USER_AGENT}
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as resp:
+            with indexauth.urlopen(page, headers, timeout=timeout) as resp:
                 where, ctype, body = resp.geturl(), resp.headers.get_content_type(), resp.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 404:  # an unknown project simply has no versions
@@ -197,7 +140,7 @@ def _index_files(index: str, name: str, fresh: bool = False) -> tuple[_File, ...
                 return ()
             raise
         try:
-            return _parse_listing(where, ctype, body)
+            return parse_listing(where, ctype, body)
         except (ValueError, AttributeError, KeyError, TypeError) as exc:
             raise _Unreadable(f"unreadable answer ({ctype}, {len(body)} bytes: {exc})") from exc
 
@@ -217,13 +160,13 @@ def _index_files(index: str, name: str, fresh: bool = False) -> tuple[_File, ...
     return files
 
 
-def _local_file(path: Path) -> _File:
-    return _File(
+def _local_file(path: Path) -> File:
+    return File(
         filename=path.name, url=path.resolve().as_uri(), sha256="", size=path.stat().st_size, path=path
     )
 
 
-def _files(source: Source, name: str, fresh: bool = False) -> tuple[_File, ...]:
+def _files(source: Source, name: str, fresh: bool = False) -> tuple[File, ...]:
     if source.url is not None:
         return _index_files(source.url, name, fresh)
     if source.find_links is not None:
@@ -348,6 +291,7 @@ def find_artifact(
         sha256=sha,
         size=best.file.size,
         source=source.name,
+        metadata_sha256=best.file.metadata_sha256 or None,  # one served without a hash cannot be verified
     )
 
 
@@ -394,6 +338,7 @@ class Cache:
         ("trees", "unpacked wheels, by sha256 (read-only)"),
         ("cells", "per-cell work dirs (patched trees, cell.json)"),
         ("resolved", "index answers"),
+        ("metadata", "PEP 658 METADATA files, by wheel sha256"),
         ("analysis", "analysis results, by file hash"),
         ("runs", "what each run used (for `stackfarm cache prune`)"),
         ("tmp", "partial downloads and unpacks"),
@@ -589,9 +534,16 @@ class Cache:
         return final
 
     def metadata(self, artifact: Artifact) -> email.message.Message:
-        """The wheel's ``*.dist-info/METADATA``, parsed."""
+        """The wheel's ``*.dist-info/METADATA``, parsed: from the wheel when it is in the cache, else from the
+        index's PEP 658 ``<wheel url>.metadata`` (checked against the listing's sha256, kept in ``metadata/``),
+        else from the downloaded wheel."""
         if artifact.sha256 in self._metadata:
             return self._metadata[artifact.sha256]
+        blob = self.blob_path(artifact)
+        if not blob.is_file() and (raw := self._core_metadata(artifact)) is not None:
+            message = BytesParser(policy=email.policy.compat32).parsebytes(raw)
+            self._metadata[artifact.sha256] = message
+            return message
         blob = self.fetch(artifact)
         try:
             with zipfile.ZipFile(blob) as zf:
@@ -608,6 +560,45 @@ class Cache:
         message = BytesParser(policy=email.policy.compat32).parsebytes(raw)
         self._metadata[artifact.sha256] = message
         return message
+
+    def _core_metadata(self, artifact: Artifact) -> bytes | None:
+        """The PEP 658 metadata file's bytes, verified (cached by the wheel's sha256); None where the index
+        serves none with a hash (or the file turns out to be missing: the wheel is read instead)."""
+        want = (artifact.metadata_sha256 or "").lower()
+        if not _SHA256.fullmatch(want) or urlparse(artifact.url).scheme not in ("http", "https"):
+            return None
+        path = self.root / "metadata" / f"{_checked_sha(artifact)}.METADATA"
+        with contextlib.suppress(OSError):
+            raw = path.read_bytes()
+            if hashlib.sha256(raw).hexdigest() == want:
+                return raw
+        url = artifact.url + ".metadata"
+        try:
+            raw = _retrying(url, lambda timeout: _get(url, timeout))
+        except urllib.error.HTTPError as exc:
+            if exc.code in (404, 410):
+                return None  # listed but not there: the wheel itself still says it
+            raise ArtifactError(f"{url} answered HTTP {exc.code} {exc.reason}") from exc
+        if (actual := hashlib.sha256(raw).hexdigest()) != want:
+            dropped = cachekeep.forget_answers(self.root, artifact.sha256)
+            text = (
+                f"sha256 mismatch for {artifact.filename}.metadata from {url}: expected {want}, got {actual}"
+            )
+            if dropped:
+                text += "\n  the remembered index answer was dropped: the next run asks the index again"
+            raise ShaMismatchError(text, artifact=artifact, actual=actual)
+        write_bytes_atomic(path, raw)
+        return raw
+
+
+def _get(url: str, timeout: float) -> bytes:
+    """The whole body of one small file (a PEP 658 metadata file)."""
+    with indexauth.urlopen(url, {"User-Agent": _USER_AGENT}, timeout=timeout) as resp:
+        body: bytes = resp.read()
+        length = resp.headers.get("Content-Length")
+    if length and len(body) < int(length):
+        raise http.client.IncompleteRead(body, int(length) - len(body))
+    return body
 
 
 def _checked_sha(artifact: Artifact) -> str:
@@ -639,7 +630,7 @@ def _download_once(artifact: Artifact, part: Path, progress: _Progress, timeout:
     if start:
         headers["Range"] = f"bytes={start}-"
     try:
-        resp = urllib.request.urlopen(urllib.request.Request(artifact.url, headers=headers), timeout=timeout)
+        resp = indexauth.urlopen(artifact.url, headers, timeout=timeout)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and start:  # the .part is no prefix of this file: start over
             exc.close()
@@ -658,61 +649,15 @@ def _download_once(artifact: Artifact, part: Path, progress: _Progress, timeout:
         raise http.client.IncompleteRead(b"", total - done)
 
 
-#: The extras a cell installs a distribution with, where its wheel declares them (Provides-Extra): SGLang up to
-#: 0.5.2 keeps its torch / sgl-kernel / flashinfer pins under ``extra == "srt"`` (``pip install "sglang[srt]"``),
-#: and the farm installs exactly that stack beside it.
-INSTALLED_EXTRAS: dict[str, tuple[str, ...]] = {"sglang": ("srt",)}
-
-
-def requires_dist(
-    metadata: email.message.Message,
-    *,
-    python: str,
-    platform_machine: str = "x86_64",
-    extras: Iterable[str] | None = None,
-) -> list[Requirement]:
-    """The ``Requires-Dist`` entries that apply to CPython ``python`` on Linux with ``extras`` installed.
-
-    `extras` None means the ones the farm installs (`INSTALLED_EXTRAS`), those the wheel declares. An extra that
-    requires the distribution itself with more extras (``sglang[runtime_common]; extra == "srt"``) turns those
-    on too; that self-requirement is not returned.
-    """
-    release = Version(python).release
-    env = {
-        "python_version": ".".join(map(str, release[:2])),
-        "python_full_version": ".".join(map(str, (*release, 0, 0)[:3])),
-        "sys_platform": "linux",
-        "platform_system": "Linux",
-        "platform_machine": platform_machine,
-        "implementation_name": "cpython",
-        "platform_python_implementation": "CPython",
-        "os_name": "posix",
-        "extra": "",
-    }
-    name = canonicalize_name(str(metadata.get("Name") or ""))
-    declared = {canonicalize_name(str(e)) for e in metadata.get_all("Provides-Extra") or []}
-    wanted = INSTALLED_EXTRAS.get(name, ()) if extras is None else tuple(extras)
-    active = {canonicalize_name(e) for e in wanted if extras is not None or canonicalize_name(e) in declared}
-    parsed = []
-    for line in metadata.get_all("Requires-Dist") or []:
-        try:
-            parsed.append(Requirement(str(line)))
-        except InvalidRequirement as exc:
-            raise ArtifactError(f"{metadata.get('Name')}: bad Requires-Dist {line!r}: {exc}") from exc
-
-    def applies(req: Requirement) -> bool:
-        if req.marker is None:
-            return True
-        return any(req.marker.evaluate({**env, "extra": extra}) for extra in ("", *sorted(active)))
-
-    while True:  # self-requirements with extras switch further extras on, to a fixed point
-        more = {
-            canonicalize_name(e)
-            for req in parsed
-            if canonicalize_name(req.name) == name and applies(req)
-            for e in req.extras
-        } - active
-        if not more:
-            break
-        active |= more
-    return [r for r in parsed if applies(r) and not (canonicalize_name(r.name) == name and name)]
+__all__ = [
+    "INSTALLED_EXTRAS",
+    "RETRY_DELAYS",
+    "Artifact",
+    "Cache",
+    "ShaMismatchError",
+    "Source",
+    "Target",
+    "find_artifact",
+    "list_versions",
+    "requires_dist",
+]

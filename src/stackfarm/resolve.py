@@ -8,6 +8,7 @@ index once more before it gives up).
 
 from __future__ import annotations
 
+import email.message
 import hashlib
 import json
 import os
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from pathlib import Path
+from typing import TypeVar
 
 from packaging.requirements import Requirement
 
@@ -27,6 +29,7 @@ from .stack import WHEEL_AXES, distributions
 
 #: Seconds a remembered index answer stands; after that the index is asked again.
 ANSWER_TTL = 24 * 3600.0
+_T = TypeVar("_T")
 
 
 class Resolver:
@@ -98,15 +101,25 @@ class Resolver:
     ) -> tuple[Artifact, Path]:
         """The component's wheel, verified: when its bytes do not hash to the answer, the answer is dropped
         and the index asked once more; a second mismatch is an ArtifactError that says so."""
+        return self._verified(component, python, lambda found: self.cache.fetch(found, progress))
+
+    def metadata(self, component: Component, python: str) -> email.message.Message:
+        """The component's METADATA (the index's PEP 658 file where it serves one, else the wheel's), verified
+        and asked again on a mismatch like ``fetch``."""
+        return self._verified(component, python, self.cache.metadata)[1]
+
+    def _verified(
+        self, component: Component, python: str, use: Callable[[Artifact], _T]
+    ) -> tuple[Artifact, _T]:
         found = self.artifact(component, python)
         try:
-            return found, self.cache.fetch(found, progress)
+            return found, use(found)
         except ShaMismatchError as first:
             again = self._answer(component, python, again=True)
-            if again.sha256 == found.sha256:
+            if again.sha256 == found.sha256 and again.metadata_sha256 == found.metadata_sha256:
                 raise self._inconsistent(component, found, first.actual) from None
             try:
-                return again, self.cache.fetch(again, progress)
+                return again, use(again)
             except ShaMismatchError as second:
                 raise self._inconsistent(component, again, second.actual) from None
 
@@ -171,8 +184,7 @@ class Resolver:
                 index=self.matrix.index_for("sglang", version),
             )
             try:
-                found, _blob = self.fetch(comp, python)
-                meta = self.cache.metadata(found)
+                meta = self.metadata(comp, python)  # no wheel download where the index serves PEP 658 files
             except ArtifactError as exc:
                 if unreachable is None:
                     raise
