@@ -1,0 +1,137 @@
+"""Credentials for private package indexes, and the one way stackfarm opens an index's URLs.
+
+Credentials come from the netrc file (``$NETRC``, else ``~/.netrc``; Python's :mod:`netrc`) for the URL's host,
+else from :mod:`keyring` when it is importable (optional: ``pip install keyring``), asked for the URL's
+``scheme://host`` and then the host, as pip asks it. They travel only as an ``Authorization: Basic`` header that
+urllib does not carry across a redirect (``add_unredirected_header``); a redirect gets the credentials of its own
+host, or none. They never appear in URLs, so never in logs, errors, reports or cache keys (those hold URLs);
+``redact`` strips any ``user:password@`` a URL was written with before it is shown.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import importlib
+import netrc
+import os
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from stackfarm.errors import ConfigError
+
+#: Tests set this to False so that a developer's own keyring is never asked.
+USE_KEYRING = True
+
+
+def redact(url: str) -> str:
+    """``url`` without any ``user:password@`` part (what may be shown or used as a key)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _netrc_path() -> Path:
+    env = os.environ.get("NETRC")
+    return Path(env).expanduser() if env else Path.home() / ".netrc"
+
+
+@functools.lru_cache(maxsize=8)
+def _netrc(path: str, mtime_ns: int) -> netrc.netrc:
+    del mtime_ns  # part of the cache key: an edited file is read again
+    try:
+        return netrc.netrc(path)
+    except netrc.NetrcParseError as exc:
+        # The message names the line, never its content (it may hold a password).
+        raise ConfigError(
+            Path(path),
+            "cannot parse this netrc file (the line is not shown: it may hold a password)",
+            line=exc.lineno,
+            fix="fix the line (machine <host> login <user> password <secret>) or set NETRC to another file",
+        ) from None
+
+
+def _from_netrc(host: str) -> tuple[str, str] | None:
+    path = _netrc_path()
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return None
+    try:
+        found = _netrc(str(path), mtime).authenticators(host)
+    except OSError:
+        return None
+    if not found:
+        return None
+    login, _account, password = found
+    return (login or "", password or "") if (login or password) else None
+
+
+def _from_keyring(url: str, host: str) -> tuple[str, str] | None:
+    if not USE_KEYRING:
+        return None
+    try:
+        keyring: Any = importlib.import_module("keyring")  # optional: not a dependency
+    except ImportError:
+        return None
+    parts = urlsplit(url)
+    for service in (f"{parts.scheme}://{host}", host):
+        try:
+            cred: Any = keyring.get_credential(service, None)
+        except Exception:
+            return None
+        if cred is not None and (cred.username or cred.password):
+            return str(cred.username or ""), str(cred.password or "")
+    return None
+
+
+def credentials(url: str) -> tuple[str, str] | None:
+    """(login, password) for ``url``'s host from netrc, else keyring; None when neither has any."""
+    host = urlsplit(url).hostname or ""
+    if not host or urlsplit(url).scheme not in ("http", "https"):
+        return None
+    return _from_netrc(host) or _from_keyring(url, host)
+
+
+def _authorize(request: urllib.request.Request) -> urllib.request.Request:
+    found = credentials(request.full_url)
+    if found is not None:
+        token = base64.b64encode(f"{found[0]}:{found[1]}".encode()).decode("ascii")
+        request.add_unredirected_header("Authorization", f"Basic {token}")
+    return request
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """Follows redirects with the credentials of the new URL's host (urllib drops unredirected headers)."""
+
+    def redirect_request(  # noqa: PLR0917 - urllib's signature
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: Any,
+        newurl: str,
+    ) -> urllib.request.Request | None:
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        return None if new is None else _authorize(new)
+
+
+_OPENER = urllib.request.build_opener(_Redirects())
+
+
+def request(url: str, headers: Mapping[str, str] | None = None) -> urllib.request.Request:
+    """A GET request for ``url`` (without any ``user:password@``) with the index's credentials, if any."""
+    return _authorize(urllib.request.Request(redact(url), headers=dict(headers or {})))
+
+
+def urlopen(url: str, headers: Mapping[str, str] | None = None, *, timeout: float) -> Any:
+    """Open ``url`` like urllib.request.urlopen, with credentials from netrc/keyring for its host."""
+    return _OPENER.open(request(url, headers), timeout=timeout)
+
+
+__all__ = ["USE_KEYRING", "credentials", "redact", "request", "urlopen"]
