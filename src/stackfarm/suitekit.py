@@ -19,7 +19,10 @@ import pytest
 from packaging.version import Version
 
 from .cellspec import CellSpec
+from .driver import runner_for
 from .junit import NOT_APPLICABLE
+from .matrix import Runner
+from .matrix import load as load_matrix
 
 
 def not_applicable(reason: str) -> NoReturn:
@@ -31,6 +34,30 @@ def need_gpu(cell: CellSpec) -> None:
     """Skip (never pass) where no GPU is usable, with the reason the runner found."""
     if cell.no_gpu_reason is not None:
         pytest.skip(f"needs GPU: {cell.no_gpu_reason}")
+
+
+def need_gpus(cell: CellSpec, wanted: int, available: int, what: str) -> None:
+    """Skip a testcase that needs `wanted` GPUs where only `available` are usable. Where the cell's runner kind
+    ([runners.<kind>] of its matrix) has fewer GPUs than that, no run of this cell is asked the question:
+    it does not apply (another runner kind answers it for the cells routed there). Otherwise it is unanswered."""
+    if available >= wanted:
+        return
+    why = f"needs {wanted}+ GPUs, this machine has {available}: {what}"
+    runner = cell_runner(cell)
+    if runner is not None and runner.gpus < wanted:
+        not_applicable(f"{why}; this cell's runner [runners.{runner.name}] has {runner.gpus} GPU(s)")
+    pytest.skip(why)
+
+
+def cell_runner(cell: CellSpec) -> Runner | None:
+    """The [runners.<kind>] the cell is routed to (None without a readable matrix or a matching kind)."""
+    if not cell.matrix:
+        return None
+    try:
+        matrix = load_matrix(cell.matrix)
+    except Exception:  # an unreadable matrix is not the suite's question: no runner is known
+        return None
+    return runner_for(matrix, cell.id)
 
 
 def check_installed(cell: CellSpec, distributions: Sequence[str]) -> str:

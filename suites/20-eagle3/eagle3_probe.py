@@ -106,6 +106,38 @@ def _deepseek_v3(arch: str, layers: int) -> dict[str, Any]:
     }
 
 
+def _kimi_k25(arch: str, layers: int) -> dict[str, Any]:
+    # Kimi K2.5 (the seeds' model): a MoonViT vision tower and projector around a DeepseekV3 language model
+    # (sglang/srt/models/kimi_k25.py builds DeepseekV3ForCausalLM(config.text_config); its EAGLE-3 hooks
+    # delegate to it). The vision side at toy sizes: it is built, not run (the probe feeds token ids only).
+    return {
+        "architectures": [arch],
+        "model_type": "kimi_k25",
+        "text_config": _deepseek_v3("DeepseekV3ForCausalLM", layers),
+        "vision_config": {
+            "patch_size": 14,
+            "init_pos_emb_height": 4,
+            "init_pos_emb_width": 4,
+            "init_pos_emb_time": 4,
+            "pos_emb_type": "divided_fixed",
+            "num_attention_heads": 2,
+            "num_hidden_layers": 1,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "vt_hidden_size": 64,
+            "merge_kernel_size": [2, 2],
+            "video_attn_type": "spatial_temporal",
+            "merge_type": "sd2_tpool",
+            "mm_projector_type": "patchmerger",
+            "text_hidden_size": HIDDEN,
+        },
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 0,
+        "torch_dtype": "bfloat16",
+    }
+
+
 def _llama_eagle3_draft(arch: str, layers: int) -> dict[str, Any]:
     # What SGLang's llama_eagle3.py and the EAGLE-3 worker read: the draft's fc takes len(ids) target states.
     return {**eagle3_config(GPU_TARGET), "architectures": [arch], "num_hidden_layers": layers}
@@ -115,6 +147,7 @@ def _llama_eagle3_draft(arch: str, layers: int) -> dict[str, Any]:
 TINY_TARGETS: dict[str, Callable[[str, int], dict[str, Any]]] = {
     "LlamaForCausalLM": _llama,
     "DeepseekV3ForCausalLM": _deepseek_v3,
+    "KimiK25ForConditionalGeneration": _kimi_k25,
 }
 #: Draft classes likewise.
 TINY_DRAFTS: dict[str, Callable[[str, int], dict[str, Any]]] = {"LlamaForCausalLMEagle3": _llama_eagle3_draft}

@@ -79,7 +79,7 @@ from stackfarm.numerics.tinymodels import (
     write_eagle3_draft,
     write_target,
 )
-from stackfarm.suitekit import check_installed, need_gpu, stack_module
+from stackfarm.suitekit import check_installed, need_gpu, need_gpus, stack_module
 
 # pytest's default junit_family (xunit2) warns about record_property, yet writes the properties the reports read.
 pytestmark = pytest.mark.filterwarnings("ignore:record_property is incompatible:pytest.PytestWarning")
@@ -671,11 +671,10 @@ def test_e2e_gpu(
     torch = _torch_cuda(cell)
     check_installed(cell, ("sglang",))  # the engines import it, in their own processes
     torch.cuda.empty_cache()  # give the kernel checks' cached blocks back before the engines size their pools
-    if torch.cuda.device_count() < config.gpus:
-        pytest.skip(
-            f"needs {config.gpus}+ GPUs: {config.name} acts on the tensor-parallel all-reduce, which a "
-            f"world size of {torch.cuda.device_count()} does not have (the 8-GPU issue runs it)"
-        )
+    need_gpus(
+        cell, config.gpus, torch.cuda.device_count(),
+        f"{config.name} acts on the tensor-parallel all-reduce, which one GPU does not have",
+    )  # fmt: skip
     if config.needs_draft and gpu_models.draft is None:
         pytest.skip(
             f"{config.name} needs a draft: set draft_path next to model_path in [suites.{SUITE}.settings]"
