@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import errno
 import hashlib
 import json
 import shutil
 import socket
+import sys
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import parse_sdist_filename, parse_wheel_filename
 
-from stackfarm import artifacts, indexwait
+from stackfarm import artifacts, cachekeep, indexwait, wheelunpack
 from stackfarm.artifacts import (
     Artifact,
     Cache,
@@ -40,22 +42,42 @@ def build_wheel(
     tag: str = "cp311-cp311-manylinux_2_28_x86_64",
     requires: tuple[str, ...] = (),
     extra: dict[str, bytes] | None = None,
+    record: dict[str, str] | None = None,
 ) -> Path:
-    """A tiny real wheel: METADATA with Requires-Dist, a module and an executable .so."""
+    """A tiny real-format wheel (PEP 427): METADATA with Requires-Dist, WHEEL, a module, an executable .so, the
+    ``extra`` members, and a RECORD of their sha256 (``record`` overrides entries: a lying RECORD)."""
     path = folder / f"{name}-{version}-{tag}.whl"
+    info_dir = f"{name}-{version}.dist-info"
     meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
     meta += "".join(f"Requires-Dist: {r}\n" for r in requires)
-    with zipfile.ZipFile(path, "w") as zf:
-        for member, data, mode in [
-            (f"{name}-{version}.dist-info/METADATA", meta.encode(), 0o644),
-            (f"{name}/__init__.py", b"x = 1\n", 0o644),
-            (f"{name}/lib.so", b"\x7fELF fake", 0o755),
-            *((m, d, 0o644) for m, d in (extra or {}).items()),
-        ]:
+    purelib = "true" if tag.endswith("none-any") else "false"
+    members = [
+        (f"{info_dir}/METADATA", meta.encode(), 0o644),
+        (
+            f"{info_dir}/WHEEL",
+            f"Wheel-Version: 1.0\nRoot-Is-Purelib: {purelib}\nTag: {tag}\n".encode(),
+            0o644,
+        ),
+        (f"{name}/__init__.py", b"x = 1\n", 0o644),
+        (f"{name}/lib.so", b"\x7fELF fake", 0o755),
+        *((m, d, 0o755 if "/scripts/" in m else 0o644) for m, d in (extra or {}).items()),
+    ]
+    rows = {m: f"{m},sha256={_b64(hashlib.sha256(d).digest())},{len(d)}" for m, d, _ in members}
+    rows.update(record or {})
+    members.append(
+        (f"{info_dir}/RECORD", ("\n".join([*rows.values(), f"{info_dir}/RECORD,,"]) + "\n").encode(), 0o644)
+    )
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for member, data, mode in members:
             info = zipfile.ZipInfo(member)
             info.external_attr = (0o100000 | mode) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, data)
     return path
+
+
+def _b64(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def sha(data: bytes) -> str:
@@ -523,13 +545,64 @@ def test_disk_full_while_unpacking(
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(shutil, "copyfileobj", full)
+    monkeypatch.setattr(wheelunpack._Destination, "write_to_fs", full)
     with pytest.raises(ArtifactError, match="disk full while unpacking") as err:
         cache.unpack(art)
     assert "STACKFARM_CACHE" in str(err.value)
     assert art.filename in str(err.value)
     assert not list((cache.root / "tmp").glob("*.unpack-*"))
     assert not (cache.root / "trees" / art.sha256).exists()
+
+
+def test_unpack_places_data_schemes_like_an_install(index: FakeIndex, cache: Cache, tmp_path: Path) -> None:
+    data = "pkg-1.0.data"
+    art = index.add(
+        build_wheel(
+            tmp_path,
+            extra={
+                f"{data}/purelib/pkg_pure.py": b"pure = 1\n",
+                f"{data}/platlib/pkg/_native.so": b"\x7fELF plat",
+                f"{data}/scripts/pkg-tool": b"#!python\nprint('tool')\n",
+                f"{data}/headers/pkg.h": b"int pkg(void);\n",
+                f"{data}/data/share/pkg/config.json": b"{}\n",
+            },
+        )
+    )
+    tree = cache.unpack(art)
+    assert (tree / "pkg_pure.py").read_text() == "pure = 1\n"  # merged into the root (site-packages)
+    assert (tree / "pkg" / "_native.so").read_bytes() == b"\x7fELF plat"
+    assert (tree / "pkg" / "__init__.py").is_file()
+    prefix = tree / wheelunpack.PREFIX
+    tool = prefix / "bin" / "pkg-tool"
+    assert tool.read_text().startswith("#!")
+    assert "#!python\n" not in tool.read_text()
+    assert tool.stat().st_mode & 0o111
+    py = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    assert (prefix / "include" / "site" / py / "pkg" / "pkg.h").read_text() == "int pkg(void);\n"
+    assert (prefix / "share" / "pkg" / "config.json").read_text() == "{}\n"
+    assert not (tree / data).exists()
+    # The installed RECORD lists every file where it now is, and the manifest agrees with the files.
+    record = (tree / "pkg-1.0.dist-info" / "RECORD").read_text()
+    assert "pkg_pure.py,sha256=" in record
+    assert f"{wheelunpack.PREFIX}/bin/pkg-tool,sha256=" in record
+    assert cachekeep.tree_problems(tree) == []
+
+
+def test_unpack_refuses_members_that_differ_from_record(
+    index: FakeIndex, cache: Cache, tmp_path: Path
+) -> None:
+    lie = f"pkg/__init__.py,sha256={_b64(hashlib.sha256(b'y = 2').digest())},5"
+    art = index.add(build_wheel(tmp_path, record={"pkg/__init__.py": lie}))
+    with pytest.raises(ArtifactError, match=r"1 members differ from its RECORD \(pkg/__init__.py\)"):
+        cache.unpack(art)
+    assert cache.unpacked(art) is None
+    assert not list((cache.root / "tmp").glob("*.unpack-*"))
+
+
+def test_unpack_refuses_an_unknown_data_scheme(index: FakeIndex, cache: Cache, tmp_path: Path) -> None:
+    art = index.add(build_wheel(tmp_path, extra={"pkg-1.0.data/elsewhere/x.txt": b"x"}))
+    with pytest.raises(ArtifactError, match=r"not a valid wheel.*valid \.data subdirectory"):
+        cache.unpack(art)
 
 
 def test_metadata_and_requires_dist(index: FakeIndex, cache: Cache, tmp_path: Path) -> None:

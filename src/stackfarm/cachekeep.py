@@ -24,11 +24,10 @@ import stat
 import sys
 import threading
 import time
-import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 from .errors import ArtifactError, EnvironmentProblem
 
@@ -99,40 +98,11 @@ def remove_tree(path: Path) -> None:
 # --------------------------------------------------------------------------- unpacking and manifests
 
 
-class _Hashing:
-    """A writer that hashes what goes through it: a tree's manifest is made while it is unpacked."""
-
-    def __init__(self, out: BinaryIO) -> None:
-        self.out, self.digest, self.size = out, hashlib.sha256(), 0
-
-    def write(self, data: bytes) -> int:
-        self.digest.update(data)
-        self.size += len(data)
-        return self.out.write(data)
-
-
 def extract_wheel(blob: Path, dest: Path, filename: str) -> dict[str, tuple[int, str]]:
-    """Unpack a wheel into ``dest``, refusing members that would land outside it; returns its manifest."""
-    files: dict[str, tuple[int, str]] = {}
-    with zipfile.ZipFile(blob) as zf:
-        for info in zf.infolist():
-            rel = PurePosixPath(info.filename)
-            if rel.is_absolute() or ".." in rel.parts:
-                raise ArtifactError(f"{filename} holds an unsafe path {info.filename!r}; not unpacking it")
-            target = dest.joinpath(*rel.parts)
-            if info.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(target, "wb") as out:
-                sink = _Hashing(out)
-                shutil.copyfileobj(src, sink, _CHUNK)
-            files[rel.as_posix()] = (sink.size, sink.digest.hexdigest())
-            mode = (info.external_attr >> 16) & 0o777
-            # Keep the wheel's exec bits (executables, .so files); make_read_only then drops every write bit.
-            # Zips written without modes get plain 0o644 first.
-            target.chmod((mode | 0o600) if mode else 0o644)
-    return files
+    """Unpack a wheel into ``dest`` as an installer lays it out (stackfarm.wheelunpack); returns its manifest."""
+    from . import wheelunpack  # imported here: suites inside a container import this module without installer
+
+    return wheelunpack.extract_wheel(blob, dest, filename)
 
 
 def manifest_text(filename: str, files: dict[str, tuple[int, str]]) -> str:
