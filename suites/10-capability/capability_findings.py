@@ -4,7 +4,8 @@ A finding is one (arch, component, place) judgement with a verdict and, when it 
 `analyse(cell)` never raises: a part that cannot be analysed (a truncated .so, a bad arch name in matrix.toml, a
 gate that is not in this SGLang) becomes a failing finding that says so.
 
-Verdicts: ok, missing-crash, missing-graceful, gated-off, ptx-jit, no-code, unknown. Policy:
+Verdicts: ok, missing-crash, missing-graceful, gated-off, ptx-jit, no-code, auto-on-gated-off, auto-off-gate-on,
+unknown. Policy:
 
 - binaries: ``no-code`` fails (the kernels in those units cannot launch), unless a feature that needs the
   library is declared off on that arch; ``ptx-jit`` passes (the driver JITs the PTX on first launch);
@@ -21,7 +22,15 @@ Verdicts: ok, missing-crash, missing-graceful, gated-off, ptx-jit, no-code, unkn
 - a configured gate that the release does not have is reported (``n/a`` when another of the feature's gates
   decides it there, a failure when none does); a gate off on every target arch, the reference arch included,
   is one failure saying so (the release turns the feature off everywhere: no capability question);
-- an ``off`` declaration whose feature turns out to be available on that arch fails as stale.
+- an ``off`` declaration whose feature turns out to be available on that arch fails as stale;
+- a feature's use-gates are found by following its flags: besides the configured gates, every condition that
+  reads a flag (``args.<flag>``, ``global_server_args_dict["<flag>"]``, ``.get("<flag>")``), wherever the module
+  moved; a configured gate the release lacks is n/a when those decide it there;
+- auto-enable code (kind ``auto``: server arguments switching a flag on by themselves, per GPU; see
+  `stackfarm.analysis.capauto`) is compared with the use-gate on the same arch: ``auto-on-gated-off`` (switched
+  on where a use-gate keeps the feature off) fails, naming both sites; ``auto-off-gate-on`` (not switched on
+  where the reference switches it on and no use-gate is off) passes as a note: a default, not a capability
+  failure; an auto-enable condition or a use-gate that cannot be resolved is an undecidable skip.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ from typing import Literal
 
 from stackfarm.analysis.arch import Arch, ArchError, parse_target
 from stackfarm.analysis.cache import JsonCache, default_root
+from stackfarm.analysis.capauto import AutoResult, auto_sites, decided_by_gpu, evaluate_auto
 from stackfarm.analysis.captables import (
     FACTS_VERSION,
     CapLookup,
@@ -54,7 +64,7 @@ from stackfarm.analysis.pysource import Evaluator, SourceError, SourceTree
 from stackfarm.cellspec import CellSpec, InstalledComponent, component_files
 
 SUITE = "10-capability"
-Kind = Literal["binary", "loader", "table", "gate", "flag", "expectation", "error"]
+Kind = Literal["binary", "loader", "table", "gate", "flag", "auto", "expectation", "error"]
 #: skip: undecidable (an unanswered question); n/a: the question does not arise for this arch.
 Outcome = Literal["pass", "fail", "skip", "n/a"]
 
@@ -372,27 +382,45 @@ def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out
     )  # fmt: skip
     for feature in features:
         present = [g for g in feature.gates if _exists(run.tree, g)]
-        if feature.gates and not present:
-            out.add(Finding("gate", "all", comp.distribution, "", 0, feature.name, "", "fail",
-                            f"feature {feature.name}: none of its gates {list(feature.gates)} is in "
-                            f"{comp.distribution} {comp.version}: update [features.{feature.name}] gate in "
-                            "matrix.toml to where this release decides it", feature.name))  # fmt: skip
-        for gate in feature.gates if present else ():
-            if gate not in present:  # another candidate decides in this release: said, never dropped
-                out.add(Finding("gate", "all", comp.distribution, "", 0, gate.partition(":")[2], "", "n/a",
-                                f"feature {feature.name}: gate {gate} is not in this cell's trees "
-                                f"({comp.distribution} {comp.version}); decided here by "
-                                f"{', '.join(present)}", feature.name))  # fmt: skip
+        gate_symbols = {g.partition(":")[2] for g in present}
+        sites = [s for s in flag_sites(run.tree, run.packages, feature.flags) if s.symbol not in gate_symbols]
+        _absent_gates(run, feature, present, sites)
         results: dict[Arch, list[Finding]] = {arch: [] for arch in archs}
         for gate in present:
             _gate(run, feature, gate, results)
-        gate_symbols = {g.partition(":")[2] for g in present}
-        for site in flag_sites(run.tree, run.packages, feature.flags):
-            if site.symbol not in gate_symbols:  # a declared gate was judged above
-                _site(run, feature, site, results)
+        for site in sites:  # a declared gate was judged above
+            _site(run, feature, site, results)
+        _autos(run, feature, results)
         for arch in archs:
             if arch in feature.off:
                 out.add(_expectation(comp, feature, arch, results[arch], out))
+
+
+def _absent_gates(run: _GateRun, feature: Feature, present: list[str], sites: list[FlagSite]) -> None:
+    """Each configured gate the release lacks is said, never dropped: n/a where another gate or the conditions
+    that read the feature's flags (found wherever they are) decide it, a failure where nothing does."""
+    comp = run.comp
+    deciders = list(present) or [f"{s.path}:{s.line}" for s in sites]
+    if feature.gates and not deciders:
+        run.out.add(Finding("gate", "all", comp.distribution, "", 0, feature.name, "", "fail",
+                            f"feature {feature.name}: none of its gates {list(feature.gates)} is in "
+                            f"{comp.distribution} {comp.version}, and no condition there reads its flags "
+                            f"{list(feature.flags)}: update [features.{feature.name}] gate in matrix.toml to "
+                            "where this release decides it", feature.name))  # fmt: skip
+        return
+    for gate in feature.gates:
+        if gate in present:
+            continue
+        by = (
+            ", ".join(present)
+            if present
+            else "the conditions that read its flags: " + ", ".join(deciders[:6])
+        )
+        more = f" (+{len(deciders) - 6} more)" if not present and len(deciders) > 6 else ""
+        run.out.add(Finding("gate", "all", comp.distribution, "", 0, gate.partition(":")[2], "", "n/a",
+                            f"feature {feature.name}: gate {gate} is not in this cell's trees "
+                            f"({comp.distribution} {comp.version}); decided here by {by}{more}",
+                            feature.name))  # fmt: skip
 
 
 def _gate(run: _GateRun, feature: Feature, gate: str, results: dict[Arch, list[Finding]]) -> None:
@@ -439,6 +467,70 @@ def _site(run: _GateRun, feature: Feature, site: FlagSite, results: dict[Arch, l
         finding = _flag_finding(run.comp, feature, site, arch, value, unresolved)
         results[arch].append(finding)
         run.out.add(finding)
+
+
+def _autos(run: _GateRun, feature: Feature, results: dict[Arch, list[Finding]]) -> None:
+    """The release's own switching-on of the feature's flags, per arch, against its use-gate on that arch."""
+    archs = [*run.archs, *([run.reference] if run.reference and run.reference not in run.archs else [])]
+    evaluator = {arch: Evaluator(run.tree, arch, run.cuda, environ=run.environ) for arch in archs}
+    for site in auto_sites(run.tree, run.packages, feature.flags):
+        judged = {
+            arch: evaluate_auto(run.tree, site, arch, run.cuda, evaluator=evaluator[arch]) for arch in archs
+        }
+        if not decided_by_gpu(judged.values()):
+            continue  # the same on every GPU (a user flag translated, a ROCm-only branch): no capability question
+        reference = judged.get(run.reference) if run.reference else None
+        for arch in run.archs:
+            run.out.add(_auto_finding(run.comp, feature, judged[arch], reference, results[arch]))
+
+
+def _auto_finding(
+    comp: InstalledComponent,
+    feature: Feature,
+    auto: AutoResult,
+    reference: AutoResult | None,
+    use: list[Finding],
+) -> Finding:
+    """`auto` (does the release switch the flag on here?) against the use-gate findings of the same arch."""
+    site, arch = auto.site, auto.gpu
+    base = Finding("auto", str(arch), comp.distribution, site.path, site.line, site.symbol, "ok", "pass", "",
+                   feature.name)  # fmt: skip
+    head = f"feature {feature.name}: `{site.text}` at {site.path}:{site.line} (switches {site.flag} on)"
+    off = [f for f in use if f.verdict in ("gated-off", "missing-crash")]
+    unknown = [f for f in use if f.verdict == "unknown"]
+    gate = "; ".join(f"{f.file}:{f.line} {f.verdict}" for f in off[:3])
+    if auto.state == "unknown":
+        why = f"undecidable: {head} on {arch} cannot be decided statically: {auto.reason}"
+        return replace(base, verdict="unknown", outcome="skip", message=why)
+    if auto.state == "on":
+        if off:
+            why = (
+                f"{head} runs on {arch} (no condition on the way excludes it), but the feature's use-gate keeps "
+                f"it off there: {gate}. The release switches on a flag that does nothing (or crashes) on {arch}. "
+                f"Fix: exclude {arch} in the condition before {site.path}:{site.line}, or make the use-gate at "
+                f"{off[0].file}:{off[0].line} admit it (a patch set in patches/)"
+            )
+            return replace(base, verdict="auto-on-gated-off", outcome="fail", message=why)
+        if unknown:
+            why = f"undecidable: {head} runs on {arch}, and its use-gate there is undecidable: {unknown[0].message}"
+            return replace(base, verdict="unknown", outcome="skip", message=why)
+        return replace(base, message=f"{head} runs on {arch}, and no use-gate of the feature is off there")
+    # off on this arch
+    if reference is None or reference.state != "on" or off:
+        return replace(base, message=f"{head} does not run on {arch} ({auto.reason})" + (
+            f", and its use-gate is off there too ({gate})" if off else ""))  # fmt: skip
+    if unknown:
+        why = (
+            f"undecidable: {head} does not run on {arch} ({auto.reason}) while it does on the reference "
+            f"{reference.gpu}; whether the use-gate lets it on there is undecidable: {unknown[0].message}"
+        )
+        return replace(base, verdict="unknown", outcome="skip", message=why)
+    why = (
+        f"{head} does not run on {arch} ({auto.reason}), though it does on the reference {reference.gpu} and no "
+        f"use-gate of the feature is off on {arch}: the release leaves {site.flag} to the user there (pass it "
+        "to get the feature); a default, not a capability failure"
+    )
+    return replace(base, verdict="auto-off-gate-on", message=why)
 
 
 def _flag_finding(

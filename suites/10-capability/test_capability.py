@@ -49,6 +49,7 @@ def test_finding(finding: Finding, record_property: RecordProperty) -> None:
     binary / loader: a CUDA library (or the one sgl-kernel's loader picks) has code that runs on the arch;
     table: a capability-keyed dict lookup in SGLang finds the arch's key;
     gate / flag / expectation: a wanted feature's gate lets it on for the arch, or it is declared off there and is;
+    auto: the release's own switching-on of a feature's flag agrees with the feature's use-gate on the arch;
     error: an input the analysis could not use (a bad arch name, an unreadable cell, a failed step).
     """
     _judge(finding, record_property)

@@ -8,7 +8,7 @@ every condition that reads one of its server arguments, and `evaluate_site` judg
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -236,14 +236,32 @@ def _sites_in(module_ast: ast.Module, module: str, rel: str, flags: set[str]) ->
                 yield from visit(child, f"{symbol}.{child.name}".lstrip("."), local_names)
                 continue
             condition = _condition_of(child)
-            if condition is not None and any(
-                isinstance(n, ast.Attribute) and n.attr in flags for n in ast.walk(condition)
-            ):
+            if condition is not None and reads_flag(condition, flags):
                 yield FlagSite(module, rel, condition.lineno, symbol or "<module>", source_text(condition, 120),
                                condition, local_names)  # fmt: skip
             yield from visit(child, symbol, local_names)
 
     yield from visit(module_ast, "", ())
+
+
+def reads_flag(node: ast.AST, flags: Collection[str]) -> bool:
+    """Whether `node` reads a server argument of `flags`: ``args.<flag>``, ``args_dict["<flag>"]`` or
+    ``args_dict.get("<flag>", ...)`` (SGLang <= 0.4.x's ``global_server_args_dict``)."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and n.attr in flags:
+            return True
+        if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value in flags:
+            return True
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "get"
+            and n.args
+            and isinstance(n.args[0], ast.Constant)
+            and n.args[0].value in flags
+        ):
+            return True
+    return False
 
 
 def _condition_of(node: ast.AST) -> ast.expr | None:
@@ -302,4 +320,5 @@ __all__ = [
     "flag_sites",
     "judge_site",
     "parse_features",
+    "reads_flag",
 ]

@@ -413,6 +413,8 @@ class ExpressionEvaluator:
                 return container[lo:hi]
             return UNKNOWN
         key = self._eval(node.slice, frame)
+        if self._assumed_key(container, key):
+            return self.assume[key]  # type: ignore[index]  # a str, checked by _assumed_key
         if key is UNKNOWN or container is UNKNOWN:
             return UNKNOWN
         if isinstance(container, dict):
@@ -493,7 +495,28 @@ class ExpressionEvaluator:
                     return found
         return UNKNOWN
 
+    def _assumed_key(self, container: object, key: object) -> bool:
+        """``args["flag"]`` / ``args.get("flag")`` of a server-args dict: the flag as `assume` sets it.
+
+        A dict of server arguments (``global_server_args_dict``) is filled at run time; its import-time
+        contents are the defaults, not what the deployment sets. The environment is never such a dict."""
+        return (
+            isinstance(key, str)
+            and key in self.assume
+            and (container is UNKNOWN or (isinstance(container, dict) and not isinstance(container, Environ)))
+        )
+
     def _call_node(self, node: ast.Call, frame: Frame) -> object:
+        func_node = node.func
+        if (
+            isinstance(func_node, ast.Attribute)
+            and func_node.attr == "get"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value in self.assume
+            and self._assumed_key(self._eval(func_node.value, frame), node.args[0].value)
+        ):
+            return self.assume[node.args[0].value]
         func = self._deref(self._eval(node.func, frame))
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             return UNKNOWN
