@@ -54,7 +54,7 @@ class _NoGpuEngine(DockerEngine):
     def image_id(self, ref: str) -> str | None:
         return None
 
-    def images_labelled(self, key: str, value: str) -> list[str]:
+    def images_labelled(self, key: str, value: str | None = None) -> list[str]:
         return [f"stackfarm/{value}:{n * 16}" for n in "ab"]
 
 

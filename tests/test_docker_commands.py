@@ -1,4 +1,4 @@
-"""docker.commands: the `docker create` / `docker build` argument lists, and reading BuildKit's output."""
+"""docker.commands: a suite container's SDK options, the `docker build` argument list, reading BuildKit's output."""
 
 from __future__ import annotations
 
@@ -93,43 +93,73 @@ def _run_spec(**changes: object) -> ContainerSpec:
 
 
 def test_cpu_run_gets_a_private_shm_and_no_gpu_flags() -> None:
-    argv = dk.create_argv("docker", _run_spec(), "c1")
-    assert argv[:3] == ["docker", "create", "--name"]
-    assert "--gpus" not in argv
-    assert "--ipc=host" not in argv
-    assert "--ulimit" not in argv
-    assert argv[argv.index("--shm-size") + 1] == "16g"
-    assert "type=bind,source=/work/main,target=/stackfarm/project,readonly" in argv
-    assert argv[-5:] == [
-        f"stackfarm/{CELL}:0123456789abcdef",
-        "python",
-        "-m",
-        "pytest",
-        "/stackfarm/project/suites/00-stack",
+    options = dk.create_options(_run_spec(), "c1")
+    assert options["name"] == "c1"
+    assert "device_requests" not in options
+    assert "ipc_mode" not in options
+    assert "ulimits" not in options
+    assert options["shm_size"] == "16g"
+    assert options["mounts"] == [
+        {"Type": "bind", "Source": "/work/main", "Target": "/stackfarm/project", "ReadOnly": True}
     ]
+    assert options["image"] == f"stackfarm/{CELL}:0123456789abcdef"
+    assert options["command"] == ["python", "-m", "pytest", "/stackfarm/project/suites/00-stack"]
+    assert options["environment"] == ["STACKFARM_CELL=/stackfarm/run/cell.json"]
+    assert options["labels"] == {dk.LABEL_RUN: "c1"}
 
 
 def test_gpu_run_gets_gpus_host_ipc_and_ulimits() -> None:
-    argv = dk.create_argv("docker", _run_spec(gpus=True), "c1")
-    assert argv[argv.index("--gpus") + 1] == "all"
-    assert "--ipc=host" in argv
-    assert "--shm-size" not in argv
-    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--ulimit"] == ["memlock=-1", "stack=67108864"]
-    private = dk.create_argv("docker", _run_spec(gpus=True, ipc_host=False), "c1")
-    assert "--ipc=host" not in private
-    assert private[private.index("--shm-size") + 1] == "16g"
+    options = dk.create_options(_run_spec(gpus=True), "c1")
+    assert options["device_requests"] == [{"count": -1, "capabilities": [["gpu"]]}]  # --gpus all
+    assert options["ipc_mode"] == "host"
+    assert "shm_size" not in options
+    assert options["ulimits"] == [
+        {"name": "memlock", "soft": -1, "hard": -1},
+        {"name": "stack", "soft": 67108864, "hard": 67108864},
+    ]
+    private = dk.create_options(
+        _run_spec(gpus=True, ipc_host=False, ulimits=(("nofile", "1024:4096"),)), "c1"
+    )
+    assert "ipc_mode" not in private
+    assert private["shm_size"] == "16g"
+    assert private["ulimits"] == [{"name": "nofile", "soft": 1024, "hard": 4096}]
 
 
 def test_runs_are_never_privileged_and_never_see_the_engine() -> None:
-    argv = dk.create_argv("docker", _run_spec(gpus=True, user="1000:1000"), "c1")
-    assert "--privileged" not in argv
-    assert not any("docker.sock" in a for a in argv)
-    assert argv[argv.index("--security-opt") + 1] == "no-new-privileges"
-    assert argv[argv.index("--user") + 1] == "1000:1000"
-    with pytest.raises(DockerError, match="comma"):
-        dk.create_argv("docker", _run_spec(mounts=(Mount(source=Path("/a,b"), target="/x"),)), "c1")
+    options = dk.create_options(_run_spec(gpus=True, user="1000:1000"), "c1")
+    assert "privileged" not in options
+    assert not any("docker.sock" in str(v) for v in options.values())
+    assert options["security_opt"] == ["no-new-privileges"]
+    assert options["init"] is True
+    assert options["user"] == "1000:1000"
+    with pytest.raises(DockerError, match="absolute"):
+        dk.create_options(_run_spec(mounts=(Mount(source=Path("rel"), target="/x"),)), "c1")
     with pytest.raises(DockerError, match="uid"):
-        dk.create_argv("docker", _run_spec(user="root"), "c1")
+        dk.create_options(_run_spec(user="root"), "c1")
+    with pytest.raises(DockerError, match="not a valid image reference"):
+        dk.create_options(_run_spec(image="Bad Image"), "c1")
+
+
+def test_the_options_are_what_the_sdk_accepts() -> None:
+    """The real SDK turns the options into its create request (no engine needed): the HostConfig the engine
+    gets holds the same mounts, GPUs, ulimits and security options."""
+    pytest.importorskip("docker", reason="the Docker SDK for Python (a stackfarm dependency) is missing")
+    from docker.models.containers import _create_container_args  # type: ignore[attr-defined]
+
+    options = dk.create_options(_run_spec(gpus=True, network="none"), "c1")
+    options.pop("detach")
+    args = _create_container_args({**options, "version": "1.41"})
+    host = args["host_config"]
+    assert host["Mounts"][0]["Source"] == "/work/main"
+    assert host["Mounts"][0]["ReadOnly"] is True
+    assert host["DeviceRequests"][0]["Capabilities"] == [["gpu"]]
+    assert host["DeviceRequests"][0]["Count"] == -1
+    assert host["Ulimits"][0] == {"Name": "memlock", "Soft": -1, "Hard": -1}
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["Init"] is True
+    assert host["IpcMode"] == "host"
+    assert host["NetworkMode"] == "none"
+    assert args["labels"][dk.LABEL_RUN] == "c1"
 
 
 def test_build_command_is_a_list_with_validated_args_and_secrets() -> None:
@@ -150,6 +180,29 @@ def test_build_command_is_a_list_with_validated_args_and_secrets() -> None:
     assert "id=netrc,src=/home/u/.netrc" in argv
     assert argv[-1] == "/c"
     assert not any("token" in a or "password" in a.lower() for a in argv)
+    # Every image carries BuildKit's inline cache metadata, so a pushed one can be another runner's cache.
+    assert "BUILDKIT_INLINE_CACHE=1" in argv
+    assert "--cache-from" not in argv
+    cached = dk.build_argv(
+        "docker",
+        dockerfile=Path("/d"),
+        context=Path("/c"),
+        tag="t:1",
+        build_args={},
+        labels={},
+        cache_from=("127.0.0.1:5000/stackfarm/cell:latest",),
+    )
+    assert cached[cached.index("--cache-from") + 1] == "127.0.0.1:5000/stackfarm/cell:latest"
+    with pytest.raises(DockerError):
+        dk.build_argv(
+            "docker",
+            dockerfile=Path("/d"),
+            context=Path("/c"),
+            tag="t:1",
+            build_args={},
+            labels={},
+            cache_from=("not a ref",),
+        )
     with pytest.raises(DockerError):
         dk.build_argv(
             "docker",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from stackfarm import stack
+from stackfarm.artifacts import Artifact
 from stackfarm.backends import docker as dk
 from stackfarm.backends.docker import DockerError
 from stackfarm.plan import Component
@@ -41,9 +43,10 @@ def test_each_install_stage_mounts_only_its_own_folder() -> None:
         binds = re.findall(r"--mount=type=bind,source=(\w+)", block)
         assert stage in binds
         assert not set(binds) - {stage, "ca"}, block
-        assert "--no-deps --require-hashes" in block
-        assert "--mount=type=cache,target=/root/.cache/pip" in block
-        assert "--mount=type=secret,id=netrc" in block
+        # The wheels come from stackfarm's cache, in the stage's folder: pip reaches no index, keeps no copy.
+        assert "pip install --no-index --no-cache-dir --no-deps --require-hashes" in block
+        assert "type=cache" not in block
+        assert "type=secret" not in block
 
 
 @pytest.fixture(scope="session")
@@ -104,7 +107,11 @@ def test_context_layout_one_folder_per_stage(tmp_path: Path) -> None:
     assert all(
         line.endswith(f"--hash=sha256:{SHA[k]}") for line, k in zip(kernels, ("fic", "fi", "sk"), strict=True)
     )
-    assert (ctx / "torch" / "requirements.txt").read_text().startswith("torch @ https://")
+    torch = (ctx / "torch" / "requirements.txt").read_text()
+    assert (
+        torch
+        == f"torch @ file:///tmp/stackfarm/torch/torch-2.9.1-py3-none-any.whl --hash=sha256:{SHA['torch']}\n"
+    )
     assert (ctx / "tools" / "requirements.txt").read_text().startswith("pytest @ ")
     assert (ctx / "patch" / "deleted").read_text() == ""
     record = json.loads((ctx / "cell.json").read_text())
@@ -131,26 +138,50 @@ def test_new_sglang_leaves_the_torch_and_kernel_stage_inputs_untouched(tmp_path:
     ).read_bytes()
 
 
-def test_local_wheels_travel_in_their_stage_folder(tmp_path: Path) -> None:
+def test_every_wheel_comes_from_the_cache_into_its_stage_folder(tmp_path: Path) -> None:
+    """Wheels from an index and from a local folder alike: the cache's blob, hard-linked beside the stage's
+    requirements; the requirement line names it by file name and hash, so the digest is known before."""
     blob = tmp_path / "blob.whl"
     blob.write_bytes(b"a wheel")
     arts = stack_artifacts()
     sgl = next(c for c in arts if c.axis == "sglang")
     arts[sgl] = art("sglang", "0.5.9", SHA["sgl"], url=blob.as_uri())
     ctx = tmp_path / "ctx"
-    dk.write_context(
-        ctx, artifacts=arts, tools=[], record=record(arts), overlay=None, local_blob=lambda a: blob
-    )
+    rec = record(arts)
+    wheels = dk.context_wheels([art("pytest", "9.0.3", SHA["tool"])], rec.values, arts)
+    dk.write_context(ctx, wheels=wheels, record=rec, overlay=None)
+    before = digest(ctx)
+    asked: list[str] = []
+
+    def from_cache(a: Artifact) -> Path:
+        asked.append(a.filename)
+        return blob
+
+    placed = dk.place_wheels(ctx, wheels, from_cache)
+    assert sorted(asked) == sorted(a.filename for arts_ in wheels.values() for a in arts_)
+    assert len(placed) == 6  # pytest and the five of the cell
     line = (ctx / "sglang" / "requirements.txt").read_text().strip()
     assert (
         line
         == f"sglang @ file:///tmp/stackfarm/sglang/sglang-0.5.9-py3-none-any.whl --hash=sha256:{SHA['sgl']}"
     )
-    assert (ctx / "sglang" / "sglang-0.5.9-py3-none-any.whl").read_bytes() == b"a wheel"
+    wheel = ctx / "sglang" / "sglang-0.5.9-py3-none-any.whl"
+    assert wheel.read_bytes() == b"a wheel"
+    assert wheel.stat().st_ino == blob.stat().st_ino  # a hard link: no copy of a 900 MB torch wheel
+    assert (ctx / "torch" / "torch-2.9.1-py3-none-any.whl").is_file()
     # The wheel's bytes are pinned by the hash in the requirements line, so the digest need not read them.
-    before = digest(ctx)
-    (ctx / "sglang" / "sglang-0.5.9-py3-none-any.whl").write_bytes(b"other bytes, same pinned hash")
     assert digest(ctx) == before
+    wheel.unlink()
+    wheel.write_bytes(b"other bytes, same pinned hash")
+    assert digest(ctx) == before
+
+
+def test_an_unsafe_wheel_file_name_is_refused(tmp_path: Path) -> None:
+    arts = stack_artifacts()
+    sgl = next(c for c in arts if c.axis == "sglang")
+    arts[sgl] = dataclasses.replace(arts[sgl], filename="../../etc/evil.whl")
+    with pytest.raises(DockerError, match="unsafe wheel file name"):
+        dk.context_wheels([], VALUES, arts)
 
 
 def test_overlay_holds_only_what_the_patches_changed(tmp_path: Path) -> None:

@@ -92,13 +92,12 @@ def context(
     overlay: Path | None = None,
     values: dict[str, str] | None = None,
 ) -> Path:
+    rec = record(artifacts, values)
     dk.write_context(
         path,
-        artifacts=artifacts,
-        tools=[art("pytest", "9.0.3", SHA["tool"])],
-        record=record(artifacts, values),
+        wheels=dk.context_wheels([art("pytest", "9.0.3", SHA["tool"])], rec.values, artifacts),
+        record=rec,
         overlay=overlay,
-        local_blob=lambda a: pytest.fail(f"no local blob expected for {a.filename}"),
     )
     return path
 

@@ -7,8 +7,9 @@ mirrors what its reader accepts:
 - [runners.<kind>]: stackfarm.qualify (the GitHub Actions job matrix: runs-on labels, GPU count, cell globs) and
   stackfarm.driver (the runner's NVIDIA driver and forward compatibility, against each cell's driver floor);
 - [features.<name>]: stackfarm.analysis.captables.parse_features, read by 10-capability;
-- [docker]: stackfarm.backends.docker's validators (validate_shm_size, validate_ulimits, base_for), mirrored
-  here because the backend is imported only when it is used (tests/test_schema.py keeps the two in step).
+- [docker]: stackfarm.backends.docker's validators (validate_shm_size, validate_ulimits, base_for,
+  validate_registry), mirrored here because the backend is imported only when it is used (tests/test_schema.py
+  and tests/test_docker_registry.py keep the two in step).
 """
 
 from __future__ import annotations
@@ -201,6 +202,11 @@ _IMAGE_REF = re.compile(
     rf"{_COMPONENT}(?:/{_COMPONENT})*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
 )
+# host[:port][/path]: a host with a dot, a port, or localhost (docker's rule for a first name component).
+_REGISTRY = (
+    r"(?:localhost(?::[0-9]+)?|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+(?::[0-9]+)?|[A-Za-z0-9-]+:[0-9]+)"
+    rf"(?:/{_COMPONENT})*"
+)
 _SIZE = r"[1-9][0-9]*[bkmg]?"
 _ULIMIT_VALUE = r"-?[0-9]+(?::-?[0-9]+)?"
 ULIMITS = tuple(
@@ -224,6 +230,16 @@ def _base(template: str) -> str | None:
     return None
 
 
+def _registry(value: str) -> str | None:
+    """backends.docker.validate_registry: host[:port][/path], no scheme, no tag."""
+    if re.fullmatch(_REGISTRY, value.strip().rstrip("/")):
+        return None
+    return (
+        f'= {value!r} is not a registry like "127.0.0.1:5000" or "ghcr.io/org/prefix" '
+        "(host[:port][/path], lower-case path, no http:// and no tag)"
+    )
+
+
 DOCKER = Table(
     {
         "base": Str(
@@ -243,6 +259,11 @@ DOCKER = Table(
         "ipc_host": Bool("true or false: GPU runs share the host's IPC namespace (--ipc=host)"),
         "ca_bundle": Str('a PEM file of extra CAs the build trusts, e.g. "certs/proxy.pem"'),
         "network": Str('a docker network for the suite containers, e.g. "none" or "host"'),
+        "registry": Str(
+            "a registry (host[:port][/prefix], no scheme) that cell images are pushed to and pulled from, e.g. "
+            '"127.0.0.1:5000" or "ghcr.io/my-org/stackfarm"; STACKFARM_REGISTRY overrides it',
+            check=_registry,
+        ),
     },
 )
 

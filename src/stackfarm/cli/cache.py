@@ -1,12 +1,18 @@
-"""`stackfarm cache info|verify|prune`: where the cache is, whether it is intact, and what to keep of it."""
+"""`stackfarm cache info|verify|prune`: where the cache is, whether it is intact, and what to keep of it (prune
+also removes the Docker cell images that only pruned runs used)."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import cachekeep
 from ..artifacts import Cache
 from ..errors import ExitCode
+
+if TYPE_CHECKING:
+    from ..backends.docker.images import ImageRecord
 
 #: How many recent runs `cache prune` keeps the files of, unless --keep-runs says otherwise.
 KEEP_RUNS = 3
@@ -24,7 +30,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--repair", action="store_true", help="remove what is damaged: the next run fetches it again"
     )
     p_verify.set_defaults(func=cmd_verify)
-    p_prune = verbs.add_parser("prune", help="remove what none of the last runs used")
+    p_prune = verbs.add_parser(
+        "prune", help="remove what none of the last runs used (wheels, trees, work dirs, Docker cell images)"
+    )
     p_prune.add_argument(
         "--keep-runs",
         type=int,
@@ -83,10 +91,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
+    """The cache's entries none of the last N runs used, then the Docker cell images only those entries named
+    (each realise records its image in the cell's work dir; see stackfarm.backends.docker.images)."""
     if args.keep_runs < 0:
         print("--keep-runs must be 0 or more")
         return ExitCode.CONFIG
+    from ..backends.docker import images  # imported here: the other verbs need nothing of Docker
+
     cache = Cache()
+    records = images.read_records(cache.root)  # before prune removes the work dirs that hold them
     pruned = cachekeep.prune(cache.root, keep_runs=args.keep_runs, dry_run=args.dry_run)
     if pruned.note:
         print(f"cache: {cache.root}: {pruned.note}")
@@ -96,7 +109,28 @@ def cmd_prune(args: argparse.Namespace) -> int:
         print(f"{verb}: {path.relative_to(cache.root)}")
     kept = ", ".join(pruned.kept_runs) or "none"
     print(f"{verb} {len(pruned.removed)} entries ({_size(pruned.freed)}); kept what these runs used: {kept}")
+    if records:
+        _prune_images(records, pruned.removed, verb=verb, dry_run=args.dry_run)
     return ExitCode.OK
+
+
+def _prune_images(
+    records: dict[Path, ImageRecord], removed: tuple[Path, ...], *, verb: str, dry_run: bool
+) -> None:
+    from ..backends.docker import images
+
+    done = images.prune_images(records, removed, dry_run=dry_run)
+    if done.note:
+        print(f"docker: {done.note}")
+        return
+    for tag, cell in done.removed:
+        print(f"{verb}: docker image {tag} (cell {cell})")
+    for tag, why in done.kept:
+        print(f"kept: docker image {tag}: {why}")
+    line = f"docker: {verb} {len(done.removed)} cell image tags (up to {_size(done.freed)})"
+    if done.unknown:
+        line += f"; left alone {done.unknown} cell images no run of this cache recorded"
+    print(line)
 
 
 __all__ = ["register"]

@@ -1,11 +1,16 @@
 """`DockerBackend`: the backend protocol (`stackfarm.backends.Backend`) over a Docker engine.
 
-realise:    base image ─▶ patch overlay ─▶ build context ─▶ input hash ─▶ tag
-            ──exists?──▶ done (a no-op costs one `docker image inspect`)
-            └─ no ──▶ `docker build` (BuildKit, docker/Dockerfile)
-run_suite:  create a container (project, stackfarm's src, cell.json: all read-only) ─▶ start --attach
-            ─▶ copy the JUnit file out ─▶ remove the container, whatever happened
-properties: the image a cell ran in: its tag and its content id
+realise:    base image ─▶ patch overlay ─▶ build context (no wheels yet) ─▶ input hash ─▶ tag
+            ──in the engine?──▶ done (a no-op costs one `docker image inspect`)
+            ──in the registry ([docker] registry / STACKFARM_REGISTRY)?──▶ pull, check its inputs label: done
+            └─ neither ──▶ the wheels from stackfarm's cache into the context ─▶ `docker build` (BuildKit,
+               docker/Dockerfile, --cache-from the registry's newest image of the cell) ─▶ push (tag + latest)
+            The build log (or what happened instead: "pulled <ref>, nothing built") is
+            reports/<cell>/docker-build.log; the image's use is recorded in the cell's work dir
+            (docker-image.json), which is what `stackfarm cache prune` reads to remove unused images.
+run_suite:  create a container (project, stackfarm's src, cell.json: all read-only) ─▶ start, logs streamed
+            ─▶ copy the JUnit file out ─▶ remove the container, whatever happened (engine.run)
+properties: the image a cell ran in: its tag, its content id, and its registry digest when it has one
 """
 
 from __future__ import annotations
@@ -22,28 +27,42 @@ from pathlib import Path
 
 from ...artifacts import Artifact, Cache, Source, Target, find_artifact
 from ...cellspec import CellSpec, InstalledComponent, load
+from ...files import write_atomic
 from ...plan import Cell, Component
 from ...proc import Outcome
 from .. import PATCHED_SGLANG, SUITE_OUT_ENV, Progress, pytest_argv
 from .base import DEFAULT_BASE, BaseImages, base_for
 from .commands import ContainerSpec, Mount
 from .common import (
+    CACHE_TAG,
     DEFAULT_SHM_SIZE,
     LABEL_CELL,
     LABEL_INPUTS,
     OUT,
     PROJECT,
+    REGISTRY_ENV,
     RUN_SPEC,
     SRC,
     DiskFullError,
     DockerError,
+    RegistryError,
     site_packages,
     validate_build_args,
+    validate_registry,
     validate_shm_size,
     validate_ulimits,
 )
-from .context import DOCKERFILE, context_digest, image_name, make_overlay, write_context
+from .context import (
+    DOCKERFILE,
+    context_digest,
+    context_wheels,
+    image_name,
+    make_overlay,
+    place_wheels,
+    write_context,
+)
 from .engine import DockerEngine, EngineInfo, ImageIdentity
+from .images import BUILD_LOG, ImageRecord, write_record
 
 #: stackfarm's own sources, mounted into every container so suites import the same code as on the host.
 STACKFARM_SRC = Path(__file__).resolve().parents[3]
@@ -82,9 +101,29 @@ class CellImage:
     image_id: str
     #: `repository@sha256:...` when the image is in a registry (pushed or pulled), else None.
     repo_digest: str | None
-    #: Whether this realise built it (False: the engine already had the tag).
+    #: Whether this realise built it (False: the engine already had the tag, or it was pulled).
     built: bool
     seconds: float
+    #: Whether this realise pulled it from the registry (and built nothing).
+    pulled: bool = False
+    #: The image's name in the registry, when one is configured.
+    remote: str | None = None
+    #: What realise did, for reports/<cell>/docker-build.log: the build's log, or why nothing was built.
+    log: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Job:
+    """One realise's image: its names, its inputs, and the log of what was done to make it exist."""
+
+    cell: str
+    tag: str
+    digest: str
+    build_args: Mapping[str, str]
+    remote: str | None
+    log: Path
+    #: The log's lines so far (stackfarm's own, before the build's output).
+    notes: list[str]
 
 
 class DockerBackend:
@@ -106,10 +145,10 @@ class DockerBackend:
         stackfarm_src: Path = STACKFARM_SRC,
         tools: Sequence[str] = DEFAULT_TOOLS,
         tools_index: str = TOOLS_INDEX,
-        netrc: Path | None = None,
         ca_bundle: Path | None = None,
         network: str | None = None,
         build_timeout: float = 3600,
+        registry: str | None = None,
     ) -> None:
         self.cache = cache
         self.base = base
@@ -121,7 +160,15 @@ class DockerBackend:
         self.stackfarm_src = stackfarm_src
         self.tools = tuple(tools)
         self.tools_index = tools_index
-        self.netrc = netrc
+        #: Where cell images are shared: `host[:port][/prefix]`; STACKFARM_REGISTRY (a runner's) wins over
+        #: matrix.toml's [docker] registry.
+        env_registry = os.environ.get(REGISTRY_ENV, "").strip()
+        chosen = env_registry or registry
+        self.registry = (
+            validate_registry(chosen, where=REGISTRY_ENV if env_registry else "[docker] registry")
+            if chosen
+            else None
+        )
         #: Extra CAs the build trusts (a TLS-intercepting proxy's); STACKFARM_CA_BUNDLE names one too.
         env_ca = os.environ.get("STACKFARM_CA_BUNDLE")
         self.ca_bundle = ca_bundle or (Path(env_ca) if env_ca else None)
@@ -131,6 +178,10 @@ class DockerBackend:
         self.build_timeout = build_timeout
         #: The image of each cell realised by this backend, for run_suite (which is given only the spec path).
         self.images: dict[str, CellImage] = {}
+        #: The reports folder (reports/<cell>/ gets docker-build.log at realise); None until a runner says:
+        #: then the log is placed beside the cell's first suite report instead.
+        self.reports: Path | None = None
+        self._logs_placed: set[str] = set()
         self._bases = BaseImages(self.engine, cache.root / "tmp")
 
     # -- realise
@@ -143,28 +194,170 @@ class DockerBackend:
         installed = self._installed(cell, artifacts)
         progress("docker: base image")
         base, base_id = self._base(base_for(self.base, cell.as_dict()))
-        context = self._context(cell, artifacts, installed, workdir, progress)
+        wheels = context_wheels(self._tools(cell["python"]), cell.as_dict(), artifacts)
+        context = self._context(
+            cell, artifacts=artifacts, installed=installed, wheels=wheels, workdir=workdir, progress=progress
+        )
         build_args = validate_build_args({"BASE": base, "PYTHON": cell["python"]})
         digest = context_digest(self.dockerfile.read_bytes(), context, build_args, base_id)
         tag = image_name(cell.id, digest)
-        found = self.engine.image_identity(tag)
-        if found is not None:
-            progress(f"docker: {tag} exists")
-        else:
-            self._check_space(info, artifacts)
-            progress(f"docker: build {tag}")
-            self.engine.build(
-                dockerfile=self.dockerfile,
-                context=context,
-                tag=tag,
-                build_args=build_args,
-                labels={LABEL_CELL: cell.id, LABEL_INPUTS: digest},
-                secrets={"netrc": self.netrc} if self.netrc else {},
-                log=workdir / "docker-build.log",
-                timeout=self.build_timeout,
-            )
-        self.images[cell.id] = self._image(tag, digest, found, time.monotonic() - start)
+        job = _Job(
+            cell=cell.id,
+            tag=tag,
+            digest=digest,
+            build_args=build_args,
+            remote=self.remote_ref(tag),
+            log=workdir / BUILD_LOG,
+            notes=[f"stackfarm: cell {cell.id}: image {tag} (inputs sha256:{digest})"],
+        )
+        self.images.pop(cell.id, None)
+        self._logs_placed.discard(cell.id)
+        try:
+            found, pulled = self._provide(job, info, artifacts, progress, context=context, wheels=wheels)
+            image = self._image(tag, digest, found, time.monotonic() - start)
+            if job.remote is not None and not self._in_registry(tag, job.remote):
+                # Built here, or built before the registry was configured: other runners pull it from now on.
+                image = dataclasses.replace(image, repo_digest=self._push(tag, job.remote, job.log, progress))
+        finally:
+            if self.reports is not None and job.log.is_file():  # a failed build's log too
+                write_atomic(self.reports / cell.id / BUILD_LOG, job.log.read_text(encoding="utf-8"))
+                self._logs_placed.add(cell.id)
+        self.images[cell.id] = dataclasses.replace(image, pulled=pulled, remote=job.remote, log=job.log)
+        record = ImageRecord.of(cell.id, self.images[cell.id], local_tags=self._local_tags(tag, job.remote))
+        write_record(workdir, record)
         return installed
+
+    def _provide(
+        self,
+        job: _Job,
+        info: EngineInfo,
+        artifacts: Mapping[Component, Artifact],
+        progress: Progress,
+        *,
+        context: Path,
+        wheels: Mapping[str, list[Artifact]],
+    ) -> tuple[ImageIdentity | None, bool]:
+        """Make the image exist: found in the engine, pulled from the registry, or built. (The identity when it
+        was found or pulled, None when built; whether it was pulled.)"""
+        found = self.engine.image_identity(job.tag)
+        if found is not None:
+            self._say(progress, job, f"{job.tag} is in the engine already, nothing built")
+            return found, False
+        if job.remote is not None and self._pull(job):
+            self._say(progress, job, f"pulled {job.remote}, nothing built")
+            return self.engine.image_identity(job.tag), True
+        self._check_space(info, artifacts)
+        self._place_wheels(context, wheels, progress, job.notes)
+        progress(f"docker: build {job.tag}")
+        self.engine.build(
+            dockerfile=self.dockerfile,
+            context=context,
+            tag=job.tag,
+            build_args=job.build_args,
+            labels={LABEL_CELL: job.cell, LABEL_INPUTS: job.digest},
+            secrets={},
+            log=job.log,
+            timeout=self.build_timeout,
+            cache_from=(self._latest(job.remote),) if job.remote is not None else (),
+            notes=job.notes,
+        )
+        return None, False
+
+    # -- the registry
+
+    def remote_ref(self, tag: str) -> str | None:
+        """The cell image's name in the registry (the local tag under the registry's prefix), or None."""
+        return f"{self.registry}/{tag}" if self.registry else None
+
+    @staticmethod
+    def _latest(remote: str) -> str:
+        """The registry tag of the cell's newest image: the layers a changed input does not touch."""
+        return f"{remote.rsplit(':', 1)[0]}:{CACHE_TAG}"
+
+    def _in_registry(self, tag: str, remote: str) -> bool:
+        """Whether the engine knows the image as pushed to (or pulled from) `remote`'s repository."""
+        repository = remote.rsplit(":", 1)[0]
+        identity = self.engine.image_identity(tag)
+        return identity is not None and any(d.startswith(f"{repository}@") for d in identity.repo_digests)
+
+    def _local_tags(self, tag: str, remote: str | None) -> tuple[str, ...]:
+        if remote is None:
+            return (tag,)
+        return tuple(t for t in (tag, remote, self._latest(remote)) if self.engine.image_id(t) is not None)
+
+    def _pull(self, job: _Job) -> bool:
+        """Pull the cell's image when the registry has it; check it is what its tag says, tag it locally."""
+        if job.remote is None:
+            return False
+        got, output = self.engine.pull_if_present(job.remote)
+        if not got:
+            job.notes.append(f"stackfarm: {job.remote} is not in the registry: building it (then pushing it)")
+            return False
+        labels = self.engine.labels(job.remote) or {}
+        if labels.get(LABEL_INPUTS) != job.digest:
+            raise RegistryError(
+                f"{job.remote} in the registry is not the image of these inputs: its {LABEL_INPUTS} label is "
+                f"{labels.get(LABEL_INPUTS)!r}, the cell's inputs hash to {job.digest}",
+                fix="remove that tag from the registry (something else pushed it); stackfarm pushes it anew",
+            )
+        self.engine.tag(job.remote, job.tag)
+        job.notes.extend(f"docker pull: {line}" for line in output.splitlines()[-2:] if line.strip())
+        return True
+
+    def _push(self, tag: str, remote: str, log: Path, progress: Progress) -> str | None:
+        """Push a built image as `remote` and as the cell's latest; its registry digest."""
+        progress(f"docker: push {remote}")
+        pushed: str | None = None
+        for ref in (remote, self._latest(remote)):
+            self.engine.tag(tag, ref)
+            try:
+                digest, _ = self.engine.push(ref)
+            except RegistryError as exc:
+                self._append(log, f"stackfarm: push failed: {str(exc).splitlines()[0]}")
+                raise
+            pushed = pushed or digest
+        self._append(log, f"stackfarm: pushed {remote} ({pushed or 'digest not reported'})")
+        return pushed
+
+    # -- the build log
+
+    @staticmethod
+    def _say(progress: Progress, job: _Job, line: str) -> None:
+        progress(f"docker: {line}")
+        job.notes.append(f"stackfarm: {line}")
+        write_atomic(job.log, "".join(f"{n}\n" for n in job.notes))
+
+    @staticmethod
+    def _append(log: Path, line: str) -> None:
+        before = log.read_text(encoding="utf-8") if log.is_file() else ""
+        write_atomic(log, f"{before}{line}\n")
+
+    def _place_log(self, cell_id: str, folder: Path) -> None:
+        """reports/<cell>/docker-build.log: this realise's log, written there once (atomically)."""
+        image = self.images.get(cell_id)
+        if cell_id in self._logs_placed or image is None or image.log is None or not image.log.is_file():
+            return
+        write_atomic(folder / BUILD_LOG, image.log.read_text(encoding="utf-8", errors="replace"))
+        self._logs_placed.add(cell_id)
+
+    def _place_wheels(
+        self, context: Path, wheels: Mapping[str, list[Artifact]], progress: Progress, notes: list[str]
+    ) -> None:
+        """Every wheel from stackfarm's cache (fetched only when the cache lacks it), into the context."""
+
+        def blob(art: Artifact) -> Path:
+            def report(done: int, total: int | None) -> None:
+                name = art.distribution
+                progress(
+                    f"fetch {name} {100 * done // total}%" if total else f"fetch {name} {done >> 20} MiB"
+                )
+
+            path = self.cache.fetch(art, report)
+            notes.append(f"stackfarm: wheel {art.filename} from the cache (sha256:{art.sha256})")
+            return path
+
+        progress("docker: wheels from the cache")
+        place_wheels(context, wheels, blob)
 
     def _installed(
         self, cell: Cell, artifacts: Mapping[Component, Artifact]
@@ -175,8 +368,10 @@ class DockerBackend:
     def _context(
         self,
         cell: Cell,
+        *,
         artifacts: Mapping[Component, Artifact],
         installed: tuple[InstalledComponent, ...],
+        wheels: Mapping[str, list[Artifact]],
         workdir: Path,
         progress: Progress,
     ) -> Path:
@@ -191,15 +386,7 @@ class DockerBackend:
             patched_files=tuple(f for f in changed if not f.startswith(".")),
         )
         context = workdir / "docker-context"
-        write_context(
-            context,
-            artifacts=artifacts,
-            tools=self._tools(cell["python"]),
-            record=record,
-            overlay=overlay,
-            local_blob=self.cache.fetch,
-            ca_bundle=self.ca_bundle,
-        )
+        write_context(context, wheels=wheels, record=record, overlay=overlay, ca_bundle=self.ca_bundle)
         return context
 
     def _image(self, tag: str, digest: str, found: ImageIdentity | None, seconds: float) -> CellImage:
@@ -229,10 +416,7 @@ class DockerBackend:
         # The tools are pure-Python wheels; any manylinux target accepts py3-none-any.
         target = Target(python=python, platform="manylinux_2_17_x86_64")
         found = [find_artifact(source, *_pin(pin), target) for pin in self.tools]
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps([dataclasses.asdict(a) for a in found]), encoding="utf-8")
-        tmp.replace(memo)
+        write_atomic(memo, json.dumps([dataclasses.asdict(a) for a in found]))
         return found
 
     def _overlay(
@@ -302,6 +486,7 @@ class DockerBackend:
         image = self.images.get(host.id)
         if image is None:
             raise DockerError(f"cell {host.id} was not realised by this Docker backend")
+        self._place_log(host.id, junit.parent)  # the runner writes every suite's report to reports/<cell>/
         inside = self.container_spec(host)
         container_spec = spec.parent / "docker" / "cell.json"
         container_spec.parent.mkdir(parents=True, exist_ok=True)

@@ -1,15 +1,17 @@
-"""The `docker` command lines stackfarm runs, and what it reads back from the engine's output.
+"""What stackfarm asks of the engine for a container and a build, and what it reads back from its output.
 
-Pure: `create_argv` and `build_argv` return argument lists (never a shell string; every value validated first),
-`parse_build_failure` and `parse_loaded_image` read text. `engine.DockerEngine` runs them.
+Pure: `create_options` returns the Docker SDK's `containers.create` arguments for a suite run, `build_argv` the
+`docker build` argument list (never a shell string; every value validated first), `parse_build_failure` and
+`parse_loaded_image` read text. `engine.DockerEngine` uses them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .common import (
     DEFAULT_SHM_SIZE,
@@ -51,38 +53,49 @@ class ContainerSpec:
     user: str | None = None
 
 
-def _mount_arg(mount: Mount) -> str:
-    for part in (str(mount.source), mount.target):
-        # `--mount` is comma-separated key=value: a comma or newline in a path would add keys.
-        if "," in part or "\n" in part:
-            raise DockerError(f"cannot mount {part!r}: a path with a comma or newline; move it")
-    arg = f"type=bind,source={mount.source},target={mount.target}"
-    return arg + (",readonly" if mount.read_only else "")
+def _ulimit(name: str, value: str) -> dict[str, int | str]:
+    """`--ulimit`'s "N" (soft = hard = N) or "soft:hard" as the API's {name, soft, hard}."""
+    soft, _, hard = value.partition(":")
+    return {"name": name, "soft": int(soft), "hard": int(hard or soft)}
 
 
-def create_argv(executable: str, spec: ContainerSpec, name: str) -> list[str]:
-    """`docker create` for a suite run. No --privileged and no engine socket, ever; no new privileges."""
-    argv = [executable, "create", "--name", name, "--init", "--security-opt", "no-new-privileges"]
-    for key, value in (*spec.labels, (LABEL_RUN, name)):
-        argv += ["--label", f"{key}={value}"]
+def create_options(spec: ContainerSpec, name: str) -> dict[str, Any]:
+    """The keyword arguments of the Docker SDK's `containers.create` for a suite run (plain values: the SDK
+    turns the dicts into its Mount/DeviceRequest/Ulimit types). What `docker create` would get: --init, no new
+    privileges, never --privileged, never the engine's socket; bind mounts read-only unless a Mount says not."""
+    if spec.user is not None and not re.fullmatch(r"[0-9]+(?::[0-9]+)?", spec.user):
+        raise DockerError(f"user {spec.user!r} is not uid or uid:gid")
     for mount in spec.mounts:
-        argv += ["--mount", _mount_arg(mount)]
-    for key, value in spec.env:
-        argv += ["--env", f"{key}={value}"]
+        if not str(mount.source).startswith("/") or not mount.target.startswith("/"):
+            raise DockerError(f"cannot mount {mount.source} at {mount.target}: both must be absolute paths")
+    options: dict[str, Any] = {
+        "image": validate_image_ref(spec.image),
+        "command": list(spec.argv),
+        "name": name,
+        "init": True,
+        "security_opt": ["no-new-privileges"],
+        "labels": {**dict(spec.labels), LABEL_RUN: name},
+        "mounts": [
+            {"Type": "bind", "Source": str(m.source), "Target": m.target, "ReadOnly": m.read_only}
+            for m in spec.mounts
+        ],
+        "environment": [f"{key}={value}" for key, value in spec.env],
+        "detach": True,
+    }
     if spec.network is not None:
-        argv += ["--network", spec.network]
+        options["network_mode"] = spec.network
     if spec.user is not None:
-        if not re.fullmatch(r"[0-9]+(?::[0-9]+)?", spec.user):
-            raise DockerError(f"user {spec.user!r} is not uid or uid:gid")
-        argv += ["--user", spec.user]
+        options["user"] = spec.user
     if spec.gpus:
-        argv += ["--gpus", "all"]
-        argv += ["--ipc=host"] if spec.ipc_host else ["--shm-size", validate_shm_size(spec.shm_size)]
-        for key, value in spec.ulimits:
-            argv += ["--ulimit", f"{key}={value}"]
+        options["device_requests"] = [{"count": -1, "capabilities": [["gpu"]]}]  # --gpus all
+        if spec.ipc_host:
+            options["ipc_mode"] = "host"  # the host's /dev/shm: a --shm-size would be ignored
+        else:
+            options["shm_size"] = validate_shm_size(spec.shm_size)
+        options["ulimits"] = [_ulimit(key, value) for key, value in spec.ulimits]
     else:
-        argv += ["--shm-size", validate_shm_size(spec.shm_size)]
-    return [*argv, validate_image_ref(spec.image), *spec.argv]
+        options["shm_size"] = validate_shm_size(spec.shm_size)
+    return options
 
 
 def build_argv(
@@ -95,7 +108,10 @@ def build_argv(
     labels: Mapping[str, str],
     secrets: Mapping[str, Path] = {},
     target: str | None = None,
+    cache_from: Sequence[str] = (),
 ) -> list[str]:
+    """`docker build` with BuildKit's plain progress. Every image carries BuildKit's inline cache metadata
+    (BUILDKIT_INLINE_CACHE=1: no layer of its own), so once pushed it can be another runner's `cache_from`."""
     argv = [
         executable,
         "build",
@@ -105,8 +121,10 @@ def build_argv(
         "--tag",
         validate_image_ref(tag),
     ]
-    for key, value in validate_build_args(build_args).items():
+    for key, value in validate_build_args({**build_args, "BUILDKIT_INLINE_CACHE": "1"}).items():
         argv += ["--build-arg", f"{key}={value}"]
+    for ref in cache_from:
+        argv += ["--cache-from", validate_image_ref(ref)]
     for key, value in sorted(labels.items()):
         argv += ["--label", f"{key}={value}"]
     for key, path in sorted(secrets.items()):
@@ -180,7 +198,7 @@ __all__ = [
     "ContainerSpec",
     "Mount",
     "build_argv",
-    "create_argv",
+    "create_options",
     "parse_build_failure",
     "parse_loaded_image",
 ]

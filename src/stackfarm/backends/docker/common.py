@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ...errors import CellError, StackfarmError
+from ...errors import CellError, EnvironmentProblem
 
 # Paths inside the image (docker/Dockerfile creates them).
 VENV = "/opt/stackfarm/venv"
@@ -24,6 +24,10 @@ IMAGE_REPOSITORY = "stackfarm"
 LABEL_CELL = "org.stackfarm.cell"
 LABEL_INPUTS = "org.stackfarm.inputs"
 LABEL_RUN = "org.stackfarm.run"
+#: The tag every pushed cell image also gets in the registry: the newest image of that cell, for --cache-from.
+CACHE_TAG = "latest"
+#: matrix.toml's [docker] registry can be overridden per runner (CI's own registry).
+REGISTRY_ENV = "STACKFARM_REGISTRY"
 
 #: /dev/shm for runs without --ipc=host: the size SGLang's own `docker run` example gives.
 DEFAULT_SHM_SIZE = "32g"
@@ -40,6 +44,11 @@ _IMAGE_REF = re.compile(
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
 )
 _PYTHON = re.compile(r"^3\.\d{1,2}$")
+# A registry with an optional path prefix: host[:port][/path], the host a name with a dot, a port, or localhost.
+_REGISTRY = re.compile(
+    r"^(?:localhost(?::[0-9]+)?|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+(?::[0-9]+)?|[A-Za-z0-9-]+:[0-9]+)"
+    rf"(?:/{_COMPONENT})*$"
+)
 _SIZE = re.compile(r"^[1-9][0-9]*[bkmg]?$")
 _ULIMIT_VALUE = re.compile(r"^-?[0-9]+(?::-?[0-9]+)?$")
 _ULIMITS = frozenset(
@@ -55,8 +64,14 @@ class DockerError(CellError):
     """The Docker backend could not build or run a cell; the message says which step and how to fix it."""
 
 
-class EngineError(StackfarmError):
-    """No usable Docker engine: not installed, not answering, too old, or without BuildKit."""
+class EngineError(EnvironmentProblem):
+    """No usable Docker engine: not installed, not answering, too old, without BuildKit, or the Docker SDK for
+    Python missing. An environment problem (exit 4): nothing about the cell is known."""
+
+
+class RegistryError(EnvironmentProblem):
+    """The configured registry does not answer, refuses a push, or serves an image that is not what its tag
+    claims. An environment problem: the cell may be fine, but the shared store is not."""
 
 
 class BuildError(DockerError):
@@ -76,6 +91,17 @@ def validate_image_ref(ref: str) -> str:
             f"{ref!r} is not a valid image reference (like nvidia/cuda:12.8.1-devel-ubuntu24.04)"
         )
     return ref
+
+
+def validate_registry(value: str, *, where: str = "[docker] registry") -> str:
+    """`host[:port][/prefix]`, e.g. "127.0.0.1:5000" or "ghcr.io/my-org/stackfarm"; no scheme, no tag."""
+    registry = value.strip().rstrip("/")
+    if not _REGISTRY.fullmatch(registry):
+        raise DockerError(
+            f'{where} = {value!r} is not a registry like "127.0.0.1:5000" or "ghcr.io/org/prefix" '
+            "(host[:port][/path], lower-case path, no http:// and no tag)"
+        )
+    return registry
 
 
 def validate_build_args(args: Mapping[str, str]) -> dict[str, str]:
@@ -121,6 +147,7 @@ def site_packages(python: str) -> str:
 
 
 __all__ = [
+    "CACHE_TAG",
     "DEFAULT_SHM_SIZE",
     "IMAGE_REPOSITORY",
     "LABEL_CELL",
@@ -128,6 +155,7 @@ __all__ = [
     "LABEL_RUN",
     "OUT",
     "PROJECT",
+    "REGISTRY_ENV",
     "RUN_SPEC",
     "SRC",
     "USER",
@@ -136,9 +164,11 @@ __all__ = [
     "DiskFullError",
     "DockerError",
     "EngineError",
+    "RegistryError",
     "site_packages",
     "validate_build_args",
     "validate_image_ref",
+    "validate_registry",
     "validate_shm_size",
     "validate_ulimits",
 ]

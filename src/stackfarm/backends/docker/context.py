@@ -4,6 +4,12 @@
                                         patch/ (the overlay), ca/extra.pem, cell.json
         ──context_digest──▶ sha256 of the Dockerfile, the base image's id, the build args and every file
         ──image_name──▶ stackfarm/<cell id>:<first 16 hex of it>
+        ──place_wheels──▶ each stage's wheels beside its requirements.txt (only when the image is built)
+
+Every wheel comes from stackfarm's cache (the sha256-verified blobs, hard-linked into the context): a build
+downloads nothing, and pip installs with --no-index from `file:///tmp/stackfarm/<stage>/<wheel>` with the
+wheel's hash. The requirement lines name each wheel by file name and sha256, so the input hash is known before
+any wheel is fetched: a runner that finds the image (in its engine or a registry) needs none of them.
 
 Which axis goes into which stage of docker/Dockerfile, and which wheels an axis value stands for, is the stack
 table's (`stackfarm.stack.docker_stages`, `stackfarm.stack.distributions`); this module only lays them out.
@@ -98,21 +104,28 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def _requirement(folder: Path, art: Artifact, local_blob: Callable[[Artifact], Path]) -> str:
-    """The requirement line of one wheel in a stage's folder, placing the wheel there when it is local."""
-    url = art.url
-    if url.startswith("file:"):
-        # A wheel from a local folder: the build cannot see the host's path, so it travels in the context.
-        if not _WHEEL_FILENAME.fullmatch(art.filename):
-            raise DockerError(f"unsafe wheel file name {art.filename!r}")
-        _place_local_wheel(local_blob(art), folder / art.filename)
-        url = f"file:///tmp/stackfarm/{folder.name}/{art.filename}"
-    return requirement_line(art.distribution, url, art.sha256)
+def context_wheels(
+    tools: Sequence[Artifact], values: Mapping[str, str], artifacts: Mapping[Component, Artifact]
+) -> dict[str, list[Artifact]]:
+    """The wheels of each context folder: the suites' tools, then each install stage's (stage_wheels)."""
+    wheels = {TOOLS_STAGE: list(tools), **stage_wheels(values, artifacts)}
+    for arts in wheels.values():
+        for art in arts:
+            if not _WHEEL_FILENAME.fullmatch(art.filename):
+                raise DockerError(f"unsafe wheel file name {art.filename!r} ({art.distribution})")
+    return wheels
+
+
+def _requirement(stage: str, art: Artifact) -> str:
+    """The requirement line of one wheel: the copy of stackfarm's cached blob that place_wheels puts in the
+    stage's folder, which the stage's RUN step mounts at /tmp/stackfarm/<stage>."""
+    return requirement_line(art.distribution, f"file:///tmp/stackfarm/{stage}/{art.filename}", art.sha256)
 
 
 def _place_local_wheel(blob: Path, dest: Path) -> None:
     # A hard link costs nothing when the cache and the context share a disk; a copy otherwise.
     dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.unlink(missing_ok=True)
     try:
         os.link(blob, dest)
     except OSError:
@@ -122,20 +135,18 @@ def _place_local_wheel(blob: Path, dest: Path) -> None:
 def write_context(
     context: Path,
     *,
-    artifacts: Mapping[Component, Artifact],
-    tools: Sequence[Artifact],
+    wheels: Mapping[str, Sequence[Artifact]],
     record: CellSpec,
     overlay: Path | None,
-    local_blob: Callable[[Artifact], Path],
     ca_bundle: Path | None = None,
 ) -> None:
-    """Lay out the build context docker/Dockerfile expects. Each stage gets its own folder, bind-mounted into
-    its RUN step alone, so a stage's cache key is its own wheels and nothing else."""
+    """Lay out the build context docker/Dockerfile expects, without the wheels themselves (place_wheels).
+    Each stage gets its own folder, bind-mounted into its RUN step alone, so a stage's cache key is its own
+    wheels and nothing else."""
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
-    wheels = {TOOLS_STAGE: list(tools), **stage_wheels(record.values, artifacts)}
     for stage, arts in wheels.items():
-        lines = sorted(_requirement(context / stage, art, local_blob) for art in arts)
+        lines = sorted(_requirement(stage, art) for art in arts)
         _write(context / stage / "requirements.txt", "".join(f"{line}\n" for line in lines))
     files = context / "patch" / "files"
     files.mkdir(parents=True)
@@ -146,6 +157,20 @@ def write_context(
     _write(context / "patch" / "deleted", deleted)
     _write(context / "ca" / "extra.pem", ca_bundle.read_text(encoding="utf-8") if ca_bundle else "")
     _write(context / "cell.json", json.dumps(dataclasses.asdict(record), indent=2, sort_keys=True) + "\n")
+
+
+def place_wheels(
+    context: Path, wheels: Mapping[str, Sequence[Artifact]], local_blob: Callable[[Artifact], Path]
+) -> list[Path]:
+    """Put every wheel beside its stage's requirements.txt: `local_blob` (stackfarm's cache: fetched once,
+    sha256-verified) gives its file. Returns the wheels placed."""
+    placed = []
+    for stage, arts in wheels.items():
+        for art in arts:
+            dest = context / stage / art.filename
+            _place_local_wheel(local_blob(art), dest)
+            placed.append(dest)
+    return placed
 
 
 def context_digest(dockerfile: bytes, context: Path, build_args: Mapping[str, str], base_id: str) -> str:
@@ -193,8 +218,10 @@ __all__ = [
     "STAGES",
     "TOOLS_STAGE",
     "context_digest",
+    "context_wheels",
     "image_name",
     "make_overlay",
+    "place_wheels",
     "requirement_line",
     "stage_wheels",
     "write_context",

@@ -1,31 +1,49 @@
-"""`DockerEngine`, the one door to the Docker engine: every `docker` command stackfarm runs is a list through
-`stackfarm.proc.call`, made here (or in `commands`, for the long ones).
+"""`DockerEngine`, the one door to the Docker engine: nothing else in stackfarm talks to it.
 
-It checks the engine once (version, BuildKit, an NVIDIA runtime, its data root), inspects, pulls, loads, imports
-and saves images, builds one with BuildKit, and runs a container to completion, removing it whatever happens.
-The engine is driven through its CLI, not the `docker` SDK: the SDK builds with the legacy builder only, and
-docker/Dockerfile needs BuildKit (`RUN --mount=type=cache|bind|secret`).
+Containers go through the Docker SDK for Python (`docker` on PyPI): create, start, stream the logs into the
+suite's log while the container runs, wait (with the suite's timeout, and `stackfarm.proc.STOP`: a stopped run
+kills and removes its container), copy the reports out (`get_archive`), remove: whatever happens.
+
+Builds stay on the CLI (`docker build` with DOCKER_BUILDKIT=1, through `stackfarm.proc.call`): the SDK's
+`images.build()` drives the engine's legacy builder only, and docker/Dockerfile needs BuildKit (`RUN
+--mount=type=cache|bind|secret`, and the inline registry cache). Image commands (inspect, tag, pull, push, load,
+import, save, rm) are CLI calls too: the CLI reads the user's registry credentials and credential helpers
+(`docker login`), and pull/push/save/load are what a user would type to redo them by hand.
+
+The engine is checked once (version, BuildKit, an NVIDIA runtime, its data root). Engine errors map onto the
+backend's error tree: no engine or no SDK is an EngineError, a registry that fails a RegistryError (both
+environment problems), anything about the cell a DockerError.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import tarfile
+import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from packaging.version import Version
 
+from ... import proc
+from ...errors import StackfarmError
+from ...files import write_atomic, write_bytes_atomic
 from ...proc import Outcome, call
-from .commands import ContainerSpec, build_argv, create_argv, parse_build_failure, parse_loaded_image
-from .common import BuildError, DiskFullError, DockerError, EngineError, validate_image_ref
+from .commands import ContainerSpec, build_argv, create_options, parse_build_failure, parse_loaded_image
+from .common import BuildError, DiskFullError, DockerError, EngineError, RegistryError, validate_image_ref
+
+if TYPE_CHECKING:  # the SDK is imported when a container is first made: suites inside one import this module
+    from docker import DockerClient
+    from docker.models.containers import Container
 
 #: Oldest engine that works: BuildKit with RUN --mount in the built-in Dockerfile frontend (no `# syntax=`
 #: line, which would pull a frontend image) came in 18.09, `--gpus` in 19.03; bookworm's docker.io is 20.10.
@@ -53,6 +71,14 @@ class ImageIdentity:
     repo_digests: tuple[str, ...] = ()
 
 
+#: How often a running container's state is looked at (seconds): the granularity of timeouts and stops.
+POLL = 0.25
+#: `docker pull` output that means "the registry answered: it has no such image" (not "it did not answer").
+_NOT_THERE = re.compile(
+    r"manifest unknown|not found|does not exist|no such manifest|repository name not known|name unknown", re.I
+)
+
+
 def _tail(text: str, n: int = 8) -> str:
     return "\n    ".join(line for line in text.strip().splitlines()[-n:])
 
@@ -69,16 +95,18 @@ def _docker_candidates() -> list[str]:
 
 
 class DockerEngine:
-    """The one door to the engine: version check, build, run with reports copied out, save/load/import.
+    """The one door to the engine: version check, build, run with reports copied out, registry, save/load/import.
 
-    Every command is a list through `stackfarm.proc.call`; containers are always removed, also on a timeout, a
-    failure or Ctrl-C (see `run`), and `remove_containers()` removes any this process still knows of."""
+    Every CLI command is a list through `stackfarm.proc.call`; containers (through the SDK) are always removed,
+    also on a timeout, a failure, a stop or Ctrl-C (see `run`), and `remove_containers()` removes any this
+    process still knows of."""
 
     def __init__(self, executable: str | None = None) -> None:
         self._explicit = executable or os.environ.get("STACKFARM_DOCKER")
         self._info: EngineInfo | None = None
         self._lock = threading.Lock()
         self._live: set[str] = set()
+        self._client: DockerClient | None = None
 
     # -- checks
 
@@ -185,17 +213,11 @@ class DockerEngine:
             raise DockerError(f"no image {ref}: {_tail(out.output, 2)}")
         return int(out.output.strip())
 
-    def images_labelled(self, key: str, value: str) -> list[str]:
-        """Tagged images with label key=value, newest first."""
+    def images_labelled(self, key: str, value: str | None = None) -> list[str]:
+        """Tagged images with label key=value (any value when None), newest first."""
+        label = key if value is None else f"{key}={value}"
         out = self._call(
-            [
-                self.executable,
-                "images",
-                "--filter",
-                f"label={key}={value}",
-                "--format",
-                "{{.Repository}}:{{.Tag}}",
-            ],
+            [self.executable, "images", "--filter", f"label={label}", "--format", "{{.Repository}}:{{.Tag}}"],
             timeout=60,
         )
         return (
@@ -214,6 +236,54 @@ class DockerEngine:
                 "stackfarm runs `docker load`), a rootfs folder (stackfarm runs `docker import`), or "
                 "build one with docker/make-base.sh and name it"
             )
+
+    def labels(self, ref: str) -> dict[str, str] | None:
+        """The image's labels, or None when the engine has no image `ref`."""
+        out = self._call(
+            [self.executable, "image", "inspect", "--format", "{{json .Config.Labels}}", ref], timeout=60
+        )
+        if out.returncode != 0:
+            return None
+        try:
+            found = json.loads(out.output.strip() or "null") or {}
+        except json.JSONDecodeError:
+            found = {}
+        return {str(k): str(v) for k, v in found.items()}
+
+    def tag(self, source: str, target: str) -> None:
+        out = self._call([self.executable, "tag", source, validate_image_ref(target)], timeout=60)
+        if out.returncode != 0:
+            raise DockerError(f"`docker tag {source} {target}` failed:\n    {_tail(out.output, 3)}")
+
+    def remove_image(self, ref: str) -> str | None:
+        """Untag `ref` (`docker image rm`, never forced: an image a container uses stays); None when it went
+        (or was not there), else what the engine said."""
+        out = self._call([self.executable, "image", "rm", ref], timeout=300)
+        if out.returncode == 0 or "No such image" in out.output:
+            return None
+        return _tail(out.output, 2)
+
+    def pull_if_present(self, ref: str) -> tuple[bool, str]:
+        """Pull `ref` from its registry: (True, output) when pulled, (False, output) when the registry answered
+        that it has no such image. A registry that does not answer (or refuses us) is a RegistryError."""
+        out = self._call([self.executable, "pull", validate_image_ref(ref)], timeout=3600)
+        if out.returncode == 0:
+            return True, out.output
+        if out.timed_out or not _NOT_THERE.search(out.output):
+            raise RegistryError(
+                f"could not pull {ref}: {_tail(out.output, 3)}",
+                fix=_registry_fix(ref),
+            )
+        return False, out.output
+
+    def push(self, ref: str) -> tuple[str | None, str]:
+        """Push `ref`; (its registry digest `repository@sha256:...` when the CLI printed it, the output)."""
+        out = self._call([self.executable, "push", validate_image_ref(ref)], timeout=3600)
+        if out.returncode != 0:
+            raise RegistryError(f"could not push {ref}: {_tail(out.output, 3)}", fix=_registry_fix(ref))
+        found = re.search(r"digest: (sha256:[0-9a-f]{64})", out.output)
+        repository = ref.rsplit(":", 1)[0] if ":" in ref.rsplit("/", 1)[-1] else ref
+        return (f"{repository}@{found[1]}" if found else None), out.output
 
     def load(self, tarball: Path) -> str:
         out = self._call([self.executable, "load", "--input", str(tarball)], timeout=3600)
@@ -270,7 +340,11 @@ class DockerEngine:
         secrets: Mapping[str, Path],
         log: Path,
         timeout: float,
+        cache_from: Sequence[str] = (),
+        notes: Sequence[str] = (),
     ) -> Outcome:
+        """`docker build` (BuildKit) of `tag`. The log (`notes`, the command line, BuildKit's output) is written
+        atomically to `log` however the build ends; a failure raises BuildError naming the step."""
         argv = build_argv(
             self.executable,
             dockerfile=dockerfile,
@@ -279,8 +353,10 @@ class DockerEngine:
             build_args=build_args,
             labels=labels,
             secrets=secrets,
+            cache_from=cache_from,
         )
-        out = self._call(argv, timeout=timeout, log=log)
+        out = self._call(argv, timeout=timeout)
+        write_atomic(log, "".join(f"{line}\n" for line in notes) + f"+ {' '.join(argv)}\n{out.output}")
         if out.timed_out:
             raise BuildError(f"building {tag} took longer than {timeout:.0f}s; stopped (log: {log})")
         if out.returncode in (-2, 130) or (out.returncode != 0 and "context canceled" in out.output):
@@ -298,7 +374,14 @@ class DockerEngine:
             raise BuildError(text)
         return out
 
-    # -- containers
+    # -- containers (the Docker SDK)
+
+    def sdk(self) -> DockerClient:
+        """The Docker SDK's client, made once: the engine DOCKER_HOST or the CLI's current context names."""
+        with self._lock:
+            if self._client is None:
+                self._client = _connect()
+            return self._client
 
     def run(
         self,
@@ -308,31 +391,82 @@ class DockerEngine:
         log: Path,
         copy_out: Mapping[str, Path] = {},
     ) -> Outcome:
-        """Create a container, run it attached (its output goes to `log`), copy `copy_out` (container path ->
-        host path) out, and remove it: on success, failure, timeout and Ctrl-C alike."""
-        exe = self.executable
+        """Create a container, start it, stream its output into `log` while it runs, wait for it (at most
+        `timeout` seconds: then it is killed and the Outcome says timed_out), copy `copy_out` (container path ->
+        host path; "DIR/." copies the folder's contents) out, and remove it: on success, failure, timeout, a
+        stop and Ctrl-C alike. A stop (`proc.STOP`, the run's Ctrl-C/SIGTERM) kills it and raises
+        `proc.Stopped`."""
+        if proc.STOP.is_set():
+            raise proc.Stopped(f"not started, the run is stopping: a container of {spec.image}")
+        client = self.sdk()
         name = f"stackfarm-{uuid.uuid4().hex[:12]}"
-        created = self._call(create_argv(exe, spec, name), timeout=120)
-        if created.returncode != 0:
-            self._call([exe, "rm", "--force", name], timeout=60)
-            raise DockerError(
-                f"could not create a container of {spec.image}:\n    {_tail(created.output, 4)}"
-            )
+        args = ("docker", "run", spec.image, *spec.argv)  # what the Outcome says ran (the SDK has no argv)
+        start = time.monotonic()
         with self._lock:
             self._live.add(name)
         try:
-            # `start --attach` passes signals on to the container, so Ctrl-C reaches pytest inside it.
-            outcome = self._call([exe, "start", "--attach", name], timeout=timeout, log=log)
+            try:
+                container = client.containers.create(**create_options(spec, name))
+                container.start()
+            except Exception as exc:
+                raise _mapped(exc, f"could not start a container of {spec.image}") from exc
+            with _Stream(log, f"+ {' '.join(args)}\n") as stream:
+                reader = threading.Thread(
+                    target=stream.follow, args=(container,), name=f"logs-{name}", daemon=True
+                )
+                reader.start()
+                returncode, timed_out = self._wait(client, container, reader, deadline=start + timeout)
+                reader.join(timeout=proc.GRACE)
             for source, dest in copy_out.items():
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                # A missing file (pytest died early) is the caller's to report: it finds no JUnit file.
-                self._call([exe, "cp", f"{name}:{source}", str(dest)], timeout=300)
-            return outcome
+                # A missing path (pytest died early) is the caller's to report: it finds no JUnit file.
+                _copy_out(container, source, dest)
+            return Outcome(
+                args=args,
+                returncode=returncode,
+                output=stream.text(),
+                elapsed=time.monotonic() - start,
+                timed_out=timed_out,
+            )
         finally:
             self._remove(name)
 
+    def _wait(
+        self, client: DockerClient, container: Container, reader: threading.Thread, *, deadline: float
+    ) -> tuple[int, bool]:
+        """(exit code, timed out) of a started container; a stop kills it and raises proc.Stopped."""
+        name = str(container.name)
+        while True:
+            try:
+                state = client.api.inspect_container(name)["State"]
+            except Exception as exc:
+                raise _mapped(exc, f"lost container {name}") from exc
+            if state.get("Status") in ("exited", "dead"):
+                return int(state.get("ExitCode", -1)), False
+            if proc.STOP.is_set():
+                self._kill(container)
+                raise proc.Stopped(f"stopped: container {name} was killed and removed")
+            if time.monotonic() >= deadline:
+                self._kill(container)
+                return 124, True
+            if reader.is_alive():
+                reader.join(POLL)
+            else:
+                time.sleep(POLL / 5)
+
+    @staticmethod
+    def _kill(container: Container) -> None:
+        # It may have exited meanwhile; removing it (run's finally) ends it either way.
+        with contextlib.suppress(Exception):
+            container.kill()
+
     def _remove(self, name: str) -> None:
-        self._call([self.executable, "rm", "--force", "--volumes", name], timeout=120)
+        try:
+            client = self.sdk()
+            client.api.remove_container(name, v=True, force=True)
+        except Exception as exc:
+            if not _is_not_found(exc):  # never created, or gone already: nothing to remove
+                # The SDK could not: the CLI may (its own connection); a container left behind is a leak.
+                self._call([self.executable, "rm", "--force", "--volumes", name], timeout=120)
         with self._lock:
             self._live.discard(name)
 
@@ -343,6 +477,140 @@ class DockerEngine:
         for name in names:
             self._remove(name)
         return len(names)
+
+
+class _Stream:
+    """A container's output as it comes: into its log file (flushed per chunk, so a long run can be followed
+    with `tail -f`) and kept for the Outcome."""
+
+    def __init__(self, log: Path, header: str) -> None:
+        self.log = log
+        self.header = header
+        self._chunks: list[bytes] = []
+        self._out: BinaryIO | None = None
+
+    def __enter__(self) -> _Stream:
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self._out = open(self.log, "wb")
+        self._out.write(self.header.encode())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._out is not None:
+            self._out.close()
+
+    def follow(self, container: Container) -> None:
+        try:
+            for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+                self._chunks.append(chunk)
+                if self._out is not None and not self._out.closed:
+                    self._out.write(chunk)
+                    self._out.flush()
+        except Exception:  # the container was killed or removed under the stream: what came is kept
+            return
+
+    def text(self) -> str:
+        return b"".join(self._chunks).decode("utf-8", errors="replace")
+
+
+def _connect() -> DockerClient:
+    try:
+        import docker
+    except ImportError as exc:
+        raise EngineError(
+            f"the Docker SDK for Python is missing ({exc})\n  fix: pip install docker (a stackfarm dependency: "
+            "reinstall stackfarm)"
+        ) from None
+    try:
+        return docker.from_env(timeout=120)
+    except docker.errors.DockerException as exc:
+        raise EngineError(
+            f"the Docker SDK cannot reach the engine: {exc}\n  fix: start dockerd (systemctl start docker, "
+            "or .ci/docker.sh) or point DOCKER_HOST at a running engine"
+        ) from None
+
+
+def _is_not_found(exc: BaseException) -> bool:
+    import docker.errors
+
+    return isinstance(exc, docker.errors.NotFound)
+
+
+def _mapped(exc: BaseException, doing: str) -> StackfarmError:
+    """An SDK or transport exception as the backend's error: the cell's (DockerError) or the engine's."""
+    import docker.errors
+    import requests
+
+    if isinstance(exc, StackfarmError):
+        return exc
+    if isinstance(exc, docker.errors.ImageNotFound):
+        return DockerError(f"{doing}: the engine has no such image ({exc.explanation})")
+    if isinstance(exc, docker.errors.APIError):
+        said = str(exc.explanation or exc)
+        if "no space left on device" in said.lower():
+            return DiskFullError(f"{doing}: the engine's disk is full: {said}\n  fix: `docker image prune`")
+        if "capabilities: [[gpu]]" in said:
+            return DockerError(
+                f"{doing}: the engine cannot hand a GPU to it ({said})\n  fix: install nvidia-container-toolkit"
+            )
+        return DockerError(f"{doing}: the engine said: {said}")
+    if isinstance(exc, (docker.errors.DockerException, requests.exceptions.RequestException, OSError)):
+        return EngineError(
+            f"{doing}: the Docker engine stopped answering: {exc}\n  fix: check dockerd (its log, its disk)"
+        )
+    raise exc
+
+
+def _registry_fix(ref: str) -> str:
+    host = ref.split("/", 1)[0]
+    return (
+        f"check that the registry {host} answers (curl http://{host}/v2/), that `docker login {host}` was done "
+        f"if it needs credentials, and that dockerd trusts it (an http registry off 127.0.0.0/8 goes in "
+        "daemon.json's insecure-registries); or unset [docker] registry / STACKFARM_REGISTRY"
+    )
+
+
+def _safe_member(name: str, top: str) -> PurePosixPath | None:
+    """The member's path below the archive's top entry (`top` itself: "."), or None when it is not below it
+    or would climb out of it."""
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts or not path.parts or path.parts[0] != top:
+        return None
+    return PurePosixPath(*path.parts[1:]) if len(path.parts) > 1 else PurePosixPath(".")
+
+
+def _copy_out(container: Container, source: str, dest: Path) -> None:
+    """`docker cp`'s semantics for the two forms the backend uses: a file to `dest`, a folder ("DIR" or "DIR/.")
+    into the folder `dest`. Each file is written atomically; links, devices and climbing paths are refused."""
+    import docker.errors
+
+    path = source[:-2] if source.endswith("/.") else source
+    try:
+        chunks, stat = container.get_archive(path)
+        with tempfile.SpooledTemporaryFile(max_size=64 << 20) as spool:
+            for chunk in chunks:
+                spool.write(chunk)
+            spool.seek(0)
+            _extract(spool, str((stat or {}).get("name") or PurePosixPath(path).name), dest, source)
+    except docker.errors.NotFound:
+        return
+    except docker.errors.APIError as exc:
+        raise _mapped(exc, f"could not copy {source} out of {container.name}") from exc
+
+
+def _extract(archive: IO[bytes], top: str, dest: Path, source: str) -> None:
+    with tarfile.open(fileobj=archive, mode="r|") as tar:
+        for member in tar:
+            rel = _safe_member(member.name, top)
+            if rel is None:
+                raise DockerError(f"copying {source} out: the archive holds {member.name!r}, outside it")
+            target = dest if rel == PurePosixPath(".") else dest.joinpath(*rel.parts)
+            if member.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+            elif member.isfile():
+                data = tar.extractfile(member)
+                write_bytes_atomic(target, data.read() if data is not None else b"")
+            # links and devices a suite left in its output folder are not copied: they could point anywhere
 
 
 def _version(text: str) -> Version:
