@@ -1,5 +1,6 @@
 """`stackfarm plan --json`'s document (stackfarm.planjson) on the fake stack: each cell's input hash is the one
-the runner stores with its verdict, `stored` follows the runner's own reuse rule, durations come from a
+the runner stores with its verdict, `stored` follows the runner's own reuse rule on the shared store (a
+folder store here; tests/test_store.py covers the server), durations come from a
 history folder, runner kinds from [runners], and a wheel that cannot be looked up leaves a null hash with why."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from stackfarm.errors import ExitCode
 from stackfarm.matrix import load
 from stackfarm.planjson import plan_document
 from stackfarm.resolve import Resolver, plan_matrix
+from stackfarm.store import open_store
 
 pytest_plugins = ("fakestack",)
 
@@ -49,34 +51,42 @@ def cells(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["id"]: c for c in doc["cells"]}
 
 
-def test_the_input_hash_is_the_runners_and_stored_follows_reuse(fake_project: FakeProject) -> None:
+def test_the_input_hash_is_the_runners_and_stored_follows_reuse(
+    fake_project: FakeProject, tmp_path: Path
+) -> None:
     fake_project.suite("00-ok", "pass")
     fake_project.write_matrix([OLD, NEW], extra=RUNNERS)
-    before = cells(document(fake_project, store=fake_project.reports))
+    store = open_store(tmp_path / "store")
+    before = cells(document(fake_project, store=store))
     assert [c["stored"] for c in before.values()] == [False, False], "an empty store holds nothing"
-    assert fake_project.run("--cells", cell_id(OLD)) == ExitCode.OK
+    assert fake_project.run("--cells", cell_id(OLD), "--store", store.where) == ExitCode.OK
     stored = verdict.read(verdict.path_of(fake_project.reports, cell_id(OLD)))
-    after = cells(document(fake_project, store=fake_project.reports))
+    after = cells(document(fake_project, store=store))
     assert after[cell_id(OLD)]["input_hash"] == stored.input_hash == before[cell_id(OLD)]["input_hash"]
     assert after[cell_id(OLD)]["stored"] is True
     assert after[cell_id(NEW)]["stored"] is False, "never run"
     assert after[cell_id(NEW)]["input_hash"] not in (None, stored.input_hash)
     # Hashed for another backend or a GPU runner, the same verdict does not stand.
-    docker = cells(document(fake_project, store=fake_project.reports, backend="docker", gpu=True))
+    docker = cells(document(fake_project, store=store, backend="docker", gpu=True))
     assert docker[cell_id(OLD)]["stored"] is False
     assert document(fake_project)["hash_basis"] == {"backend": "local", "gpu": False}
+    assert document(fake_project, store=store)["store"] == str(tmp_path / "store")
     # A verdict whose JUnit file is gone is not reused by the runner: not stored either.
-    (fake_project.reports / cell_id(OLD) / "00-ok.xml").unlink()
-    assert cells(document(fake_project, store=fake_project.reports))[cell_id(OLD)]["stored"] is False
+    [junit] = (tmp_path / "store").glob("*/*/*/00-ok.xml")
+    junit.unlink()
+    doc = document(fake_project, store=store)
+    assert cells(doc)[cell_id(OLD)]["stored"] is False
+    assert any("00-ok.xml is listed in the manifest but missing" in w for w in doc["warnings"])
 
 
-def test_changed_inputs_are_not_stored(fake_project: FakeProject) -> None:
+def test_changed_inputs_are_not_stored(fake_project: FakeProject, tmp_path: Path) -> None:
     suite = fake_project.suite("00-ok", "pass")
     fake_project.write_matrix()
-    assert fake_project.run() == ExitCode.OK
-    assert cells(document(fake_project, store=fake_project.reports))[cell_id(OLD)]["stored"] is True
+    store = open_store(tmp_path / "store")
+    assert fake_project.run("--store", store.where) == ExitCode.OK
+    assert cells(document(fake_project, store=store))[cell_id(OLD)]["stored"] is True
     (suite / "test_it.py").write_text((suite / "test_it.py").read_text() + "\n\ndef test_more():\n    pass\n")
-    assert cells(document(fake_project, store=fake_project.reports))[cell_id(OLD)]["stored"] is False
+    assert cells(document(fake_project, store=store))[cell_id(OLD)]["stored"] is False
 
 
 def test_runner_kind_gpus_arch_and_estimates(fake_project: FakeProject, tmp_path: Path) -> None:

@@ -11,12 +11,14 @@ Each cell of the plan carries, beside its values and components:
   the index answers, hashed by stackfarm.plan.input_hash) for the backend and GPU presence named in the
   document's ``hash_basis``; null, with ``input_hash_error`` saying why, when a wheel cannot be looked up (an
   index that did not answer, a wheel the index lacks);
-- ``stored``: whether the verdict store (``--store DIR``) holds a verdict that may stand for this input hash.
+- ``stored``: whether the shared verdict store (``--store DIR|URL``, stackfarm.store) holds a verdict that may
+  stand for this input hash.
 
-The store is a reports folder: ``<store>/<cell>/verdict.json`` beside the cell's JUnit files, as `stackfarm run`
-writes and the nightly's merged report keeps. A verdict there counts as stored exactly when the runner would
-reuse it (stackfarm.verdict.read + stackfarm.verdict.reusable: same input hash, a cell that ran, its JUnit files
-intact), so a cell marked stored costs no GPU time on any runner.
+The store is keyed by input hash (``<store>/<input hash>/<cell>/``, as `stackfarm run --store` pushes). A verdict
+there counts as stored exactly when the runner would reuse it (its files' sha256 as the entry's manifest says,
+then stackfarm.verdict.read + stackfarm.verdict.reusable: same input hash, a cell that ran, its JUnit files
+intact), so a cell marked stored costs no GPU time on any runner. A broken entry is not stored, with a warning;
+a store that does not answer raises (exit 4), never "not stored".
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .matrix import Matrix, Runner
 from .plan import Cell, Component, Plan, input_hash
 from .resolve import Resolver
 from .runner import cell_inputs
+from .store import BrokenEntry, Store
 
 #: What a document's input hashes are computed for unless told otherwise: a GPU runner realising the cells in
 #: Docker, as the nightly's cell jobs do.
@@ -86,16 +89,15 @@ def cell_hash(
     return input_hash(cell_inputs(matrix, cell, artifacts, backend=backend, gpu=gpu)), None
 
 
-def is_stored(store: Path, cell_id: str, digest: str) -> bool:
-    """Whether the store's verdict of the cell may stand for a run with this input hash."""
-    path = verdict.path_of(store, cell_id)
-    if not path.is_file():
-        return False
+def is_stored(store: Store, cell_id: str, digest: str, warnings: list[str] | None = None) -> bool:
+    """Whether the store holds a verdict of the cell that may stand for a run with this input hash (a broken
+    entry does not; `warnings` gets why)."""
     try:
-        found = verdict.read(path)
-    except ValueError:
+        return store.holds(cell_id, digest)
+    except BrokenEntry as exc:
+        if warnings is not None:
+            warnings.append(f"{exc}: not stored, the cell runs again")
         return False
-    return verdict.reusable(found, digest) is None
 
 
 def plan_document(
@@ -105,7 +107,7 @@ def plan_document(
     resolver: Resolver | None,
     *,
     history: Path | None = None,
-    store: Path | None = None,
+    store: Store | None = None,
     backend: str = DEFAULT_BACKEND,
     gpu: bool = True,
 ) -> dict[str, Any]:
@@ -132,14 +134,14 @@ def plan_document(
                 "estimated_seconds": estimates.get(cell.id),
                 "input_hash": digest,
                 "input_hash_error": why,
-                "stored": bool(store is not None and digest and is_stored(store, cell.id, digest)),
+                "stored": bool(store is not None and digest and is_stored(store, cell.id, digest, warnings)),
             }
         )
     return {
         "matrix": str(matrix.path),
         "hash_basis": {"backend": backend, "gpu": gpu},
         "history": str(history) if history is not None else None,
-        "store": str(store) if store is not None else None,
+        "store": store.where if store is not None else None,
         "cells": cells,
         "conflicts": [{"id": c.cell.id, "problems": list(c.problems)} for c in plan.conflicts],
         "excluded": [{"id": e.cell.id, "reason": e.reason} for e in plan.excluded],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import shutil
@@ -25,6 +26,7 @@ from .matrix import Matrix, Suite
 from .plan import Cell, Component, Plan, input_hash
 from .proc import call
 from .resolve import Resolver
+from .store import BrokenEntry, Store
 from .ui import CellProgress
 from .verdict import Cause, CellReport, Status, SuiteResult, Wheel, read_suite
 
@@ -58,6 +60,8 @@ class RunOptions:
     reports: Path
     jobs: int
     force: bool = False
+    #: The shared verdict store (stackfarm.store): reused from before a cell runs, pushed to after.
+    store: Store | None = None
 
 
 def gpu_unavailable_reason() -> str | None:
@@ -105,6 +109,8 @@ class Runner:
         self.cancel = threading.Event()
         self.run_id = new_run_id()
         self.finished: dict[str, CellReport] = {}
+        #: Pushes to the shared store that failed (the run exits 4 when nothing worse happened).
+        self.store_problems: list[str] = []
         self._patched_files: dict[str, tuple[str, ...]] = {}
 
     # -- the whole plan ---------------------------------------------------------------------------------------
@@ -221,7 +227,9 @@ class Runner:
             self.cache.record_use(self.run_id, [*used, workdir])
         # One run at a time builds a cell's work dir; another run sharing the cache waits, saying so.
         with self.cache.lock(workdir, notify=self.ui.note):
-            return self._run_fresh(cell, artifacts, report, inputs, workdir)
+            fresh = self._run_fresh(cell, artifacts, report, inputs, workdir)
+        self._publish(fresh)
+        return fresh
 
     def _run_fresh(
         self,
@@ -274,19 +282,63 @@ class Runner:
 
         A host's installation can change without any input we could hash cheaply: it always runs."""
         path = verdict.path_of(self.options.reports, cell.id)
-        if self.options.force or not self.backend.needs_artifacts or not path.is_file():
+        if self.options.force or not self.backend.needs_artifacts:
             return None
+        if not path.is_file():
+            return self._reuse_stored(cell, digest)
         try:
             stored = verdict.read(path)
         except ValueError as exc:
             self.ui.note(f"{exc}; running the cell again")
-            return None
+            return self._reuse_stored(cell, digest)
         if verdict.reusable(stored, digest) is not None:
-            return None
+            return self._reuse_stored(cell, digest)
         self.ui.done(
             cell.id, "reused", f"{stored.report.status}: inputs unchanged since run {stored.report.run_id}"
         )
+        self._publish(stored.report, missing_only=True)  # computed here before the store had it
         return replace(stored.report, reused=True)
+
+    def _reuse_stored(self, cell: Cell, digest: str) -> CellReport | None:
+        """The shared store's verdict for these inputs, downloaded into reports/<cell>/, else None. A store
+        that does not answer raises (the cell is an error of the environment, never silently run or not)."""
+        store = self.options.store
+        if store is None:
+            return None
+        try:
+            fetched = store.fetch(cell.id, digest, self.options.reports)
+        except BrokenEntry as exc:
+            self.ui.note(f"{exc}; running the cell again (its push replaces the entry)")
+            return None
+        if fetched is None:
+            return None
+        self.ui.note(
+            f"{cell.id}: verdict reused from {store.where} (input hash {digest[:12]}…), nothing built or run"
+        )
+        self.ui.done(
+            cell.id, "reused", f"{fetched.report.status}: inputs unchanged since run {fetched.report.run_id}"
+        )
+        return replace(fetched.report, reused=True)
+
+    def _publish(self, report: CellReport, *, missing_only: bool = False) -> None:
+        """Push a verdict of a cell that ran to the shared store. A push that fails is said and counted in
+        `store_problems` (the run then exits 4); the verdict stands in reports/ all the same."""
+        store = self.options.store
+        if store is None or not report.ran or not self.backend.needs_artifacts:
+            return  # a host's verdict is never reused (see _reuse): nobody may take it from the store
+        try:
+            if missing_only:
+                with contextlib.suppress(BrokenEntry):  # a broken entry is pushed again: that repairs it
+                    if store.holds(report.cell, report.input_hash):
+                        return
+            key = store.push(self.options.reports, report)
+        except EnvironmentProblem as exc:
+            line = f"{report.cell}: verdict not pushed to {store.where}: {str(exc).splitlines()[0]}"
+            self.store_problems.append(line)
+            self.ui.note(line)
+            return
+        if key is not None:
+            self.ui.note(f"{report.cell}: verdict pushed to {store.where} ({key})")
 
     def _patch(
         self, cell: Cell, artifacts: dict[Component, Artifact], workdir: Path, out: Path

@@ -26,10 +26,11 @@ from ..errors import EnvironmentProblem, ExitCode, StackfarmError
 from ..files import write_atomic
 from ..matrix import Matrix, load
 from ..plan import plan, select
-from ..planjson import plan_document
+from ..planjson import DEFAULT_BACKEND, plan_document
 from ..reports import write_summaries
 from ..resolve import Resolver, plan_matrix
 from ..runner import Runner, RunOptions, gpu_unavailable_reason
+from ..store import BrokenEntry, Store, open_store
 from ..ui import CellProgress
 from ..verdict import CellReport
 from ..worker import read_plan, select_from_plan
@@ -58,10 +59,10 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     )
     p_plan.add_argument(
         "--store",
-        type=Path,
         default=None,
-        help="a reports folder of stored verdicts: is each reusable (--json)",
+        help="the shared verdict store (a folder or an http(s) URL): is each cell's verdict stored (--json)",
     )
+    hash_basis(p_plan)
     p_plan.set_defaults(func=cmd_plan)
     p_run = sub.add_parser("run", parents=[common], help="realise the cells and run their suites")
     p_run.add_argument("--reports", type=Path, default=Path("reports"), help="where reports go (reports/)")
@@ -84,6 +85,11 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
         default=None,
         help="with --plan: the plan's I-th cell, 0-based (e.g. $JOB_COMPLETION_INDEX)",
     )
+    p_run.add_argument(
+        "--store",
+        default=None,
+        help="the shared verdict store (a folder or an http(s) URL): reuse its verdicts, push new ones",
+    )
     p_run.set_defaults(func=cmd_run)
     p_report = sub.add_parser(
         "report", help="rebuild junit.xml, the summaries and index.html from stored verdicts"
@@ -95,6 +101,20 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     p_report.add_argument(
         "--gate", action="store_true", help="exit with the merged verdicts' code, as `run` does"
     )
+    p_report.add_argument(
+        "--from",
+        dest="source",
+        default=None,
+        metavar="STORE",
+        help="first merge the shared store's verdict of every planned cell (folder or http(s) URL)",
+    )
+    p_report.add_argument(
+        "--plan", default=None, help="with --from: the cells and input hashes of this `plan --json` document"
+    )
+    p_report.add_argument(
+        "--matrix", type=Path, default=Path("matrix.toml"), help="with --from and no --plan: plan this matrix"
+    )
+    hash_basis(p_report)
     p_report.set_defaults(func=cmd_report)
     p_bundle = sub.add_parser("bundle", help="write a cell's Docker image as a tarball for an offline runner")
     p_bundle.add_argument("cell", help="a cell id (or an image tag) built by --backend docker")
@@ -102,8 +122,31 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     p_bundle.set_defaults(func=cmd_bundle)
 
 
+def hash_basis(parser: argparse.ArgumentParser) -> None:
+    """--backend / --no-gpu: the runner the input hashes are computed for (a plan is made off the GPU box)."""
+    parser.add_argument(
+        "--backend",
+        choices=NAMES,
+        default=DEFAULT_BACKEND,
+        help=f"input hashes as this backend's runs compute them (default {DEFAULT_BACKEND})",
+    )
+    parser.add_argument(
+        "--no-gpu", action="store_true", help="input hashes as a runner without a GPU computes them"
+    )
+
+
+def opened_store(location: str | None, *, create: bool = False) -> Store | None:
+    """The --store / --from store, checked before any work (an unreachable one is exit 4, naming it)."""
+    if location is None:
+        return None
+    store = open_store(location)
+    store.probe(create=create)
+    return store
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
+    store = opened_store(args.store)
     matrix = load(args.matrix)
     resolver = Resolver(matrix, Cache(), refresh=args.refresh)
     p, unreachable = plan_matrix(matrix, resolver, args.cells)
@@ -111,7 +154,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     # An index that did not answer leaves cells unplanned: never exit 0 on that.
     code = ExitCode.ENVIRONMENT if unreachable else ExitCode.OK
     if args.json:
-        data = plan_document(matrix, p, unreachable, resolver, history=args.history, store=args.store)
+        data = plan_document(
+            matrix,
+            p,
+            unreachable,
+            resolver,
+            history=args.history,
+            store=store,
+            backend=args.backend,
+            gpu=not args.no_gpu,
+        )
         data["driver_problems"] = drivers
         print(json.dumps(data, indent=2, default=str))
         return code
@@ -163,6 +215,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.plan is not None:  # one cell of a stored plan (a fan-out engine's worker)
         by_id = args.cells if args.cell_index is None else None
         args.cells = select_from_plan(read_plan(args.plan), index=args.cell_index, cell_id=by_id)
+    store = opened_store(args.store, create=True)
     matrix = only_suites(load(args.matrix), args.suites)
     cache = Cache()
     resolver = Resolver(matrix, cache, refresh=args.refresh)
@@ -183,7 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise StackfarmError(f"no cell of {args.matrix} matches --cells {args.cells!r}")
     writable(args.reports)
     proc.STOP.clear()  # a stop belongs to one run (a process may run several, e.g. the tests)
-    options = RunOptions(reports=args.reports, jobs=args.jobs, force=args.force)
+    options = RunOptions(reports=args.reports, jobs=args.jobs, force=args.force, store=store)
     no_gpu = gpu_unavailable_reason()
     with CellProgress() as ui, sigterm_interrupts(), cache.lock(args.reports.resolve(), notify=ui.note):
         for warning in p.warnings:
@@ -200,7 +253,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             return ExitCode.INTERRUPTED
     write_reports(args.reports, reports, matrix=args.matrix)
     print_summary(reports, args.reports, console)
-    return verdict.exit_code(reports)
+    code = verdict.exit_code(reports)
+    if runner.store_problems and code in (ExitCode.OK, ExitCode.INCOMPLETE):
+        console.print(
+            f"{len(runner.store_problems)} verdict(s) not pushed to the store: exit {ExitCode.ENVIRONMENT}"
+        )
+        return ExitCode.ENVIRONMENT
+    return code
 
 
 def writable(folder: Path) -> None:
@@ -263,8 +322,48 @@ def print_summary(reports: Sequence[CellReport], where: Path, console: Console) 
     )
 
 
+def planned_hashes(args: argparse.Namespace) -> list[tuple[str, str | None, str | None]]:
+    """(cell id, input hash, why none) of every cell of --plan, or of the --matrix planned here."""
+    if args.plan is not None:
+        doc = read_plan(args.plan)
+    else:
+        matrix = load(args.matrix)
+        resolver = Resolver(matrix, Cache())
+        p, unreachable = plan_matrix(matrix, resolver, None)
+        doc = plan_document(matrix, p, unreachable, resolver, backend=args.backend, gpu=not args.no_gpu)
+    return [(str(c["id"]), c.get("input_hash"), c.get("input_hash_error")) for c in doc["cells"]]
+
+
+def merge_from(store: Store, reports: Path, console: Console, args: argparse.Namespace) -> list[str]:
+    """Fetch the store's verdict of every planned cell into reports/; one line per cell it holds none of."""
+    writable(reports)
+    merged, missing = 0, []
+    for cell, digest, why in planned_hashes(args):
+        if not digest:
+            missing.append(f"{cell}: no input hash ({why or 'not computed'})")
+            continue
+        try:
+            found = store.fetch(cell, digest, reports)
+        except BrokenEntry as exc:
+            error_line(str(exc))
+            found = None
+        if found is None:
+            missing.append(f"{cell}: the store holds no verdict for its inputs ({digest[:12]}…)")
+        else:
+            merged += 1
+    console.print(
+        f"merged {merged} verdict(s) from {escape(store.where)} into {reports}/"
+        + (f"; {len(missing)} planned cell(s) have none:" if missing else "")
+    )
+    for line in missing:
+        console.print(f"  {escape(line)}")
+    return missing
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
+    store = opened_store(args.source)
+    missing = merge_from(store, args.reports, console, args) if store is not None else []
     stored, _ = verdict.read_all(args.reports)
     if not stored:
         raise StackfarmError(f"no verdicts under {args.reports}/: run `stackfarm run` first")
@@ -272,7 +371,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         htmlreport.write_history(history.write(args.history, args.reports), args.reports)
     reports = write_reports(args.reports)
     print_summary(reports, args.reports, console)
-    return verdict.exit_code(reports) if args.gate else 0
+    if not args.gate:
+        return 0
+    code = verdict.exit_code(reports)
+    # A planned cell without a verdict was never judged: the merged store is not green.
+    return ExitCode.INCOMPLETE if missing and code == ExitCode.OK else code
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
