@@ -199,9 +199,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             if rng and not state.ignore_range:
-                start = int(rng.removeprefix("bytes=").rstrip("-"))
-                crange = f"bytes {start}-{len(data) - 1}/{len(data)}"
-                self._send(206, data[start:], "application/octet-stream", {"Content-Range": crange})
+                first, _, last = rng.removeprefix("bytes=").partition("-")
+                if not first:  # bytes=-N: the last N bytes
+                    start, end = max(0, len(data) - int(last)), len(data)
+                else:
+                    start, end = int(first), min(len(data), int(last) + 1 if last else len(data))
+                crange = f"bytes {start}-{end - 1}/{len(data)}"
+                self._send(206, data[start:end], "application/octet-stream", {"Content-Range": crange})
             else:
                 self._send(200, data, "application/octet-stream")
         else:
@@ -616,6 +620,7 @@ def test_metadata_and_requires_dist(index: FakeIndex, cache: Cache, tmp_path: Pa
         "new-py; python_full_version >= '3.11.0'",
     )
     art = index.add(build_wheel(tmp_path, requires=requires))
+    index.ignore_range = True  # neither PEP 658 nor ranges: the whole wheel is read
     meta = cache.metadata(art)
     assert meta["Name"] == "pkg"
     assert cache.metadata(art) is meta
@@ -672,6 +677,7 @@ def test_pep658_metadata_mismatch_is_refused_and_not_kept(
 def test_pep658_without_hash_or_missing_falls_back_to_the_wheel(
     index: FakeIndex, cache: Cache, tmp_path: Path
 ) -> None:
+    index.ignore_range = True  # no range reads either: the whole wheel
     one = build_wheel(tmp_path, name="one")
     index.add(one, metadata=_metadata_of(one), metadata_digest="")  # "true": no hash to check it by
     art = find_artifact(index.source, "one", "1.0", TARGET)
@@ -685,6 +691,28 @@ def test_pep658_without_hash_or_missing_falls_back_to_the_wheel(
     del index.blobs[two.name + ".metadata"]  # listed, but the server has no such file
     assert cache.metadata(art)["Name"] == "two"
     assert cache.blob_path(art).is_file()
+
+
+def test_metadata_by_range_requests_without_pep658(index: FakeIndex, tmp_path: Path) -> None:
+    filler = {f"pkg/data{i}.bin": bytes(range(256)) * 4096 for i in range(8)}  # 8 MiB the read never needs
+    wheel = build_wheel(tmp_path, requires=("torch==2.9.1",), extra=filler)
+    art = index.add(wheel)
+    cache = Cache(tmp_path / "cache")
+    assert [str(r) for r in requires_dist(cache.metadata(art), python="3.11")] == ["torch==2.9.1"]
+    assert not cache.blob_path(art).exists()
+    ranges = [h.get("Range") for path, h in index.requests if path == f"/files/{wheel.name}"]
+    assert ranges
+    assert all(ranges)  # every request asked a range: the wheel was never downloaded whole
+    assert Cache(cache.root).metadata(art)["Name"] == "pkg"  # kept: no more requests
+    assert len([p for p, _h in index.requests if p == f"/files/{wheel.name}"]) == len(ranges)
+
+
+def test_range_read_of_a_file_of_another_size_is_refused(
+    index: FakeIndex, cache: Cache, tmp_path: Path
+) -> None:
+    art = dataclasses.replace(index.add(build_wheel(tmp_path)), size=123)
+    with pytest.raises(ArtifactError, match="the index listed 123"):
+        cache.metadata(art)
 
 
 def test_metadata_comes_from_the_cached_wheel_first(index: FakeIndex, cache: Cache, tmp_path: Path) -> None:

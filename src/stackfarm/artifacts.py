@@ -33,7 +33,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from stackfarm import cachekeep, indexauth, indexwait, proc
+from stackfarm import cachekeep, indexauth, indexwait, lazyzip, proc
 from stackfarm.errors import ArtifactError, IndexUnreachableError, did_you_mean
 from stackfarm.files import write_bytes_atomic
 from stackfarm.listing import File, parse_listing
@@ -536,11 +536,12 @@ class Cache:
     def metadata(self, artifact: Artifact) -> email.message.Message:
         """The wheel's ``*.dist-info/METADATA``, parsed: from the wheel when it is in the cache, else from the
         index's PEP 658 ``<wheel url>.metadata`` (checked against the listing's sha256, kept in ``metadata/``),
-        else from the downloaded wheel."""
+        else read out of the remote wheel with range requests (stackfarm.lazyzip: its central directory and the
+        one member, CRC-checked, the archive's size checked against the listing), else from the whole wheel."""
         if artifact.sha256 in self._metadata:
             return self._metadata[artifact.sha256]
         blob = self.blob_path(artifact)
-        if not blob.is_file() and (raw := self._core_metadata(artifact)) is not None:
+        if not blob.is_file() and (raw := self._core_metadata(artifact) or self._ranged_metadata(artifact)):
             message = BytesParser(policy=email.policy.compat32).parsebytes(raw)
             self._metadata[artifact.sha256] = message
             return message
@@ -560,6 +561,27 @@ class Cache:
         message = BytesParser(policy=email.policy.compat32).parsebytes(raw)
         self._metadata[artifact.sha256] = message
         return message
+
+    def _ranged_metadata(self, artifact: Artifact) -> bytes | None:
+        """METADATA read out of the remote wheel by range requests (kept in ``metadata/``); None where the server
+        answers no ranges (the whole wheel is fetched instead)."""
+        if urlparse(artifact.url).scheme not in ("http", "https"):
+            return None
+        path = self.root / "metadata" / f"{_checked_sha(artifact)}.zip.METADATA"
+        with contextlib.suppress(OSError):
+            return path.read_bytes()
+        try:
+            remote = lazyzip.RemoteZip(artifact.url, artifact.size, retrying=_retrying)
+        except lazyzip.NoRanges:
+            return None
+        except urllib.error.HTTPError as exc:
+            raise ArtifactError(f"{artifact.url} answered HTTP {exc.code} {exc.reason}") from exc
+        names = [n for n in remote.members if _is_metadata(n)]
+        if len(names) != 1:
+            raise ArtifactError(f"{artifact.filename} has {len(names)} dist-info/METADATA, not 1")
+        raw = remote.read(names[0])
+        write_bytes_atomic(path, raw)
+        return raw
 
     def _core_metadata(self, artifact: Artifact) -> bytes | None:
         """The PEP 658 metadata file's bytes, verified (cached by the wheel's sha256); None where the index
