@@ -461,10 +461,18 @@ def _site(run: _GateRun, feature: Feature, site: FlagSite, results: dict[Arch, l
     else:
         ref_value = evaluate_site(run.tree, site, reference, run.cuda, assume=assume, environ=run.environ)
     undecided = any(v is None and why for v, why in judged.values())
-    if ref_value is False or not (undecided or any(v is False for v in values.values())):
-        return  # not decided by the GPU: off everywhere (or nowhere) is no capability question
+    on_somewhere = [str(arch) for arch, (v, why) in judged.items() if v is not False and not why]
+    if ref_value is False and not on_somewhere:
+        return  # off everywhere, the reference included: no per-GPU question (a ROCm / NPU-only path, say)
+    if ref_value is not False and not (undecided or any(v is False for v in values.values())):
+        return  # not decided by the GPU: on (or run-time dependent) everywhere
+    also_ref = (
+        f"; false on the reference {reference} too, not false on {', '.join(on_somewhere)}"
+        if ref_value is False
+        else ""
+    )
     for arch, (value, unresolved) in judged.items():
-        finding = _flag_finding(run.comp, feature, site, arch, value, unresolved)
+        finding = _flag_finding(run.comp, feature, site, arch, value, unresolved, also_ref)
         results[arch].append(finding)
         run.out.add(finding)
 
@@ -540,7 +548,9 @@ def _flag_finding(
     arch: Arch,
     value: bool | None,
     unresolved: str = "",
+    also_ref: str = "",
 ) -> Finding:
+    """`also_ref` says that the reference arch is off too (the site is on only on other targets)."""
     base = Finding("flag", str(arch), comp.distribution, site.path, site.line, site.symbol, "ok", "pass", "",
                    feature.name)  # fmt: skip
     head = (
@@ -555,8 +565,9 @@ def _flag_finding(
     if arch in feature.off:
         why = f"{head} is false on {arch}, as declared ({feature.off[arch]!r})"
         return replace(base, verdict="gated-off", message=why)
+    versus = also_ref or ", but not on the reference arch"
     why = (
-        f"{head} is false on {arch} with the flag set, but not on the reference arch. Fix: patch the condition "
+        f"{head} is false on {arch} with the flag set{versus}. Fix: patch the condition "
         f'at {site.path}:{site.line} to accept {arch}, or declare [features.{feature.name}] off = {{ {arch} = "why" }}'
     )
     return replace(base, verdict="gated-off", outcome="fail", message=why)

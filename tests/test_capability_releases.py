@@ -1,0 +1,343 @@
+"""10-capability's and 20-eagle3's finding classes pinned on real SGLang wheels: one old (0.4.10.post2), one
+middle (0.5.5, 0.5.10) and the newest (0.5.23) release each, unpatched, on sm_80 / sm_90 / sm_100 / sm_120
+(reference sm_90) with matrix.toml's [features].
+
+Every expectation quotes the source lines of that release that decide it (paths inside the wheel). The wheels
+come through the farm's artifacts layer (matrix.toml's index) into the shared cache: marked integration, and
+skipped with the reason when a wheel cannot be fetched. Classes no release produces are said so here, with
+the lines that show why; their behaviour is pinned on small trees in test_capauto.py / test_eagle3.py.
+
+10-capability's classes (kind:verdict): table ok / missing-crash / missing-graceful; gate ok / gated-off /
+missing-crash / unknown, an absent configured gate (n/a, or a failure when nothing decides the feature);
+flag ok / gated-off / unknown; auto ok / auto-on-gated-off / auto-off-gate-on / unknown; expectation.
+20-eagle3's: implemented / inherited / delegated / missing / optional-missing / class-not-in-release.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomllib
+
+from stackfarm.analysis.eagle3 import check_class, derive_contract
+from stackfarm.analysis.sourcetree import SourceTree
+from stackfarm.cellspec import CellSpec, InstalledComponent
+
+REPO = Path(__file__).resolve().parent.parent
+ARCHS = ("sm_80", "sm_90", "sm_100", "sm_120")
+pytestmark = pytest.mark.integration
+
+
+def _tree(version: str) -> Path:
+    from stackfarm.matrix import load as load_matrix
+    from stackfarm.patches.trees import sglang_trees
+
+    try:
+        trees = sglang_trees(load_matrix(REPO / "matrix.toml"), [version], echo=lambda _: None)
+    except Exception as exc:  # no index, no network: the pin cannot be checked here
+        pytest.skip(f"cannot fetch the sglang {version} wheel: {type(exc).__name__}: {exc}")
+    if version not in trees:
+        pytest.skip(f"cannot fetch the sglang {version} wheel")
+    return trees[version]
+
+
+_ANALYSED: dict[str, list[Any]] = {}
+
+
+def _findings(version: str) -> list[Any]:
+    """Every static 10-capability finding of the unpatched release (analysed once per test session)."""
+    if version not in _ANALYSED:
+        sys.path.insert(0, str(REPO / "suites" / "10-capability"))
+        capability = importlib.import_module("capability_findings")
+        root = _tree(version)
+        raw = tomllib.loads((REPO / "matrix.toml").read_text(encoding="utf-8"))
+        comp = InstalledComponent(axis="sglang", distribution="sglang", version=version, filename="x.whl",
+                                  sha256=root.name, source="pypi", root=str(root))  # fmt: skip
+        cell = CellSpec(id=version, values={"cuda": "12.8", "sglang": version}, backend="local",
+                        components=(comp,), archs=ARCHS, reference_arch="sm_90", features=raw["features"],
+                        settings={"10-capability": {}})  # fmt: skip
+        _ANALYSED[version] = list(capability.analyse(cell).findings)
+    return _ANALYSED[version]
+
+
+def _pick(version: str, **want: object) -> Callable[[str], Any]:
+    """The finding per arch among those whose attributes equal `want` (exactly one per arch)."""
+    chosen = [f for f in _findings(version) if all(getattr(f, k) == v for k, v in want.items())]
+    by_arch: dict[str, Any] = {}
+    for f in chosen:
+        assert f.arch not in by_arch, f"two findings for {want} on {f.arch}"
+        by_arch[f.arch] = f
+    return lambda arch: by_arch[arch]
+
+
+def _verdicts(version: str, **want: object) -> dict[str, tuple[str, str]]:
+    return {
+        f.arch: (f.outcome, f.verdict)
+        for f in _findings(version)
+        if all(getattr(f, k) == v for k, v in want.items())
+    }
+
+
+# --------------------------------------------------------------------------------------------- old: 0.4.10.post2
+
+
+def test_old_0_4_10_post2_gates_found_through_flags() -> None:
+    """0.4.10.post2 has no apply_flashinfer_allreduce_fusion; the fusion is decided where the flag is read as a
+    dict subscript, sglang/srt/layers/communicator.py:429-433:
+
+        if (
+            _is_sm100_supported                         # :41 `_is_sm100_supported = is_cuda() and is_sm100_supported()`
+            and _is_flashinfer_available
+            and hasattr(layernorm, "forward_with_allreduce_fusion")
+            and global_server_args_dict["enable_flashinfer_allreduce_fusion"]
+            and hidden_states.shape[0] <= 128
+
+    (deepseek_v2.py:1842 reads it as `global_server_args_dict.get("enable_flashinfer_allreduce_fusion", False)`).
+    So the configured gates are n/a, decided there; the condition is off on sm_80 / sm_90 / sm_120 (sm_100 only,
+    the reference sm_90 included: said in the message) and not decided by the GPU on sm_100."""
+    absent = [
+        f
+        for f in _findings("0.4.10.post2")
+        if f.kind == "gate" and f.feature == "flashinfer-allreduce-fusion"
+    ]
+    assert {(f.symbol, f.outcome) for f in absent} == {
+        ("apply_flashinfer_allreduce_fusion", "n/a"),
+        ("gen_trtllm_comm_module", "n/a"),
+    }
+    assert "decided here by the conditions that read its flags: sglang/srt/layers/communicator.py:429" in (
+        absent[0].message
+    )
+    assert "sglang/srt/models/deepseek_v2.py:1842" in absent[0].message
+    flag = _verdicts("0.4.10.post2", kind="flag", file="sglang/srt/layers/communicator.py", line=429)
+    assert flag == {
+        "sm_80": ("fail", "gated-off"),
+        "sm_90": ("fail", "gated-off"),
+        "sm_100": ("pass", "ok"),
+        "sm_120": ("fail", "gated-off"),
+    }
+    sm120 = _pick("0.4.10.post2", kind="flag", line=429)("sm_120")
+    assert "false on the reference sm_90 too, not false on sm_100" in sm120.message
+
+
+def test_old_0_4_10_post2_absent_features_tables_and_auto() -> None:
+    """0.4.10.post2 has no torch symmetric-memory all-reduce at all: no
+    sglang/srt/distributed/device_communicators/torch_symm_mem.py, and its server_args.py:222 flag is
+    `enable_symm_mem`, not `enable_torch_symm_mem`: a failure (nothing decides the feature), as for fa3-attention
+    (no attention_registry.py; its fa3 backend is picked in model_runner.py:1428). Without torch_symm_mem.py
+    (its TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES and _WORLD_SIZES_MULTIMEM come with it) there is no capability-keyed
+    table; server_args.py only declares `enable_flashinfer_allreduce_fusion: bool = False` (:179) and never
+    assigns it: no auto-enable finding. The fa3 expectation off.sm_120 passes (nothing contradicts it)."""
+    found = _findings("0.4.10.post2")
+    failed = {f.symbol for f in found if f.kind == "gate" and f.outcome == "fail"}
+    assert failed == {"torch-symm-mem-allreduce", "fa3-attention"}
+    assert not [f for f in found if f.kind in ("table", "auto")]
+    assert _verdicts("0.4.10.post2", kind="expectation", symbol="features.fa3-attention.off") == {
+        "sm_120": ("pass", "gated-off")
+    }
+
+
+# --------------------------------------------------------------------------------------------- middle: 0.5.5, 0.5.10
+
+
+def test_middle_0_5_5_auto_enable_on_sm120_where_the_use_gate_is_off() -> None:
+    """0.5.5, sglang/srt/server_args.py:942-968 (ServerArgs._handle_model_specific_adjustments, GptOss):
+
+        elif model_arch in ["GptOssForCausalLM"]:
+            ...
+            if is_blackwell_supported():                # utils/common.py:204 capability major in [10, 12], CUDA >= 12.8
+                if not self.enable_dp_attention:
+                    self.enable_flashinfer_allreduce_fusion = True          # :968
+
+    while the use-gate, sglang/srt/layers/communicator.py:567-571, admits only sm90 / sm100:
+
+        if (
+            (_is_sm100_supported or _is_sm90_supported)  # :63-64 torch capability probes
+            and _is_flashinfer_available
+            and hasattr(layernorm, "forward_with_allreduce_fusion")
+            and get_global_server_args().enable_flashinfer_allreduce_fusion
+
+    So on sm_120 the release switches the flag on where its use-gate keeps the fusion off: auto-on-gated-off,
+    naming both sites; sm_100 is consistent (on and on), sm_80 / sm_90 do not run it (:966 is false)."""
+    auto = _verdicts("0.5.5", kind="auto", line=968)
+    assert auto == {
+        "sm_80": ("pass", "ok"),
+        "sm_90": ("pass", "ok"),
+        "sm_100": ("pass", "ok"),
+        "sm_120": ("fail", "auto-on-gated-off"),
+    }
+    sm120 = _pick("0.5.5", kind="auto", line=968)("sm_120")
+    assert "sglang/srt/server_args.py:968" in sm120.message
+    assert "sglang/srt/layers/communicator.py:568 gated-off" in sm120.message
+    assert "`is_blackwell_supported()` is false at sglang/srt/server_args.py:966" in (
+        _pick("0.5.5", kind="auto", line=968)("sm_90").message
+    )
+    # the use-gate itself (communicator.py:568, found through the flag: no apply_flashinfer_allreduce_fusion yet)
+    assert _verdicts("0.5.5", kind="flag", line=568) == {
+        "sm_80": ("fail", "gated-off"),
+        "sm_90": ("pass", "ok"),
+        "sm_100": ("pass", "ok"),
+        "sm_120": ("fail", "gated-off"),
+    }
+
+
+def test_middle_0_5_5_tables_and_symm_mem_gate() -> None:
+    """0.5.5, sglang/srt/distributed/device_communicators/torch_symm_mem.py:72-83 (TorchSymmMemCommunicator.__init__):
+
+        self.device_capability = torch.cuda.get_device_capability(device)[0]
+        if self.device_capability < 9:                                      # :74
+            ... return                                                      # :80
+        if (
+            self.world_size
+            not in TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES[self.device_capability]   # :83
+
+    and all_reduce_utils.py:3 `TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES = {9: {...}, 10: {...}}`: KeyError 12 on
+    sm_120 (missing-crash, table and gate), a deliberate return on sm_80 (gated-off), on on sm_90 / sm_100.
+    attention_registry.py:128 asserts capability 8 or 9 in create_flashattention_v3_backend: off on sm_120 as
+    matrix.toml declares (FA3 is Hopper-only), so that gate and its expectation pass."""
+    assert _verdicts("0.5.5", kind="table", line=83) == {
+        "sm_80": ("fail", "missing-crash"),
+        "sm_90": ("pass", "ok"),
+        "sm_100": ("pass", "ok"),
+        "sm_120": ("fail", "missing-crash"),
+    }
+    assert "raises KeyError: 12 on sm_120" in _pick("0.5.5", kind="table", line=83)("sm_120").message
+    gate = _verdicts("0.5.5", kind="gate", symbol="TorchSymmMemCommunicator.__init__")
+    assert gate == {
+        "sm_80": ("fail", "gated-off"),
+        "sm_90": ("pass", "ok"),
+        "sm_100": ("pass", "ok"),
+        "sm_120": ("fail", "missing-crash"),
+    }
+    fa3 = _verdicts("0.5.5", kind="gate", symbol="create_flashattention_v3_backend")
+    assert fa3["sm_120"] == ("pass", "gated-off")
+    assert _verdicts("0.5.5", kind="expectation", symbol="features.fa3-attention.off") == {
+        "sm_120": ("pass", "gated-off")
+    }
+
+
+def test_middle_0_5_10_auto_enable_agrees_with_its_gate() -> None:
+    """0.5.10 (the default matrix's release), sglang/srt/server_args.py:2085-2110: the auto-enable condition
+    `... and (is_sm90_supported() or is_sm100_supported()) and self.tp_size > 1 ...` sets
+    `self.enable_flashinfer_allreduce_fusion = True` (:2110) on sm_90 / sm_100 only, and the use-gate
+    sglang/srt/layers/communicator.py apply_flashinfer_allreduce_fusion returns `(_is_sm90_supported or
+    _is_sm100_supported) and ...`: consistent on every arch (ok); on sm_120 neither runs."""
+    assert _verdicts("0.5.10", kind="auto", line=2110) == dict.fromkeys(ARCHS, ("pass", "ok"))
+    sm120 = _pick("0.5.10", kind="auto", line=2110)("sm_120")
+    assert "does not run on sm_120" in sm120.message
+    assert "its use-gate is off there too" in sm120.message
+    gate = _verdicts("0.5.10", kind="gate", symbol="apply_flashinfer_allreduce_fusion")
+    assert gate["sm_120"] == ("fail", "gated-off")
+    assert gate["sm_90"] == ("pass", "ok")
+
+
+# --------------------------------------------------------------------------------------------- newest: 0.5.23
+
+
+def test_newest_0_5_23_auto_enable_through_the_platform_object_is_undecidable() -> None:
+    """0.5.23 moved the auto-enable to a registered post-process, sglang/srt/arg_groups/overrides.py:987-1001:
+
+        if (
+            view.flashinfer_allreduce_fusion_backend is None
+            and (is_mimo or model_arch in _FLASHINFER_ALLREDUCE_FUSION_ARCHS)
+            and not prefer_custom_dsv41
+            and (get_platform().is_sm90 or get_platform().is_sm100)          # :991
+            ...
+            return {"flashinfer_allreduce_fusion_backend": backend}          # :1001
+
+    get_platform() is runtime_context.PlatformContext, whose facts come from `__getattr__` (runtime_context.py:1862
+    `probe = _PLATFORM_PROBES.get(name) ...`): unresolved, so every arch is an undecidable skip, never ok. The
+    deprecated-flag translation (serving_hook.py:286-296, `cfg.enable_flashinfer_allreduce_fusion and
+    cfg.flashinfer_allreduce_fusion_backend is None`) is the same on every GPU: no finding."""
+    auto = _verdicts("0.5.23", kind="auto", line=1001)
+    assert auto == dict.fromkeys(ARCHS, ("skip", "unknown"))
+    sm120 = _pick("0.5.23", kind="auto", line=1001)("sm_120")
+    assert sm120.message.startswith("undecidable: ")
+    assert (
+        "unknown: `get_platform().is_sm90` at sglang/srt/arg_groups/overrides.py:991 could not be resolved"
+        in (sm120.message)
+    )
+    assert not [f for f in _findings("0.5.23") if f.kind == "auto" and f.file.endswith("serving_hook.py")]
+
+
+def test_newest_0_5_23_no_ok_on_an_unresolved_value() -> None:
+    """The deciding path of 0.5.23's fusion use-gate (layer_boundary/residual/add_norm.py:146, `_is_sm90_supported`
+    from :53 `_is_cuda and get_platform().is_sm90`) and of its auto-enable (overrides.py:991) meet the unresolved
+    PlatformContext.__getattr__: no finding of 0.5.23 passes on a value that could not be resolved, and the
+    configured gate apply_flashinfer_allreduce_fusion (gone since 0.5.21) is n/a, decided by the flag reads."""
+    found = _findings("0.5.23")
+    assert not [f for f in found if f.outcome == "pass" and "could not be resolved" in f.message]
+    assert _verdicts("0.5.23", kind="flag", line=146) == dict.fromkeys(ARCHS, ("skip", "unknown"))
+    absent = [f for f in found if f.kind == "gate" and f.symbol == "apply_flashinfer_allreduce_fusion"]
+    assert [(f.arch, f.outcome) for f in absent] == [("all", "n/a")]
+    assert "sglang/srt/arg_groups/overrides.py:988" in absent[0].message
+
+
+def test_newest_0_5_23_tables_are_graceful_and_symm_mem_is_off_on_sm120() -> None:
+    """0.5.23, torch_symm_mem.py:80 `TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES.get(self.device_capability)` and :174
+    `self._WORLD_SIZES_MULTIMEM.get(self.device_capability, ())`: the lookups moved to .get(), so sm_120 (key
+    12) is missing-graceful (silently off) rather than the KeyError of 0.5.5; the gate returns at :89 (`if
+    supported_max_sizes is None`): gated-off on sm_120 and sm_80, on on sm_90 / sm_100."""
+    assert _verdicts("0.5.23", kind="table", line=80) == {
+        "sm_80": ("fail", "missing-graceful"),
+        "sm_90": ("pass", "ok"),
+        "sm_100": ("pass", "ok"),
+        "sm_120": ("fail", "missing-graceful"),
+    }
+    assert _verdicts("0.5.23", kind="gate", symbol="TorchSymmMemCommunicator.__init__") == {
+        "sm_80": ("fail", "gated-off"),
+        "sm_90": ("pass", "ok"),
+        "sm_100": ("pass", "ok"),
+        "sm_120": ("fail", "gated-off"),
+    }
+
+
+def test_classes_no_release_produces() -> None:
+    """auto-off-gate-on (not switched on where the reference is, though no use-gate is off) occurs in no release
+    from 0.4.10.post2 to 0.5.23: every auto-enable either runs on the reference sm_90 with a use-gate off on the
+    arch it skips (0.5.9 / 0.5.10: server_args `is_sm90_supported() or is_sm100_supported()` vs communicator's
+    `_is_sm90_supported or _is_sm100_supported`), or does not run on sm_90 at all (0.5.1-0.5.7's sm100 /
+    Blackwell branches), or is undecidable (0.5.19+). Pinned here on the three releases; on a tree in
+    test_capauto.py."""
+    for version in ("0.4.10.post2", "0.5.5", "0.5.23"):
+        assert not [f for f in _findings(version) if f.verdict == "auto-off-gate-on"], version
+
+
+# --------------------------------------------------------------------------------------------- EAGLE-3, newest
+
+
+def test_newest_0_5_23_eagle3_verdicts() -> None:
+    """0.5.23: models/kimi_k25.py:928 and :965 define set_eagle3_layers_to_capture and get_embed_and_head on
+    KimiK25ForConditionalGeneration (implemented; the class is `class KimiK25ForConditionalGeneration(nn.Module)`,
+    :640, so `named_modules` is torch.nn.Module's: inherited); speculative/pp_draft_embedding.py:86 probes
+    `hasattr(target_model, "get_embed_and_head_for_draft")`, which only the Gemma models define
+    (models/gemma3_causal.py:954): optional-missing, which passes. LlamaForCausalLMEagle3 (models/llama_eagle3.py:272,
+    `(LlamaForCausalLM)`) inherits set_embed / set_embed_and_head (models/llama.py:910, :895). No target class is
+    missing from the release and none misses a required method (0.4.10.post2's missing and class-not-in-release
+    are pinned in test_eagle3.py); no class delegates (no __getattr__ forwarding among these classes)."""
+    root = _tree("0.5.23")
+    contract = derive_contract(root)
+    tree = SourceTree([root])
+    kimi = {f.method: f for f in check_class(tree, "KimiK25ForConditionalGeneration", "target", contract,
+                                             include_optional=True)}  # fmt: skip
+    assert kimi["set_eagle3_layers_to_capture"].verdict == "implemented"
+    assert kimi["set_eagle3_layers_to_capture"].provider_file == "sglang/srt/models/kimi_k25.py:928"
+    assert kimi["get_embed_and_head"].verdict == "implemented"
+    assert (kimi["named_modules"].verdict, kimi["named_modules"].provider_class) == (
+        "inherited",
+        "torch.nn.Module",
+    )
+    assert kimi["get_embed_and_head_for_draft"].verdict == "optional-missing"
+    assert kimi["get_embed_and_head_for_draft"].ok
+    draft = {f.method: f for f in check_class(tree, "LlamaForCausalLMEagle3", "draft", contract)}
+    assert (draft["set_embed"].verdict, draft["set_embed"].provider_class) == (
+        "inherited",
+        "LlamaForCausalLM",
+    )
+    for name in ("DeepseekV3ForCausalLM", "LlamaForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM"):
+        verdicts = {f.verdict for f in check_class(tree, name, "target", contract, include_optional=True)}
+        assert verdicts <= {"implemented", "inherited", "optional-missing"}, (name, verdicts)
