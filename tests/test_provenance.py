@@ -122,3 +122,23 @@ def test_the_record_travels_into_the_verdict(two_builds: tuple[Path, Path], tmp_
 
 def test_no_record_means_no_libraries(tmp_path: Path) -> None:
     assert provenance.read_libraries(tmp_path) == ()
+
+
+@needs_cc
+def test_a_duplicate_outside_the_cells_libraries_is_a_note(two_builds: tuple[Path, Path]) -> None:
+    a, b = two_builds  # e.g. a wheel's vendored libz beside the system's: neither is the cell's
+    fp = provenance.fingerprint(_probe(a, b)["paths"], {})
+    assert fp.duplicates == ()
+    assert len(fp.notes) == 1
+    assert "libdup.so.1 is loaded twice" in fp.notes[0]
+
+
+@needs_cc
+def test_extension_modules_without_a_soname_never_collide(tmp_path: Path) -> None:
+    """Python extension modules have no DT_SONAME and are opened by path: same file names are no duplicate."""
+    a = build_so(tmp_path / "pkg_a" / "_speedups.so", "int f(void){return 1;}")
+    b = build_so(tmp_path / "pkg_b" / "_speedups.so", "int f(void){return 2;}")
+    fp = provenance.fingerprint(_probe(a, b)["paths"], {})
+    assert {lib.path for lib in fp.libraries if not lib.soname} >= {str(a), str(b)}
+    assert fp.problems == ()
+    assert fp.notes == ()

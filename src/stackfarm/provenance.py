@@ -65,6 +65,7 @@ print("STACKFARM-LOADED " + json.dumps({"paths": paths, "errors": errors, "devic
 class LoadedLibrary:
     """One shared object a real process of the cell mapped."""
 
+    #: DT_SONAME ("" for a file without one, e.g. a Python extension module).
     soname: str
     path: str
     build_id: str
@@ -79,6 +80,8 @@ class Fingerprint:
     libraries: tuple[LoadedLibrary, ...]
     duplicates: tuple[str, ...] = ()
     shadowed: tuple[str, ...] = ()
+    #: Duplicates outside the cell's own libraries (recorded, not failing).
+    notes: tuple[str, ...] = ()
     #: Import or CUDA errors of the probe (module -> error), and files that could not be read.
     errors: Mapping[str, str] = field(default_factory=dict)
     device: str = ""
@@ -140,40 +143,52 @@ def fingerprint(
             continue
         libs.append(
             LoadedLibrary(
-                soname=info.soname or path.name,
+                soname=info.soname,
                 path=str(path),
                 build_id=info.build_id,
                 origin=_origin(path, owners, real_roots),
             )
         )
     own = {soname: [Path(os.path.realpath(p)) for _, p in copies] for soname, copies in shipped.items()}
+    duplicates, notes = _duplicates(libs, own)
     return Fingerprint(
         libraries=tuple(libs),
-        duplicates=_duplicates(libs),
+        duplicates=tuple(duplicates),
         shadowed=_shadowed(libs, own),
+        notes=tuple(notes),
         errors=problems,
         device=device,
     )
 
 
-def _duplicates(libs: Sequence[LoadedLibrary]) -> tuple[str, ...]:
+def _duplicates(
+    libs: Sequence[LoadedLibrary], shipped: Mapping[str, Sequence[Path]]
+) -> tuple[list[str], list[str]]:
+    """(failures, notes): one SONAME mapped from files of different builds. Only libraries with a DT_SONAME
+    count (a Python extension module has none and is opened by its path). It fails where one copy is a library
+    the cell ships: the cell's code may bind to the other build. Elsewhere (a vendored libz beside the
+    system's) it is noted."""
     by_soname: dict[str, list[LoadedLibrary]] = {}
     for lib in libs:
-        by_soname.setdefault(lib.soname, []).append(lib)
-    out = []
+        if lib.soname:
+            by_soname.setdefault(lib.soname, []).append(lib)
+    failures: list[str] = []
+    notes: list[str] = []
     for soname, copies in sorted(by_soname.items()):
         builds = {c.build_id or c.path for c in copies}
         if len(copies) > 1 and len(builds) > 1:
             where = ", ".join(f"{c.path} ({c.origin}, build-id {c.build_id or '?'})" for c in copies)
-            out.append(f"duplicate: {soname} is loaded twice, as different builds: {where}")
-    return tuple(out)
+            line = f"duplicate: {soname} is loaded twice, as different builds: {where}"
+            own = {str(p) for p in shipped.get(soname, ())}
+            (failures if any(c.path in own for c in copies) else notes).append(line)
+    return failures, notes
 
 
 def _shadowed(libs: Sequence[LoadedLibrary], shipped: Mapping[str, Sequence[Path]]) -> tuple[str, ...]:
     loaded = {lib.path for lib in libs}
     out = []
     for lib in libs:
-        own = shipped.get(lib.soname, ())
+        own = shipped.get(lib.soname, ()) if lib.soname else ()
         if not own or Path(lib.path) in own or any(str(p) in loaded for p in own):
             continue  # the cell's copy, or the cell's copy beside another (a duplicate, reported there)
         out.append(

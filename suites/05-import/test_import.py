@@ -188,7 +188,8 @@ def test_gpu_loaded_libraries(cell: CellSpec, record_property: RecordProperty) -
         pytest.fail(f"the loaded-library probe gave no answer: {exc}", pytrace=False)
     shipped: dict[str, list[tuple[str, Path]]] = {}
     for v in found.abi.libraries:
-        shipped.setdefault(v.lib.info.soname or v.lib.path.name, []).append((v.lib.component, v.lib.path))
+        if v.lib.info.soname:  # an extension module without one is opened by its path: it cannot be shadowed
+            shipped.setdefault(v.lib.info.soname, []).append((v.lib.component, v.lib.path))
     roots = sorted({Path(c.root) for c in cell.components if c.root})
     fp = fingerprint(data["paths"], shipped, roots, data["errors"], data["device"])
     out = os.environ.get("STACKFARM_SUITE_OUT")
@@ -201,6 +202,8 @@ def test_gpu_loaded_libraries(cell: CellSpec, record_property: RecordProperty) -
     record_property("device", fp.device)
     record_property("loaded", len(fp.libraries))
     record_property("origins", ", ".join(f"{k}:{n}" for k, n in sorted(origins.items())))
+    if fp.notes:
+        record_property("notes", "; ".join(fp.notes)[:4000])
     if fp.errors:
         record_property("errors", "; ".join(f"{k}: {v}" for k, v in sorted(fp.errors.items()))[:2000])
     problems = list(fp.problems) + [
