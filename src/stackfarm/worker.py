@@ -6,7 +6,9 @@ or an id runs exactly that cell:
     stackfarm run --plan plan.json --cells ID          # the cell with that id, which the plan must hold
 
 `stackfarm run` then plans the matrix itself and runs the cells matching the glob returned here: one cell,
-whatever characters its id holds.
+whatever characters its id holds. With ``--store URL`` (stackfarm.store) the worker first looks for a verdict of
+the cell's inputs in the shared store (another runner's: then nothing is built or run) and pushes the verdict
+it computes, so `stackfarm report --from URL --plan plan.json` merges what every worker did.
 """
 
 from __future__ import annotations

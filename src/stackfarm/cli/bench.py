@@ -2,7 +2,9 @@
 
 1. planning 1,000 synthetic cells (target < 1 s);
 2. a warm no-op re-run of the default matrix (target <= 2 s);
-3. one real cell cold (empty cache: download + unpack + suites), warm (--force: cache hit, suites run) and no-op.
+3. one real cell cold (empty cache: download + unpack + suites), warm (--force: cache hit, suites run) and no-op;
+4. two runners, one shared verdict store (stackfarm.store on the server $STACKFARM_TEST_STORE names, else the one
+   .ci/servers.sh starts): runner 1 runs the cell and pushes, runner 2 (empty cache, its own reports) reuses it.
 """
 
 from __future__ import annotations
@@ -11,17 +13,26 @@ import contextlib
 import io
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
+import uuid
 from argparse import ArgumentParser, Namespace, _SubParsersAction
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .. import verdict
+from ..errors import StackfarmError
 from ..matrix import load
 from ..plan import plan
+from ..store import open_store
+
+#: The verdict store .ci/servers.sh starts (used when $STACKFARM_TEST_STORE is not set).
+CI_STORE = "http://127.0.0.1:8808/store"
 
 _SYNTHETIC = """
 [axes]
@@ -104,6 +115,60 @@ def _nox_vs_stackfarm(matrix: Path, reports: Path) -> list[tuple[str, float, str
     ]
 
 
+def _store_server() -> tuple[str | None, str]:
+    """(URL, "") of the verdict store server to time against, or (None, why there is none)."""
+    url = os.environ.get("STACKFARM_TEST_STORE") or CI_STORE
+    parts = urllib.parse.urlparse(url)
+    try:
+        socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80), timeout=2).close()
+        open_store(url).probe()
+    except (OSError, StackfarmError) as exc:
+        why = str(exc).splitlines()[0]
+        return (
+            None,
+            f"no verdict store answers at {url} ({why}; as root: .ci/servers.sh, or STACKFARM_TEST_STORE)",
+        )
+    return url, ""
+
+
+def _two_runners(
+    cli_main: Callable[[list[str]], int], matrix: Path, cell: str, tmp: Path
+) -> list[tuple[str, float, str]]:
+    """Runner 1 runs the cell (the warm cache: its suites run) and pushes; runner 2 (an empty cache, its own
+    reports) plans it and reuses the verdict from the store. Both as `stackfarm run` in this process."""
+    url, why = _store_server()
+    if url is None:
+        return [
+            ("two runners, one store: runner 2 reuses runner 1's verdict", float("nan"), f"skipped: {why}")
+        ]
+    where = f"{url}/bench-{uuid.uuid4().hex[:12]}"  # a fresh store: runner 2 can only reuse runner 1's push
+
+    def runner(reports: Path, *more: str) -> list[str]:
+        return ["run", "--matrix", str(matrix), "--reports", str(reports), "--backend", "local",
+                "--cells", cell, "--store", where, *more]  # fmt: skip
+
+    first, second = tmp / "runner1-reports", tmp / "runner2-reports"
+    seconds1, code1 = _timed(lambda: cli_main(runner(first)))
+    with _env(STACKFARM_CACHE=str(tmp / "runner2-cache")):
+        seconds2, code2 = _timed(lambda: cli_main(runner(second)))
+    try:
+        ran = verdict.read(verdict.path_of(first, cell)).report.run_id
+        reused = verdict.read(verdict.path_of(second, cell)).report.run_id == ran
+    except ValueError:
+        reused = False
+    blobs = tmp / "runner2-cache" / "blobs"
+    fetched = sum(1 for p in blobs.rglob("*.whl")) if blobs.is_dir() else 0
+    note = f"exit {code2}, {'verdict reused' if reused else 'NOT reused'}, {fetched} wheel(s) fetched"
+    return [
+        (f"runner 1: {cell} runs, pushes to the store (warm cache)", seconds1, f"exit {code1}"),
+        (
+            "runner 2: same cell, empty cache, verdict from the store",
+            seconds2,
+            f"{note}; runner 1 / runner 2 = {seconds1 / seconds2:.1f}x",
+        ),
+    ]
+
+
 def run(args: Namespace) -> int:
     """`stackfarm bench`: every figure in one table, side by side."""
     from . import main as cli_main  # the command being measured
@@ -130,6 +195,7 @@ def run(args: Namespace) -> int:
         rows.append((f"warm: {args.cell} (cache hit, suites run)", seconds, f"exit {code}"))
         seconds, code = _timed(lambda: cli_main(one))
         rows.append((f"no-op: {args.cell} (verdict reused)", seconds, f"exit {code}"))
+        rows += _two_runners(cli_main, args.matrix, args.cell, Path(tmp))
 
     width = max(len(name) for name, _, _ in rows)
     for name, secs, note in rows:
@@ -138,7 +204,9 @@ def run(args: Namespace) -> int:
 
 
 def register(sub: _SubParsersAction[ArgumentParser]) -> None:
-    p = sub.add_parser("bench", help="time planning, a warm no-op re-run, one cell cold vs warm")
+    p = sub.add_parser(
+        "bench", help="time planning, a warm no-op re-run, one cell cold vs warm, two runners sharing a store"
+    )
     p.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
     p.add_argument("--cell", default="cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.9", help="the cold/warm cell")
     p.add_argument("--skip-cold", action="store_true", help="skip the cold run (it downloads ~1.6 GB)")

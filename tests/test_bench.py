@@ -1,0 +1,56 @@
+"""`stackfarm bench`'s two-runner line (stackfarm.cli.bench): on the fake stack against the real verdict store
+server when $STACKFARM_TEST_STORE names one, and a clear "skipped" row when no server answers. No timing is
+asserted here: the figures are read in `nox -s bench`."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from fakestack import OLD, FakeProject, cell_id
+from stackfarm import indexwait, store
+from stackfarm.cli import bench, main
+
+pytest_plugins = ("fakestack",)
+
+
+def test_no_server_is_a_skipped_row_with_the_reason(
+    fake_project: FakeProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/store"
+    monkeypatch.setenv("STACKFARM_TEST_STORE", url)
+    [(name, seconds, note)] = bench._two_runners(main, fake_project.matrix, cell_id(OLD), tmp_path)
+    assert "two runners" in name
+    assert math.isnan(seconds)
+    assert note.startswith(f"skipped: no verdict store answers at {url}")
+    assert ".ci/servers.sh" in note
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(
+    not os.environ.get("STACKFARM_TEST_STORE"),
+    reason="STACKFARM_TEST_STORE is not set: start the verdict store with .ci/servers.sh (as root)",
+)
+def test_runner_2_reuses_runner_1s_verdict(
+    fake_project: FakeProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store, "RETRY_DELAYS", (0.0,))
+    indexwait.reset()
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix()
+    rows = bench._two_runners(main, fake_project.matrix, cell_id(OLD), tmp_path)
+    [(first, _, note1), (second, seconds2, note2)] = rows
+    assert first.startswith(f"runner 1: {cell_id(OLD)}")
+    assert note1 == "exit 0"
+    assert second.startswith("runner 2:")
+    assert seconds2 > 0
+    assert note2.startswith("exit 0, verdict reused")
+    assert "runner 1 / runner 2 = " in note2
+    assert [c for c, _ in fake_project.runs()] == [cell_id(OLD)], "only runner 1 ran the suite"
