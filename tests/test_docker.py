@@ -128,6 +128,7 @@ class Runs:
     local: CellReport
     docker: CellReport
     backend: DockerBackend
+    docker_reports: Path
 
 
 def _run(backend: Backend, reports: Path) -> CellReport:
@@ -151,10 +152,12 @@ def _run(backend: Backend, reports: Path) -> CellReport:
 @pytest.fixture(scope="module")
 def runs(engine: DockerEngine, base: str, tmp_path_factory: pytest.TempPathFactory) -> Runs:
     docker = DockerBackend(Cache(), base=base, engine=engine)
+    docker_reports = tmp_path_factory.mktemp("docker")
     return Runs(
         local=_run(LocalBackend(Cache()), tmp_path_factory.mktemp("local")),
-        docker=_run(docker, tmp_path_factory.mktemp("docker")),
+        docker=_run(docker, docker_reports),
         backend=docker,
+        docker_reports=docker_reports,
     )
 
 
@@ -185,6 +188,21 @@ def test_real_cell_testcases_match_local_one_for_one(runs: Runs) -> None:
     static = ("00-patches", "00-stack", "10-capability", "20-eagle3")
     docker, local = _outcomes(runs.docker), _outcomes(runs.local)
     assert {s: docker[s] for s in static} == {s: local[s] for s in static}
+
+
+@pytest.mark.docker
+@pytest.mark.integration
+def test_real_cell_build_log_is_in_its_reports(runs: Runs) -> None:
+    """reports/<cell>/docker-build.log says what realise did: a build from the cache's wheels, or nothing."""
+    log = (runs.docker_reports / CELL / dk.BUILD_LOG).read_text(encoding="utf-8")
+    tag = runs.backend.images[CELL].tag
+    assert log.startswith(f"stackfarm: cell {CELL}: image {tag} (inputs sha256:")
+    if runs.backend.images[CELL].built:
+        assert "stackfarm: wheel torch-2.9.1-" in log
+        assert " build --progress=plain" in log
+        assert "Downloading" not in log  # pip installed from the context: --no-index
+    else:
+        assert f"stackfarm: {tag} is in the engine already, nothing built" in log
 
 
 @pytest.mark.docker

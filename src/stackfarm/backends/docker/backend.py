@@ -248,6 +248,11 @@ class DockerBackend:
             return self.engine.image_identity(job.tag), True
         self._check_space(info, artifacts)
         self._place_wheels(context, wheels, progress, job.notes)
+        if job.remote is not None:
+            job.notes.append(
+                f"stackfarm: --cache-from {self._latest(job.remote)}: the layers of the newest image of this cell "
+                "in the registry (a first build finds none, and BuildKit says it cannot import that manifest)"
+            )
         progress(f"docker: build {job.tag}")
         self.engine.build(
             dockerfile=self.dockerfile,
