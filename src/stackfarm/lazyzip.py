@@ -24,6 +24,8 @@ from stackfarm.errors import ArtifactError
 
 #: Members closer than this (bytes) are read in one request, the gap fetched and dropped.
 MERGE_GAP = 1 << 18
+#: One request reads at most this many bytes (a group of members is held in memory once).
+MAX_RANGE = 64 << 20
 _TAIL = 1 << 16  # the end of the archive read first: EOCD (22 bytes + a comment up to 64 KiB)
 _CHUNK = 1 << 20
 _EOCD, _EOCD64, _LOCATOR64 = b"PK\x05\x06", b"PK\x06\x06", b"PK\x06\x07"
@@ -224,7 +226,8 @@ def _zip64(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int,
 def _groups(members: list[Member]) -> Iterator[list[Member]]:
     group: list[Member] = []
     for m in members:
-        if group and m.header - (group[-1].header + group[-1].compressed + 1024) > MERGE_GAP:
+        gap = m.header - (group[-1].header + group[-1].compressed + 1024) if group else 0
+        if group and (gap > MERGE_GAP or m.header + m.compressed - group[0].header > MAX_RANGE):
             yield group
             group = []
         group.append(m)
@@ -255,4 +258,4 @@ def _inflate(member: Member, raw: bytes, url: str) -> bytes:
     return data
 
 
-__all__ = ["MERGE_GAP", "Member", "NoRanges", "RemoteZip"]
+__all__ = ["MAX_RANGE", "MERGE_GAP", "Member", "NoRanges", "RemoteZip"]

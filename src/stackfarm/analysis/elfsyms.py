@@ -23,6 +23,7 @@ Results are cached by the file's sha256 (stackfarm.analysis.cache) and in memory
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import re
 import shutil
@@ -185,8 +186,9 @@ def _cstr(table: bytes, offset: int) -> str:
     return table[offset : end if end >= 0 else len(table)].decode("utf-8", "replace")
 
 
-def _read(path: Path) -> ElfInfo:
-    with path.open("rb") as fh:
+def _read(path: Path, given: BinaryIO | None = None) -> ElfInfo:
+    """The facts of `path`, read from `given` when set (an open file of it: what it reads can be recorded)."""
+    with contextlib.nullcontext(given) if given is not None else path.open("rb") as fh:
         r = _Reader(fh, path)
         e_type, sections = r.header()
         if e_type != _ET_DYN:
@@ -385,6 +387,15 @@ def record_sha256(entry: str) -> str | None:
 
 
 _MEMO: dict[tuple[str, int, int], ElfInfo] = {}
+
+
+def read_from(fh: BinaryIO, path: Path) -> ElfInfo:
+    """The dynamic facts of the shared object open in `fh` (named `path` in messages), uncached: the reads are
+    the ones read_elf makes, so a copy holding only the byte ranges read here gives the same answer."""
+    try:
+        return _read(path, fh)
+    except (OSError, struct.error) as exc:
+        raise ElfError(f"{path}: cannot read its dynamic section: {exc}") from exc
 
 
 def read_elf(path: Path, *, sha256: str | None = None, cache: JsonCache | None = None) -> ElfInfo:

@@ -325,25 +325,31 @@ def read_binary(path: Path | str) -> Binary | None:
     path = Path(path)
     try:
         with open(path, "rb") as fh:  # plain open: pathlib costs show with 15 000 cubins
-            size = os.fstat(fh.fileno()).st_size
-            elf = _read_elf(fh, path, size, _WANTED)
-            if elf.machine == _EM_CUDA:
-                return Binary(str(path), size, "cubin", (_cubin(fh, path, elf),))
-            where = elf.sections.get(".nv_fatbin")
-            if where is None:
-                if ".nvFatBinSegment" in elf.sections:
-                    raise FatbinError(
-                        f"{path}: registers device code (.nvFatBinSegment) but has no .nv_fatbin section "
-                        "(stripped, or embedded elsewhere): list it with cuobjdump instead"
-                    )
-                return None
-            offset, length = where
-            if offset + length > size:
+            return read_binary_from(fh, path)
+    except OSError as exc:
+        raise FatbinError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def read_binary_from(fh: BinaryIO, path: Path, size: int | None = None) -> Binary | None:
+    """`read_binary` of the file open in `fh` (named `path` in messages; its size from fstat unless given)."""
+    try:
+        size = os.fstat(fh.fileno()).st_size if size is None else size
+        elf = _read_elf(fh, path, size, _WANTED)
+        if elf.machine == _EM_CUDA:
+            return Binary(str(path), size, "cubin", (_cubin(fh, path, elf),))
+        where = elf.sections.get(".nv_fatbin")
+        if where is None:
+            if ".nvFatBinSegment" in elf.sections:
                 raise FatbinError(
-                    f"{path}: truncated: .nv_fatbin ends at byte {offset + length}, file is {size}"
+                    f"{path}: registers device code (.nvFatBinSegment) but has no .nv_fatbin section "
+                    "(stripped, or embedded elsewhere): list it with cuobjdump instead"
                 )
-            units, notes = _fatbins(fh, path, offset, length)
-            return Binary(str(path), size, "fatbin", units, notes)
+            return None
+        offset, length = where
+        if offset + length > size:
+            raise FatbinError(f"{path}: truncated: .nv_fatbin ends at byte {offset + length}, file is {size}")
+        units, notes = _fatbins(fh, path, offset, length)
+        return Binary(str(path), size, "fatbin", units, notes)
     except OSError as exc:
         raise FatbinError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except struct.error as exc:

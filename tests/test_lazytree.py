@@ -1,0 +1,155 @@
+"""Tests for stackfarm.lazytree: lazy trees of wheels served with range requests on 127.0.0.1 (real ELF shared
+objects of this Python), and of real torch libraries from PyPI (integration): the ELF and fatbin readers answer
+the same from the sparse copies as from the whole files."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from rangeserver import Files, files
+from stackfarm import lazytree, lazyzip
+from stackfarm.analysis import elfsyms, fatbin
+from stackfarm.errors import ArtifactError
+
+__all__ = ["files"]  # the fixture
+
+
+def _libraries(count: int = 4) -> dict[str, bytes]:
+    """Real shared objects: this Python's own extension modules."""
+    found = sorted(Path(str(sysconfig.get_config_var("DESTSHARED") or "/nonexistent")).glob("*.so"))
+    if not found:
+        pytest.skip("this Python has no lib-dynload/*.so to use as real ELF files")
+    big = sorted(found, key=lambda p: -p.stat().st_size)[:count]
+    return {f"pkg/lib/{p.name}": p.read_bytes() for p in big}
+
+
+def _wheel(members: dict[str, bytes], lie: str | None = None) -> bytes:
+    info = "pkg-1.0.dist-info"
+    members = {
+        **members,
+        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp311-cp311-linux_x86_64\n",
+    }
+    rows = []
+    for name, data in members.items():
+        digest = hashlib.sha256(b"lie" if name == lie else data).digest()
+        rows.append(f"{name},sha256={base64.urlsafe_b64encode(digest).rstrip(b'=').decode()},{len(data)}")
+    members[f"{info}/RECORD"] = ("\n".join([*rows, f"{info}/RECORD,,"]) + "\n").encode()
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zi = zipfile.ZipInfo(name)
+            zi.external_attr = (0o100755 if name.endswith(".so") else 0o100644) << 16
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(zi, data)
+    return buf.getvalue()
+
+
+def _answers(path: Path | None, data: bytes | None, name: str) -> tuple[object, object]:
+    def elf() -> object:
+        try:
+            if path is not None:
+                with open(path, "rb") as fh:
+                    return elfsyms.read_from(fh, Path(name))
+            return elfsyms.read_from(io.BytesIO(data or b""), Path(name))
+        except elfsyms.ElfError as exc:
+            return f"ElfError {exc}"
+
+    def fat() -> object:
+        try:
+            if path is not None:
+                found = fatbin.read_binary(path)
+            else:
+                found = fatbin.read_binary_from(io.BytesIO(data or b""), Path(name), len(data or b""))
+        except fatbin.FatbinError as exc:
+            return f"FatbinError {str(exc).replace(str(path), name)}"
+        return None if found is None else (found.container, found.size, found.units, found.notes)
+
+    return elf(), fat()
+
+
+def test_lazy_tree_keeps_sources_whole_and_libraries_sparse(
+    files: Files, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    libs = _libraries()
+    monkeypatch.setattr(lazytree, "IN_MEMORY", min(len(d) for d in libs.values()))  # the largest are streamed
+    blob = _wheel({**libs, "pkg/__init__.py": b"x = 1\n", "pkg/include/pkg.h": b"int x;\n" * 1000})
+    files.blobs["pkg-1.0-cp311-cp311-linux_x86_64.whl"] = blob
+    url = f"{files.base}/pkg-1.0-cp311-cp311-linux_x86_64.whl"
+    sha = hashlib.sha256(blob).hexdigest()
+    tree, built = lazytree.lazy_tree(tmp_path / "cache", sha, url, len(blob), "pkg-1.0.whl")
+    assert built is not None
+    assert (tree / "pkg" / "__init__.py").read_bytes() == b"x = 1\n"
+    assert (tree / "pkg-1.0.dist-info" / "METADATA").is_file()
+    assert not (tree / "pkg" / "include").exists()  # nothing reads headers
+    assert built.sparse == len(libs)
+    assert built.kept < sum(len(d) for d in libs.values())
+    for name, data in libs.items():
+        sparse = tree / name
+        assert sparse.stat().st_size == len(data)
+        assert _answers(sparse, None, name) == _answers(None, data, name)
+        assert isinstance(_answers(sparse, None, name)[0], elfsyms.ElfInfo)  # a real answer, not an error
+    manifest = json.loads((tree / lazytree.LAZY_MARKER).read_text())
+    assert manifest["files"]["pkg/__init__.py"][2] == "whole"
+    assert {k for k, v in manifest["files"].items() if v[2] == "sparse"} == set(libs)
+    assert manifest["files"][next(iter(libs))][1] == hashlib.sha256(libs[next(iter(libs))]).hexdigest()
+    # Built once: a second call reuses the tree and asks nothing.
+    before = len(files.ranges)
+    assert lazytree.lazy_tree(tmp_path / "cache", sha, url, len(blob), "pkg-1.0.whl") == (tree, None)
+    assert len(files.ranges) == before
+
+
+def test_a_library_that_differs_from_record_refuses_the_tree(files: Files, tmp_path: Path) -> None:
+    libs = _libraries(1)
+    blob = _wheel({**libs, "pkg/__init__.py": b""}, lie=next(iter(libs)))
+    files.blobs["w.whl"] = blob
+    with pytest.raises(ArtifactError, match="differs from the wheel's RECORD"):
+        lazytree.lazy_tree(tmp_path / "cache", "ab" * 32, f"{files.base}/w.whl", len(blob), "w.whl")
+    assert not (tmp_path / "cache" / "lazy" / ("ab" * 32)).exists()
+    assert not list((tmp_path / "cache" / "tmp").glob("*.lazy-*"))
+
+
+def test_recorded_ranges_are_merged() -> None:
+    assert lazytree.merged([(10, 20), (0, 5), (15, 30), (30, 31), (40, 41)]) == [(0, 5), (10, 31), (40, 41)]
+
+
+@pytest.mark.integration
+def test_real_torch_libraries_answer_the_same_from_sparse_copies(tmp_path: Path) -> None:
+    """The libraries of torch 2.9.1 up to 40 MB (libc10_cuda's fatbin among them), from PyPI."""
+    from stackfarm.artifacts import Source, Target, find_artifact
+
+    art = find_artifact(
+        Source(name="pypi", url="https://pypi.org/simple"),
+        "torch",
+        "2.9.1",
+        Target(python="3.11", platform="manylinux_2_39_x86_64"),
+    )
+    remote = lazyzip.RemoteZip(art.url, art.size)
+    small = {
+        n
+        for n, m in remote.members.items()
+        if lazytree.wanted(n) == "sparse" and m.size < 40 << 20 and n.startswith("torch/lib/")
+    }
+    assert "torch/lib/libc10_cuda.so" in small
+
+    def keep(name: str) -> str | None:
+        return "sparse" if name in small else ("whole" if name.endswith("RECORD") else None)
+
+    built = lazytree.build(remote, tmp_path, keep=keep)
+    assert built.sparse == len(small)
+    whole = remote.read_many(small)
+    fatbins = 0
+    for name in sorted(small):
+        got = _answers(tmp_path / name, None, name)
+        assert got == _answers(None, whole[name], name), name
+        fatbins += got[1] is not None and not isinstance(got[1], str)
+    assert fatbins  # at least one library with device code was compared
+    assert built.kept < sum(len(d) for d in whole.values()) / 10
