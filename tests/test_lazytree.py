@@ -153,3 +153,29 @@ def test_real_torch_libraries_answer_the_same_from_sparse_copies(tmp_path: Path)
         fatbins += got[1] is not None and not isinstance(got[1], str)
     assert fatbins  # at least one library with device code was compared
     assert built.kept < sum(len(d) for d in whole.values()) / 10
+
+
+def test_cache_lazy_tree_and_its_fallback_to_a_full_tree(files: Files, tmp_path: Path) -> None:
+    from stackfarm.artifacts import Artifact, Cache
+
+    blob = _wheel({**_libraries(1), "pkg/__init__.py": b"x = 1\n", "pkg/data.txt": b"data"})
+    files.blobs["pkg-1.0-cp311-cp311-linux_x86_64.whl"] = blob
+    art = Artifact(
+        distribution="pkg",
+        version="1.0",
+        filename="pkg-1.0-cp311-cp311-linux_x86_64.whl",
+        url=f"{files.base}/pkg-1.0-cp311-cp311-linux_x86_64.whl",
+        sha256=hashlib.sha256(blob).hexdigest(),
+        size=len(blob),
+        source="test",
+    )
+    cache = Cache(tmp_path / "cache")
+    tree = cache.lazy_tree(art)
+    assert tree == cache.root / "lazy" / art.sha256
+    assert (tree / lazytree.LAZY_MARKER).is_file()
+    assert not (tree / "pkg" / "data.txt").exists()
+    assert not cache.blob_path(art).exists()  # no whole download
+    files.no_ranges = True  # a server without ranges: the whole wheel, unpacked
+    other = Cache(tmp_path / "other")
+    assert other.lazy_tree(art) == other.tree_path(art)
+    assert (other.tree_path(art) / "pkg" / "data.txt").read_bytes() == b"data"

@@ -336,6 +336,7 @@ class Cache:
     AREAS = (
         ("blobs", "wheels, by sha256"),
         ("trees", "unpacked wheels, by sha256 (read-only)"),
+        ("lazy", "lazy trees: what the static suites read of a wheel, by sha256"),
         ("cells", "per-cell work dirs (patched trees, cell.json)"),
         ("resolved", "index answers"),
         ("metadata", "PEP 658 METADATA files, by wheel sha256"),
@@ -532,6 +533,29 @@ class Cache:
                 raise
         self._trees_ok.add(final)
         return final
+
+    def lazy_tree(self, artifact: Artifact) -> Path:
+        """The wheel's lazy tree (stackfarm.lazytree: sources and dist-info whole, libraries as sparse copies of
+        what the static readers read), made once with range requests; the full tree where the wheel is local or
+        its server answers no ranges."""
+        from stackfarm import lazytree  # the analysis readers: imported only where lazy trees are made
+
+        if (done := self.unpacked(artifact)) is not None or urlparse(artifact.url).scheme not in (
+            "http",
+            "https",
+        ):
+            return done or self.unpack(artifact)
+        sha = _checked_sha(artifact)
+        with self._locked(f"{sha}.lazy"):
+            try:
+                tree, _built = lazytree.lazy_tree(
+                    self.root, sha, artifact.url, artifact.size, artifact.filename, retrying=_retrying
+                )
+            except lazyzip.NoRanges:
+                return self.unpack(artifact)
+            except OSError as exc:
+                raise self._unusable(f"making the lazy tree of {artifact.filename}", exc) from exc
+        return tree
 
     def metadata(self, artifact: Artifact) -> email.message.Message:
         """The wheel's ``*.dist-info/METADATA``, parsed: from the wheel when it is in the cache, else from the

@@ -121,6 +121,46 @@ def _check(root: Path, path: str, expected: str) -> str | None:
     return None if got == want else f"{path}: {algo} {got} != RECORD {want}"
 
 
+def _lazy_manifest(root: Path) -> dict[str, list[object]] | None:
+    """The manifest of a lazy tree (stackfarm.lazytree), None for a full one."""
+    marker = root / ".stackfarm-lazy"
+    if not marker.is_file():
+        return None
+    files = json.loads(marker.read_text(encoding="utf-8"))["files"]
+    return {str(k): list(v) for k, v in files.items()}
+
+
+def _lazy_rows(
+    lazy: dict[str, list[object]],
+    rows: list[tuple[str, str]],
+    component: InstalledComponent,
+    record_property: RecordProperty,
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """A lazy tree's RECORD rows: whole files are hashed on disk as usual (returned); a sparse copy holds only
+    what the readers read, so its whole member's sha256, taken while it was fetched, must match RECORD and the
+    copy must have the member's size; members the static suites do not read were not fetched (counted)."""
+    whole, problems, sparse, absent = [], [], 0, 0
+    for path, expected in rows:
+        entry = lazy.get(path)
+        if entry is None:
+            absent += 1
+        elif entry[2] != "sparse":
+            whole.append((path, expected))
+        else:
+            sparse += 1
+            algo, _, want = expected.partition("=")
+            got = base64.urlsafe_b64encode(bytes.fromhex(str(entry[1]))).rstrip(b"=").decode()
+            size = (component_root := Path(str(component.root))).joinpath(path).stat().st_size
+            if algo != "sha256" or got != want:
+                problems.append(f"{path}: sha256 {got} (when fetched) != RECORD {want}")
+            elif size != entry[0]:
+                problems.append(f"{path}: {size} bytes in {component_root}, the member has {entry[0]}")
+    record_property(
+        f"{component.distribution}.lazy", f"{sparse} sparse copies checked when fetched, {absent} not fetched"
+    )
+    return whole, problems
+
+
 def test_files_match_record(
     cell: CellSpec, component: InstalledComponent, record_property: RecordProperty
 ) -> None:
@@ -137,9 +177,14 @@ def test_files_match_record(
         assert patched <= {path for path, _ in rows}, f"patched files missing from RECORD: {patched}"
         rows = [row for row in rows if row[0] not in patched]
         record_property("sglang.patched_files", sorted(patched))
+    lazy = _lazy_manifest(root)
+    if lazy is not None:
+        rows, problems = _lazy_rows(lazy, rows, component, record_property)
+    else:
+        problems = []
     # hashlib releases the GIL on large buffers, so threads make hashing a 2 GB torch tree quicker.
     with ThreadPoolExecutor(max_workers=4) as pool:
-        problems = [p for p in pool.map(lambda r: _check(root, *r), rows) if p]
+        problems += [p for p in pool.map(lambda r: _check(root, *r), rows) if p]
     record_property(f"{component.distribution}.files_checked", len(rows))
     declared = _deviation(cell, component)
     if declared is not None and declared.get("missing"):

@@ -1,10 +1,12 @@
 """The local backend: each wheel unpacked once into the content-addressed cache; a cell is a list of trees.
 
-Nothing is installed into any Python: the user's site-packages are never touched.
+Nothing is installed into any Python: the user's site-packages are never touched. With ``lazy`` (or
+``STACKFARM_LAZY=1``) remote wheels become lazy trees instead (what the static suites read, by range requests).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,8 +22,12 @@ class LocalBackend:
     name = "local"
     needs_artifacts = True
 
-    def __init__(self, cache: Cache) -> None:
+    def __init__(self, cache: Cache, *, lazy: bool | None = None) -> None:
         self.cache = cache
+        #: Realise components as lazy trees (stackfarm.lazytree): for runs of the static suites only (00-stack,
+        #: 05-import, 10-capability, 20-eagle3), which read sources, metadata and ELF/fatbin headers; a suite that
+        #: imports the stack (30-numerics, the GPU suites) needs full trees. Default: $STACKFARM_LAZY == "1".
+        self.lazy = os.environ.get("STACKFARM_LAZY") == "1" if lazy is None else lazy
 
     def realise(
         self, cell: Cell, artifacts: Mapping[Component, Artifact], workdir: Path, progress: Progress
@@ -38,6 +44,10 @@ class LocalBackend:
             patched = workdir / PATCHED_SGLANG
             if comp.distribution == "sglang" and patched.is_dir():
                 installed.append(self._component(comp, art, patched))
+                continue
+            if self.lazy and comp.distribution != "sglang":  # sglang's own tree is the patched copy's source
+                progress(f"lazy {comp.distribution}")
+                installed.append(self._component(comp, art, self.cache.lazy_tree(art)))
                 continue
             root = self.cache.unpacked(art)
             if root is None:  # an extracted tree is re-verified by 00-stack's RECORD check, not by re-hashing

@@ -169,6 +169,13 @@ def _two_runners(
     ]
 
 
+def _lazy_static_tier(matrix: Path, cell: str) -> list[tuple[str, float, str]]:
+    """Issue 21: pip download --no-deps of the cell's wheels beside its static tier, lazy and full, all cold."""
+    from ..lazybench import static_tier_vs_pip
+
+    return static_tier_vs_pip(matrix, cell)
+
+
 def run(args: Namespace) -> int:
     """`stackfarm bench`: every figure in one table, side by side."""
     from . import main as cli_main  # the command being measured
@@ -195,6 +202,8 @@ def run(args: Namespace) -> int:
         rows.append((f"warm: {args.cell} (cache hit, suites run)", seconds, f"exit {code}"))
         seconds, code = _timed(lambda: cli_main(one))
         rows.append((f"no-op: {args.cell} (verdict reused)", seconds, f"exit {code}"))
+        if not args.skip_cold:
+            rows += _lazy_static_tier(args.matrix, args.cell)
         rows += _two_runners(cli_main, args.matrix, args.cell, Path(tmp))
 
     width = max(len(name) for name, _, _ in rows)
