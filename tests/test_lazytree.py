@@ -179,3 +179,72 @@ def test_cache_lazy_tree_and_its_fallback_to_a_full_tree(files: Files, tmp_path:
     other = Cache(tmp_path / "other")
     assert other.lazy_tree(art) == other.tree_path(art)
     assert (other.tree_path(art) / "pkg" / "data.txt").read_bytes() == b"data"
+
+
+def _stack_suite(tmp_path: Path, root: Path) -> dict[str, tuple[str, dict[str, str]]]:
+    """00-stack's metadata and RECORD testcases on one component rooted at ``root``: name -> (outcome, props)."""
+    import os
+    import subprocess
+    import sys
+    import xml.etree.ElementTree as ET
+
+    from stackfarm.cellspec import CellSpec, InstalledComponent
+
+    comp = InstalledComponent(
+        axis="x", distribution="pkg", version="1.0", filename="", sha256="", source="test", root=str(root)
+    )
+    spec = tmp_path / "cell.json"
+    CellSpec(id="lazy-cell", values={"cuda": "12.8"}, backend="local", components=(comp,)).dump(spec)
+    junit = tmp_path / "00-stack.xml"
+    env = {**os.environ, "STACKFARM_CELL": str(spec)}
+    env.pop("PYTEST_ADDOPTS", None)
+    repo = Path(__file__).resolve().parents[1]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "suites/00-stack",
+        "-k",
+        "metadata or files",
+        f"--junitxml={junit}",
+    ]
+    done = subprocess.run(
+        [*argv, "-q", "-p", "no:cacheprovider"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert junit.is_file(), done.stdout + done.stderr
+    out = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome = next((k for k in ("failure", "error", "skipped") if case.find(k) is not None), "passed")
+        out[case.get("name", "")] = (
+            outcome,
+            {p.get("name", ""): p.get("value", "") for p in case.iter("property")},
+        )
+    return out
+
+
+def test_00_stack_checks_a_lazy_tree_by_what_was_fetched(files: Files, tmp_path: Path) -> None:
+    import shutil
+
+    blob = _wheel({**_libraries(1), "pkg/__init__.py": b"x = 1\n", "pkg/data.txt": b"data"})
+    files.blobs["w.whl"] = blob
+    tree, _built = lazytree.lazy_tree(tmp_path / "c", "cd" * 32, f"{files.base}/w.whl", len(blob), "w.whl")
+    cases = _stack_suite(tmp_path, tree)
+    outcome, props = cases["test_files_match_record[pkg]"]
+    assert outcome == "passed"
+    assert props["pkg.lazy"] == "1 sparse copies checked when fetched, 1 not fetched"
+    assert cases["test_metadata_matches_claim[pkg]"][0] == "passed"
+    # A sparse copy whose fetched hash does not match RECORD fails (here: a manifest altered afterwards).
+    bad = tmp_path / "bad"
+    shutil.copytree(tree, bad)
+    marker = bad / lazytree.LAZY_MARKER
+    marker.chmod(0o644)
+    manifest = json.loads(marker.read_text())
+    lib = next(k for k, v in manifest["files"].items() if v[2] == "sparse")
+    manifest["files"][lib][1] = "00" * 32
+    marker.write_text(json.dumps(manifest))
+    assert _stack_suite(tmp_path, bad)["test_files_match_record[pkg]"][0] == "failure"
