@@ -9,10 +9,12 @@ import io
 import json
 import os
 import stat
+import sys
 import tarfile
 import textwrap
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ import pytest
 from stackfarm import proc
 from stackfarm.backends import docker as dk
 from stackfarm.backends.docker import BuildError, ContainerSpec, DockerEngine, EngineError, Mount
+from stackfarm.backends.docker import engine as engine_module
 from stackfarm.backends.docker.engine import _extract, _version
 from stackfarm.errors import EnvironmentProblem, ExitCode
 from test_docker_commands import BUILDKIT_20_10, BUILDKIT_BUILDX
@@ -182,6 +185,19 @@ def test_engine_errors_are_environment_problems(monkeypatch: pytest.MonkeyPatch,
     with pytest.raises(EngineError, match=r"cannot reach the engine[\s\S]*start dockerd") as info:
         DockerEngine("docker").sdk()
     assert info.value.exit_code == ExitCode.ENVIRONMENT
+
+
+def test_a_docker_folder_is_no_sdk(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """This repository's docker/ folder imports as a namespace package where the SDK is not installed:
+    `--backend auto` then says the SDK is missing instead of failing later."""
+    fake = types.ModuleType("docker")
+    fake.__path__ = [str(tmp_path / "docker")]
+    monkeypatch.setitem(sys.modules, "docker", fake)
+    reason = engine_module.sdk_missing_reason()
+    assert reason is not None
+    assert reason.startswith("the Docker SDK for Python is missing")
+    with pytest.raises(EngineError, match="pip install docker"):
+        DockerEngine("docker").sdk()
 
 
 def _archive(members: dict[str, bytes | str | None]) -> io.BytesIO:

@@ -466,7 +466,9 @@ class DockerEngine:
         except Exception as exc:
             if not _is_not_found(exc):  # never created, or gone already: nothing to remove
                 # The SDK could not: the CLI may (its own connection); a container left behind is a leak.
-                self._call([self.executable, "rm", "--force", "--volumes", name], timeout=120)
+                # (Never raising here: this runs in `run`'s finally, where the first error is the one to tell.)
+                with contextlib.suppress(StackfarmError):
+                    self._call([self.executable, "rm", "--force", "--volumes", name], timeout=120)
         with self._lock:
             self._live.discard(name)
 
@@ -513,14 +515,26 @@ class _Stream:
         return b"".join(self._chunks).decode("utf-8", errors="replace")
 
 
-def _connect() -> DockerClient:
+def sdk_missing_reason() -> str | None:
+    """None when the Docker SDK for Python imports, else why not. (A folder named docker/ on sys.path, like
+    this repository's, imports as an empty namespace package: that is no SDK either.)"""
     try:
         import docker
     except ImportError as exc:
+        return f"the Docker SDK for Python is missing ({exc})"
+    if not hasattr(docker, "from_env"):
+        return f"the Docker SDK for Python is missing (`import docker` found {list(docker.__path__)[:1]})"
+    return None
+
+
+def _connect() -> DockerClient:
+    missing = sdk_missing_reason()
+    if missing is not None:
         raise EngineError(
-            f"the Docker SDK for Python is missing ({exc})\n  fix: pip install docker (a stackfarm dependency: "
-            "reinstall stackfarm)"
-        ) from None
+            f"{missing}\n  fix: pip install docker (a stackfarm dependency: reinstall stackfarm)"
+        )
+    import docker
+
     try:
         return docker.from_env(timeout=120)
     except docker.errors.DockerException as exc:
@@ -625,7 +639,7 @@ def engine_unavailable_reason(engine: DockerEngine | None = None) -> str | None:
         (engine or DockerEngine()).check()
     except EngineError as exc:
         return str(exc).splitlines()[0]
-    return None
+    return sdk_missing_reason()
 
 
 __all__ = ["MIN_ENGINE", "DockerEngine", "EngineInfo", "ImageIdentity", "engine_unavailable_reason"]
