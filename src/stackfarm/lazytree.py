@@ -169,19 +169,19 @@ def build(
     whole = [n for n, k in plan.items() if k == "whole"]
     small = [n for n, k in plan.items() if k == "sparse" and remote.members[n].size <= IN_MEMORY]
     large = [n for n, k in plan.items() if k == "sparse" and remote.members[n].size > IN_MEMORY]
-    got = remote.read_many(whole)
-    record = _record(got[info[0]])
+    record = _record(remote.read(info[0]))
     built = Built(members=len(remote.members))
-    for name in whole:
-        data = got.pop(name)
-        if not name.endswith("/RECORD"):
-            _checked(name, hashlib.sha256(data).hexdigest(), len(data), record, remote.url)
-        _write(dest, name, data, remote.members[name].mode)
-        built.files[name] = [len(data), hashlib.sha256(data).hexdigest(), "whole"]
-        built.whole += 1
-    for batch in _batches(small, remote):  # a batch at a time in memory
+    wholes = set(whole)
+    for batch in _batches([*whole, *small], remote):  # in archive order, a batch at a time in memory
         for name, data in remote.read_many(batch).items():
-            _sparse(dest, name, io.BytesIO(data), remote=remote, record=record, built=built)
+            if name not in wholes:
+                _sparse(dest, name, io.BytesIO(data), remote=remote, record=record, built=built)
+                continue
+            if not name.endswith("/RECORD"):
+                _checked(name, hashlib.sha256(data).hexdigest(), len(data), record, remote.url)
+            _write(dest, name, data, remote.members[name].mode)
+            built.files[name] = [len(data), hashlib.sha256(data).hexdigest(), "whole"]
+            built.whole += 1
     for name in large:
         with tempfile.TemporaryFile(dir=scratch) as tmp:
             remote.stream(name, tmp)
