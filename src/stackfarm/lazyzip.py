@@ -16,10 +16,11 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO, TypeVar
 
-from stackfarm import indexauth
+from stackfarm import indexauth, proc
 from stackfarm.errors import ArtifactError
 
 #: Members closer than this (bytes) are read in one request, the gap fetched and dropped.
@@ -176,8 +177,20 @@ class RemoteZip:
         return size
 
     def _chunks(self, start: int, end: int) -> Iterator[bytes]:
-        for at in range(start, end, 8 * _CHUNK):
-            yield self._get(at, min(end, at + 8 * _CHUNK))
+        """The bytes start .. end in 8 MiB ranges, the next one fetched (by a thread) while this one is used:
+        the network and the inflating overlap (urllib, zlib and hashlib release the GIL)."""
+        spans = [(at, min(end, at + 8 * _CHUNK)) for at in range(start, end, 8 * _CHUNK)]
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            ahead: Future[bytes] | None = pool.submit(self._get, *spans[0]) if spans else None
+            for i in range(len(spans)):
+                assert ahead is not None
+                data = ahead.result()
+                if proc.STOP.is_set():  # Ctrl-C / SIGTERM: stop within a chunk
+                    raise proc.Stopped(
+                        f"range reads of {indexauth.redact(self.url)} stopped: the run is stopping"
+                    )
+                ahead = pool.submit(self._get, *spans[i + 1]) if i + 1 < len(spans) else None
+                yield data
 
     def _member(self, name: str) -> Member:
         try:
