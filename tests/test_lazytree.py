@@ -248,3 +248,17 @@ def test_00_stack_checks_a_lazy_tree_by_what_was_fetched(files: Files, tmp_path:
     manifest["files"][lib][1] = "00" * 32
     marker.write_text(json.dumps(manifest))
     assert _stack_suite(tmp_path, bad)["test_files_match_record[pkg]"][0] == "failure"
+
+
+def test_a_lazy_run_refuses_suites_that_need_full_trees(tmp_path: Path) -> None:
+    from stackfarm.artifacts import Cache
+    from stackfarm.backends.local import LocalBackend
+
+    backend = LocalBackend(Cache(tmp_path / "cache"), lazy=True)
+    log = tmp_path / "30-numerics.log"
+    out = backend.run_suite(Path("suites/30-numerics"), tmp_path / "cell.json", tmp_path / "j.xml", 60, log)
+    assert out.returncode == 3
+    assert "30-numerics needs full trees" in out.output
+    assert "STACKFARM_LAZY" in log.read_text()
+    assert not (tmp_path / "j.xml").exists()  # not run: the runner reads it as an error, never a verdict
+    assert LocalBackend(Cache(tmp_path / "cache"), lazy=False).lazy is False

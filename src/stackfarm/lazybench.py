@@ -19,12 +19,11 @@ import tempfile
 from pathlib import Path
 
 from .artifacts import Cache
+from .lazytree import STATIC_SUITES
 from .matrix import load
 from .proc import call
 from .resolve import Resolver, plan_matrix
 
-#: The suites that read the stack without importing it.
-STATIC_SUITES = "00-stack,05-import,10-capability,20-eagle3"
 Row = tuple[str, float, str]
 
 
@@ -97,7 +96,7 @@ def static_tier_vs_pip(matrix: Path, cell: str) -> list[Row]:
             ]
             argv += [
                 "--suites",
-                STATIC_SUITES,
+                ",".join(STATIC_SUITES),
                 "--backend",
                 "local",
                 "--force",
@@ -129,4 +128,4 @@ def cachekeep_remove(cache: Path) -> None:
         remove_tree(cache)
 
 
-__all__ = ["STATIC_SUITES", "disk_bytes", "fetched_bytes", "static_tier_vs_pip"]
+__all__ = ["disk_bytes", "fetched_bytes", "static_tier_vs_pip"]

@@ -41,6 +41,9 @@ from stackfarm import lazyzip
 from stackfarm.analysis import elfsyms, fatbin
 from stackfarm.errors import ArtifactError, StackfarmError
 
+#: The suites a lazy tree serves: they read sources, metadata and ELF/fatbin headers, and import nothing of the
+#: stack (30-numerics runs its CPU engine, 40-throughput a server: both need full trees).
+STATIC_SUITES = ("00-stack", "05-import", "10-capability", "20-eagle3")
 #: The marker of a complete lazy tree (its manifest).
 LAZY_MARKER = ".stackfarm-lazy"
 #: Library members up to this size are read in memory (neighbours share a request); larger ones are streamed.
@@ -270,6 +273,7 @@ def lazy_tree(
 
 __all__ = [
     "LAZY_MARKER",
+    "STATIC_SUITES",
     "Built",
     "Recording",
     "build",

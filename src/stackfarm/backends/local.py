@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..artifacts import Artifact, Cache
 from ..cellspec import InstalledComponent
+from ..lazytree import STATIC_SUITES
 from ..plan import Cell, Component
 from ..proc import Outcome, call
 from . import PATCHED_SGLANG, Progress, pytest_argv, suite_env
@@ -70,6 +71,15 @@ class LocalBackend:
 
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
         argv = pytest_argv(sys.executable, str(suite_dir), str(junit))
+        if self.lazy and suite_dir.name not in STATIC_SUITES:
+            # Its trees hold only what the static suites read: a suite that imports the stack would load sparse
+            # copies. Not run, so its result is an error of the run, never a verdict on the stack.
+            text = (
+                f"{suite_dir.name} needs full trees, and this run realises lazy ones (STACKFARM_LAZY=1): "
+                f"run only {', '.join(STATIC_SUITES)} lazily (--suites), or without STACKFARM_LAZY"
+            )
+            log.write_text(text + "\n", encoding="utf-8")
+            return Outcome(args=tuple(argv), returncode=3, output=text, elapsed=0.0)
         return call(
             argv,
             cwd=suite_dir.parent.parent,
