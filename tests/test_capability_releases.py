@@ -238,7 +238,7 @@ def test_middle_0_5_10_auto_enable_agrees_with_its_gate() -> None:
 # --------------------------------------------------------------------------------------------- newest: 0.5.23
 
 
-def test_newest_0_5_23_auto_enable_through_the_platform_object_is_undecidable() -> None:
+def test_newest_0_5_23_auto_enable_through_the_platform_object() -> None:
     """0.5.23 moved the auto-enable to a registered post-process, sglang/srt/arg_groups/overrides.py:987-1001:
 
         if (
@@ -249,29 +249,35 @@ def test_newest_0_5_23_auto_enable_through_the_platform_object_is_undecidable() 
             ...
             return {"flashinfer_allreduce_fusion_backend": backend}          # :1001
 
-    get_platform() is runtime_context.PlatformContext, whose facts come from `__getattr__` (runtime_context.py:1862
-    `probe = _PLATFORM_PROBES.get(name) ...`): unresolved, so every arch is an undecidable skip, never ok. The
+    get_platform() is runtime_context.PlatformContext: `__getattr__` (runtime_context.py:1862-1874) maps "is_sm90"
+    to utils/common.py's is_sm90_supported (:1831) and calls it. So it runs on sm_90 / sm_100 and not on sm_80 /
+    sm_120, and the use-gate, layer_boundary/residual/add_norm.py:146 `(_is_sm90_supported or _is_sm100_supported)
+    and ... get_exec().comm.flashinfer_allreduce_fusion_backend is not None`, agrees on every arch: ok. The
     deprecated-flag translation (serving_hook.py:286-296, `cfg.enable_flashinfer_allreduce_fusion and
     cfg.flashinfer_allreduce_fusion_backend is None`) is the same on every GPU: no finding."""
-    auto = _verdicts("0.5.23", kind="auto", line=1001)
-    assert auto == dict.fromkeys(ARCHS, ("skip", "unknown"))
+    assert _verdicts("0.5.23", kind="auto", line=1001) == dict.fromkeys(ARCHS, ("pass", "ok"))
     sm120 = _pick("0.5.23", kind="auto", line=1001)("sm_120")
-    assert sm120.message.startswith("undecidable: ")
-    assert (
-        "unknown: `get_platform().is_sm90` at sglang/srt/arg_groups/overrides.py:991 could not be resolved"
-        in (sm120.message)
+    assert "does not run on sm_120" in sm120.message
+    assert "is false at sglang/srt/arg_groups/overrides.py:988" in sm120.message  # the test starts at :988
+    assert "its use-gate is off there too (sglang/srt/layers/layer_boundary/residual/add_norm.py:146" in (
+        sm120.message
     )
+    assert "runs on sm_90" in _pick("0.5.23", kind="auto", line=1001)("sm_90").message
     assert not [f for f in _findings("0.5.23") if f.kind == "auto" and f.file.endswith("serving_hook.py")]
+    assert _verdicts("0.5.23", kind="flag", line=146) == {
+        "sm_80": ("fail", "gated-off"),
+        "sm_90": ("pass", "ok"),
+        "sm_100": ("pass", "ok"),
+        "sm_120": ("fail", "gated-off"),
+    }
 
 
 def test_newest_0_5_23_no_ok_on_an_unresolved_value() -> None:
-    """The deciding path of 0.5.23's fusion use-gate (layer_boundary/residual/add_norm.py:146, `_is_sm90_supported`
-    from :53 `_is_cuda and get_platform().is_sm90`) and of its auto-enable (overrides.py:991) meet the unresolved
-    PlatformContext.__getattr__: no finding of 0.5.23 passes on a value that could not be resolved, and the
+    """No finding of 0.5.23 passes on a value that could not be resolved (the unresolved case itself, the PEP 562
+    `current_platform` hook of sglang/srt/platforms/__init__.py:213, is pinned in test_captables.py), and the
     configured gate apply_flashinfer_allreduce_fusion (gone since 0.5.21) is n/a, decided by the flag reads."""
     found = _findings("0.5.23")
     assert not [f for f in found if f.outcome == "pass" and "could not be resolved" in f.message]
-    assert _verdicts("0.5.23", kind="flag", line=146) == dict.fromkeys(ARCHS, ("skip", "unknown"))
     absent = [f for f in found if f.kind == "gate" and f.symbol == "apply_flashinfer_allreduce_fusion"]
     assert [(f.arch, f.outcome) for f in absent] == [("all", "n/a")]
     assert "sglang/srt/arg_groups/overrides.py:988" in absent[0].message
@@ -301,7 +307,7 @@ def test_classes_no_release_produces() -> None:
     from 0.4.10.post2 to 0.5.23: every auto-enable either runs on the reference sm_90 with a use-gate off on the
     arch it skips (0.5.9 / 0.5.10: server_args `is_sm90_supported() or is_sm100_supported()` vs communicator's
     `_is_sm90_supported or _is_sm100_supported`), or does not run on sm_90 at all (0.5.1-0.5.7's sm100 /
-    Blackwell branches), or is undecidable (0.5.19+). Pinned here on the three releases; on a tree in
+    Blackwell branches), or agrees with its use-gate (0.5.19+'s post-process). Pinned here on the three releases; on a tree in
     test_capauto.py."""
     for version in ("0.4.10.post2", "0.5.5", "0.5.23"):
         assert not [f for f in _findings(version) if f.verdict == "auto-off-gate-on"], version

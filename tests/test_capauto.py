@@ -244,3 +244,61 @@ def test_a_moved_gate_is_found_through_its_flag(root: Path) -> None:
     assert flags[("sm_90", 7)] == "ok"
     nothing = _analyse(root, {"x": {"gate": "sglang.gone:f", "flags": ["enable_nothing"]}}, ("sm_90",))
     assert [f.outcome for f in nothing if f.kind == "gate"] == ["fail"]  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------------------------- the evaluator
+
+PLATFORM = {
+    "plat/__init__.py": "",
+    "plat/common.py": """\
+        import torch
+        from functools import lru_cache, partial
+        def _check(majors):
+            if not torch.cuda.is_initialized():
+                return None
+            return torch.cuda.get_device_capability()[0] in majors
+        is_sm90_supported = lru_cache(maxsize=1)(partial(_check, majors=[9]))
+        """,
+    "plat/context.py": """\
+        _PROBES = {"is_sm90": "is_sm90_supported"}
+        class PlatformContext:
+            __slots__ = ("_overrides",)
+            def __init__(self):
+                object.__setattr__(self, "_overrides", {})
+            def __getattr__(self, name):
+                probe = _PROBES.get(name)
+                if probe is None:
+                    raise AttributeError(name)
+                overrides = object.__getattribute__(self, "_overrides")
+                if name in overrides:
+                    return overrides[name]
+                from plat import common as _common
+                return getattr(_common, probe)()
+        _PLATFORM = PlatformContext()
+        def get_platform():
+            return _PLATFORM
+        def fresh():
+            return PlatformContext().is_sm90
+        """,
+}
+
+
+def test_a_platform_object_answering_through_getattr_is_followed(tmp_path: Path) -> None:
+    """SGLang 0.5.19+'s PlatformContext: `__getattr__` maps a fact to a probe and calls it; `object.__setattr__`
+    in `__init__` sets the (empty) overrides; `getattr(module, name)` finds the probe; `torch.cuda.is_initialized()`
+    only picks how the capability is read. A second instance gets its own `__init__` run (the memo is per object);
+    a fact the hook does not know raises there: unknown, recorded as unresolved."""
+    import ast
+
+    from stackfarm.analysis.pysource import UNKNOWN, Evaluator
+
+    plat = SourceTree([write_tree(tmp_path / "plat", PLATFORM)])
+    for gpu, want in ((SM90, True), (SM120, False)):
+        ev = Evaluator(plat, gpu, "12.8")
+        assert ev.expression("plat.context", ast.parse("get_platform().is_sm90", mode="eval").body) is want
+        assert ev.expression("plat.context", ast.parse("fresh()", mode="eval").body) is want
+        assert not ev.unresolved
+        assert (
+            ev.expression("plat.context", ast.parse("get_platform().is_sm100", mode="eval").body) is UNKNOWN
+        )
+        assert "PlatformContext.__getattr__ answers 'is_sm100' at run time" in ev.unresolved[-1].why

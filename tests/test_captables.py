@@ -693,27 +693,64 @@ def _analyse_release(version: str, root: Path) -> list[object]:
 
 
 @pytest.mark.integration
-def test_real_0_5_23_platform_getattr_is_undecidable_on_sm120() -> None:
+def test_real_0_5_23_platform_getattr_is_followed() -> None:
     """SGLang 0.5.23, sglang/srt/layers/layer_boundary/residual/add_norm.py:
 
         53  _is_sm90_supported = _is_cuda and get_platform().is_sm90
         146 (_is_sm90_supported or _is_sm100_supported) and _is_flashinfer_available and ... (flashinfer_ar_fusion_applies)
 
-    get_platform() returns runtime_context.PlatformContext, whose facts come from `__getattr__`
-    (runtime_context.py: `def __getattr__(self, name)` -> `getattr(_common, probe)()`): the evaluator does not run
-    it, so on sm_120 the condition that reads flashinfer_allreduce_fusion_backend is undecidable, a skip, not
-    the pass ("not decided by the GPU") it was."""
+    get_platform() returns runtime_context.PlatformContext (runtime_context.py:1849); its facts come from
+    `__getattr__` (:1862-1874): `probe = _PLATFORM_PROBES.get(name) ...` ("is_sm90" -> "is_sm90_supported",
+    :1831), `overrides = object.__getattribute__(self, "_overrides")` (set to {} in __init__, :1860; only
+    override_platform(), a scoped test hook, fills it), then `getattr(_common, probe)()`: utils/common.py:333
+    is_sm90_supported = lru_cache(partial(_check_cuda_device_version, device_capability_majors=[9], ...)).
+    The evaluator follows the hook, so the condition is false on sm_120 (gated-off, a failure) and true up to
+    run-time settings on sm_90 (before, it was an undecidable skip on every arch)."""
     findings = _analyse_release("0.5.23", _real_tree("0.5.23"))
-    site = [f for f in findings if f.kind == "flag" and f.file.endswith("residual/add_norm.py")]  # type: ignore[attr-defined]
-    sm120 = next(f for f in site if f.arch == "sm_120")  # type: ignore[attr-defined]
-    assert (sm120.outcome, sm120.verdict, sm120.line) == ("skip", "unknown", 146)  # type: ignore[attr-defined]
-    assert sm120.message.startswith("undecidable: ")  # type: ignore[attr-defined]
-    assert (
-        "unknown: `get_platform().is_sm90` at sglang/srt/layers/layer_boundary/residual/add_norm.py:53 "
-        "could not be resolved (PlatformContext.__getattr__" in sm120.message  # type: ignore[attr-defined]
-    )
-    # no flag or gate finding of 0.5.23 claims "ok" on an unresolved value
+    site = {f.arch: f for f in findings if f.kind == "flag" and f.file.endswith("residual/add_norm.py")}  # type: ignore[attr-defined]
+    sm120, sm90 = site["sm_120"], site["sm_90"]
+    assert (sm120.outcome, sm120.verdict, sm120.line) == ("fail", "gated-off", 146)  # type: ignore[attr-defined]
+    assert (sm90.outcome, sm90.verdict) == ("pass", "ok")  # type: ignore[attr-defined]
     assert not [f for f in findings if f.outcome == "pass" and "could not be resolved" in f.message]  # type: ignore[attr-defined]
+
+
+@pytest.mark.integration
+def test_real_0_5_23_unresolved_module_hook_is_never_on() -> None:
+    """SGLang 0.5.23, sglang/srt/kv_canary/api.py:45-49 (torch_reference_conflicts_with_decode_graph):
+
+        return (
+            use_torch_reference(device)
+            and current_platform.capabilities.graph_capture
+            and not check_cuda_graph_backend(Phase.DECODE, Backend.DISABLED)
+        )
+
+    `current_platform` (api.py:22 `from sglang.srt.platforms import current_platform`) is answered by the PEP 562
+    hook sglang/srt/platforms/__init__.py:213 `def __getattr__(name)` -> `_resolve_platform()` at run time: the
+    evaluator does not resolve it, so the function's only enabling end hangs on it: unknown, with the expression
+    and where, never "on"; as a matrix feature's gate it is an undecidable skip, not a pass."""
+    root = _real_tree("0.5.23")
+    gate = "sglang.srt.kv_canary.api:torch_reference_conflicts_with_decode_graph"
+    for arch in (SM90, SM120):
+        result = evaluate_gate(SourceTree([root]), gate, arch, "12.8")
+        assert result.state == "unknown"
+        assert result.unresolved.startswith(
+            "unknown: `current_platform` at sglang/srt/kv_canary/api.py:47 could not be resolved "
+            "(sglang.srt.platforms.__getattr__ answers 'current_platform' at run time)"
+        )
+    sys.path.insert(0, str(REPO / "suites" / "10-capability"))
+    capability = importlib.import_module("capability_findings")
+    from stackfarm.cellspec import CellSpec
+
+    comp = InstalledComponent(axis="sglang", distribution="sglang", version="0.5.23", filename="x.whl",
+                              sha256="0" * 64, source="pypi", root=str(root))  # fmt: skip
+    cell = CellSpec(id="x", values={"cuda": "12.8"}, backend="local", components=(comp,), archs=("sm_90", "sm_120"),
+                    reference_arch="sm_90", features={"canary": {"gate": gate}}, settings={"10-capability": {}})  # fmt: skip
+    found = [f for f in capability.analyse(cell).findings if f.kind == "gate"]
+    assert {(f.arch, f.outcome, f.verdict) for f in found} == {
+        ("sm_90", "skip", "unknown"),
+        ("sm_120", "skip", "unknown"),
+    }
+    assert all(f.message.startswith("undecidable: ") for f in found)
 
 
 @pytest.mark.integration

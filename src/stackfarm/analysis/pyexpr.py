@@ -460,8 +460,10 @@ class ExpressionEvaluator:
         if value is UNKNOWN and obj.cls is not None and attr != "__getattr__":
             where = self._where
             hook = self._class_attr(obj.cls, "__getattr__")
+            if isinstance(hook, Function) and not isinstance(hook.node, ast.Lambda):
+                value = self._hooked(obj, hook, attr)
             self._where = where
-            if isinstance(hook, Function):
+            if isinstance(hook, Function) and value is UNKNOWN:
                 self._unresolvable(f"{obj.cls.qualname}.__getattr__ answers {attr!r} at run time")
         if isinstance(value, Function) and not isinstance(value.node, ast.Lambda):
             if decorated(value.node, "staticmethod"):
@@ -471,6 +473,33 @@ class ExpressionEvaluator:
                 return self._call(bound, (), {})
             return bound
         return value
+
+    def _hooked(self, obj: Instance, hook: Function, attr: str) -> object:
+        """What the class's ``__getattr__`` answers for `attr` (SGLang 0.5.19+'s PlatformContext maps a fact to
+        a probe of utils.common and calls it); unknown where it raises or depends on run-time state."""
+        bound = Function(hook.module, hook.node, hook.qualname, (obj, *hook.args), hook.kwargs)
+        try:
+            return self._call(bound, (attr,), {})
+        except Crash:
+            return UNKNOWN
+
+    def _object_builtin(self, dotted: str, args: tuple[object, ...]) -> object:
+        """getattr / setattr / object.__getattribute__ / object.__setattr__ on values the evaluator holds."""
+        if len(args) < 2 or not isinstance(args[1], str):
+            return _NOT_OURS
+        obj, name = args[0], args[1]
+        if dotted in ("builtins.setattr", "builtins.object.__setattr__") and len(args) == 3:
+            if isinstance(obj, Instance):
+                obj.attrs[name] = args[2]
+                return None
+            return _NOT_OURS
+        if dotted == "builtins.object.__getattribute__" and len(args) == 2 and isinstance(obj, Instance):
+            if name in obj.attrs:
+                return obj.attrs[name]
+            return self._class_attr(obj.cls, name) if obj.cls else UNKNOWN
+        if dotted == "builtins.getattr" and len(args) == 2:
+            return self._getattr(obj, name)
+        return _NOT_OURS
 
     def _class_attr(self, cls: ClassValue, attr: str) -> object:
         if cls.namespace is None:
@@ -533,6 +562,10 @@ class ExpressionEvaluator:
             except Exception:
                 return UNKNOWN
         if isinstance(func, External):
+            if func.dotted in _OBJECT_BUILTINS and not kwargs:
+                answer = self._object_builtin(func.dotted, args)
+                if answer is not _NOT_OURS:
+                    return answer
             return self.platform.call(func.dotted, args, kwargs)
         if isinstance(func, Identity):
             return args[0] if args else UNKNOWN
@@ -587,7 +620,8 @@ class ExpressionEvaluator:
     ) -> list[End]:
         node = func.node
         assert not isinstance(node, ast.Lambda)
-        key = (id(node), *memo_key(func.args + args), *memo_key(tuple(func.kwargs) + tuple(kwargs.items())))
+        # the instance a constructor or method runs on is part of the key: its effects on that object count
+        key = (id(node), *memo_key((self_obj, *func.args, *args)), *memo_key((*func.kwargs, *kwargs.items())))
         if not at_top and key in self._memo:
             cached = self._memo[key]
             self.unresolved.extend(self._memo_unresolved.get(key, ()))  # what the first run depended on
@@ -651,6 +685,18 @@ class ExpressionEvaluator:
             env[spec.vararg.arg] = UNKNOWN
         if spec.kwarg:
             env[spec.kwarg.arg] = UNKNOWN
+
+
+#: Builtins that read or set attributes of the evaluator's own values (`ExpressionEvaluator._object_builtin`).
+_OBJECT_BUILTINS = frozenset(
+    {
+        "builtins.getattr",
+        "builtins.setattr",
+        "builtins.object.__getattribute__",
+        "builtins.object.__setattr__",
+    }
+)
+_NOT_OURS = object()
 
 
 def _value_attr(obj: object, attr: str) -> object:

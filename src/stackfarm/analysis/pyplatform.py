@@ -105,6 +105,10 @@ class Platform:
             return DeviceProperties(self.gpu.major, self.gpu.minor)
         if dotted == "torch.cuda.is_available":
             return True
+        if dotted == "torch.cuda.is_initialized":
+            # code that asks only picks one of two ways to read the same device facts (NVML before torch.cuda
+            # initialises, torch after: SGLang 0.5.2x's get_device_sm): the torch one is the modelled one
+            return True
         if tail == "is_available" and dotted.split(".")[:1] == ["torch"] and dotted.count(".") == 2:
             return False  # torch.xpu / torch.hpu / torch.npu ...: the platform is CUDA
         if dotted in ("torch.cuda.current_device", "torch.cuda.device_count"):

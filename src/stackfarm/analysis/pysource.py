@@ -308,6 +308,9 @@ class Evaluator(ExpressionEvaluator):
     def _mutation(self, node: ast.expr, frame: Frame) -> None:
         """``x.add(v)`` / ``x.append(v)`` ... on a known container changes it; with an unknown argument the
         container becomes unknown. Other expression statements have no effect the evaluator tracks."""
+        if isinstance(node, ast.Call) and _sets_attribute(node.func):
+            self._eval(node, frame)  # setattr(obj, "x", v) / object.__setattr__(self, "x", v): sets obj.x
+            return
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             return
         if node.func.attr not in MUTATORS or node.keywords:
@@ -447,6 +450,18 @@ _STATEMENTS: dict[type[ast.stmt], Callable[[Evaluator, Any, Frame], list[End]]] 
         (ast.Pass, ast.Global, ast.Nonlocal, ast.Break, ast.Continue, ast.Delete), Evaluator._exec_nothing
     ),
 }
+
+
+def _sets_attribute(func: ast.expr) -> bool:
+    """``setattr`` or ``object.__setattr__``: an expression statement the evaluator runs for its effect."""
+    if isinstance(func, ast.Name):
+        return func.id == "setattr"
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "__setattr__"
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "object"
+    )
 
 
 __all__ = [
