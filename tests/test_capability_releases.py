@@ -347,3 +347,65 @@ def test_newest_0_5_23_eagle3_verdicts() -> None:
     for name in ("DeepseekV3ForCausalLM", "LlamaForCausalLM", "Qwen3MoeForCausalLM", "GptOssForCausalLM"):
         verdicts = {f.verdict for f in check_class(tree, name, "target", contract, include_optional=True)}
         assert verdicts <= {"implemented", "inherited", "optional-missing"}, (name, verdicts)
+
+
+def _eagle3(version: str) -> dict[str, dict[str, str]]:
+    """class -> {method: verdict} over the corpus's targets and draft (optional names included)."""
+    from stackfarm.corpus import DRAFTS, TARGETS
+
+    root = _tree(version)
+    contract = derive_contract(root)
+    tree = SourceTree([root])
+    wanted = [("target", t) for t in TARGETS] + [("draft", d) for d in DRAFTS]
+    return {
+        name: {f.method: f.verdict for f in check_class(tree, name, role, contract, include_optional=True)}  # type: ignore[arg-type]
+        for role, name in wanted
+    }
+
+
+def _not_implemented(verdicts: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    return {c: {m: v for m, v in ms.items() if v != "implemented"} for c, ms in verdicts.items()}
+
+
+def test_eagle3_classes_old_middle_newest() -> None:
+    """Every EAGLE-3 verdict class of the corpus's classes on 0.4.10.post2, 0.5.5, 0.5.9 and 0.5.23:
+
+    - 0.4.10.post2: no models/gpt_oss.py and no models/kimi_k25.py (class-not-in-release); models/qwen2.py,
+      deepseek_v2.py and glm4_moe.py never mention set_eagle3_layers_to_capture (missing; qwen3.py does, :1
+      occurrence); glm4_moe.py:754 `class Glm4MoeForCausalLM(DeepseekV2ForCausalLM)` inherits
+      get_embed_and_head; the draft inherits set_embed / set_eagle3_layers_to_capture from LlamaForCausalLM;
+      no hasattr-probed name yet (no optional-missing);
+    - 0.5.5: still no models/kimi_k25.py; every other target implements both hooks; the draft inherits forward,
+      set_embed, set_embed_and_head, set_eagle3_layers_to_capture;
+    - 0.5.9: models/kimi_k25.py:648 `class KimiK25ForConditionalGeneration(nn.Module)` defines neither hook
+      (missing: the kimi-k25-eagle3 patch set adds them; upstream from 0.5.10);
+    - 0.5.23: nothing missing, every class present; optional-missing only for hasattr-probed names
+      (pp_draft_embedding.py:86 get_embed_and_head_for_draft; eagle_worker_v2's set_lm_head_from_target).
+    No class of these delegates through __getattr__ in any of them (delegated never occurs)."""
+    old = _not_implemented(_eagle3("0.4.10.post2"))
+    assert old["GptOssForCausalLM"] == {"*": "class-not-in-release"}
+    assert old["KimiK25ForConditionalGeneration"] == {"*": "class-not-in-release"}
+    for name in ("Qwen2ForCausalLM", "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"):
+        assert old[name] == {"set_eagle3_layers_to_capture": "missing"}, name
+    assert old["Glm4MoeForCausalLM"] == {
+        "get_embed_and_head": "inherited",
+        "set_eagle3_layers_to_capture": "missing",
+    }
+    assert old["Qwen3ForCausalLM"] == {}
+    assert old["LlamaForCausalLMEagle3"] == {
+        "set_eagle3_layers_to_capture": "inherited",
+        "set_embed": "inherited",
+    }
+    middle = _not_implemented(_eagle3("0.5.5"))
+    assert middle.pop("KimiK25ForConditionalGeneration") == {"*": "class-not-in-release"}
+    assert set(middle.pop("LlamaForCausalLMEagle3").values()) == {"inherited"}
+    assert all(v == {} for v in middle.values()), middle
+    kimi_0_5_9 = _eagle3("0.5.9")["KimiK25ForConditionalGeneration"]
+    assert kimi_0_5_9 == {"get_embed_and_head": "missing", "set_eagle3_layers_to_capture": "missing"}
+    new = _eagle3("0.5.23")
+    verdicts = {v for ms in new.values() for v in ms.values()}
+    assert verdicts == {"implemented", "inherited", "optional-missing"}
+    optional = {m for ms in new.values() for m, v in ms.items() if v == "optional-missing"}
+    assert optional == {"get_embed_and_head_for_draft", "set_lm_head_from_target"}
+    for version_verdicts in (old, middle, new):
+        assert "delegated" not in {v for ms in version_verdicts.values() for v in ms.values()}
