@@ -6,6 +6,9 @@
 (c) the same static tier with full downloads and unpacked trees (what a run does without lazy trees).
 
 Figures: wall seconds, bytes downloaded, bytes on disk (allocated blocks, so sparse copies count what they hold).
+``python -m stackfarm.lazybench --compare CELL...`` runs each cell's static tier with full and with lazy trees
+and lists every testcase whose outcome differs (none, on the default matrix's three PyPI cells).
+
 Bytes downloaded for stackfarm are what its cache kept: whole wheels in ``blobs/``, plus what each lazy tree
 fetched (its manifest's ``fetched``) and the METADATA files read by range requests.
 """
@@ -128,4 +131,60 @@ def cachekeep_remove(cache: Path) -> None:
         remove_tree(cache)
 
 
-__all__ = ["disk_bytes", "fetched_bytes", "static_tier_vs_pip"]
+def testcases(junit: Path) -> dict[str, str]:
+    """classname::name -> "passed" or "<failure|error|skipped>: <message>" of one suite's JUnit file."""
+    import xml.etree.ElementTree as ET
+
+    out = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = f"{child.tag}: {child.get('message') or ''}"
+        out[f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"] = outcome
+    return out
+
+
+def compare(matrix: Path, cells: list[str], work: Path) -> int:
+    """Run each cell's static tier with full trees (the default cache) and with lazy trees (an empty cache under
+    ``work``), print every testcase whose outcome or message differs; returns how many differ."""
+    differ = 0
+    for cell in cells:
+        runs = {}
+        for lazy in ("0", "1"):
+            reports = work / f"{cell}-{'lazy' if lazy == '1' else 'full'}"
+            env = {"STACKFARM_LAZY": lazy}
+            if lazy == "1":
+                env["STACKFARM_CACHE"] = str(work / "lazy-cache")
+            argv: list[str | Path] = [sys.executable, "-m", "stackfarm", "run", "--matrix", matrix.resolve()]
+            argv += ["--cells", cell, "--suites", ",".join(STATIC_SUITES), "--backend", "local", "--force"]
+            call([*argv, "--reports", reports], env=env, cwd=matrix.resolve().parent)
+            runs[lazy] = {s: testcases(reports / cell / f"{s}.xml") for s in STATIC_SUITES}
+        for suite in STATIC_SUITES:
+            full, lazy_cases = runs["0"][suite], runs["1"][suite]
+            bad = sorted(k for k in set(full) | set(lazy_cases) if full.get(k) != lazy_cases.get(k))
+            differ += len(bad)
+            print(f"{cell} {suite}: {len(full)} testcases, {len(bad)} differ")
+            for k in bad:
+                print(f"  {k}\n    full: {full.get(k)}\n    lazy: {lazy_cases.get(k)}")
+        cachekeep_remove(work / "lazy-cache")
+    return differ
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m stackfarm.lazybench --compare CELL [CELL...]``: lazy and full static verdicts side by side."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m stackfarm.lazybench")
+    parser.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
+    parser.add_argument("--compare", nargs="+", required=True, metavar="CELL")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="stackfarm-lazycompare-") as tmp:
+        return 1 if compare(args.matrix, args.compare, Path(tmp)) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["compare", "disk_bytes", "fetched_bytes", "static_tier_vs_pip"]
