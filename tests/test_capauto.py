@@ -78,6 +78,9 @@ TREE = {
             return None
         def use_wide_get():
             return global_server_args_dict.get("enable_wide", False) and _is_sm90
+        def use_wide_assigned(x):
+            ok = global_server_args_dict["enable_wide"] and _is_sm90
+            return x if ok else None
         """,
     "sglang/schedule.py": """\
         global_server_args_dict = {"enable_wide": False}
@@ -151,12 +154,14 @@ def test_evaluate_auto_per_arch(tree: SourceTree) -> None:
 
 def test_flag_reads_through_dict_subscripts_and_get(tree: SourceTree) -> None:
     sites = {s.line: s for s in flag_sites(tree, ["sglang"], ["enable_wide"])}
-    # layers.py:7 `global_server_args_dict["enable_wide"]` and :11 `.get("enable_wide", False)` are reads;
-    # server_args.py:8 tests no flag of this feature
+    # layers.py:7 `global_server_args_dict["enable_wide"]`, :11 `.get("enable_wide", False)` and :13 (a condition
+    # assigned to a name) are reads; server_args.py:8 tests no flag of this feature
     assert {(s.path, line) for line, s in sites.items() if s.path == "sglang/layers.py"} == {
         ("sglang/layers.py", 7),
         ("sglang/layers.py", 11),
+        ("sglang/layers.py", 13),
     }
+    assert judge_site(tree, sites[13], SM120, "12.8", assume={"enable_wide": True}) == (False, "")
     assume = {"enable_wide": True}
     # the dict's import-time value is the default (False); the deployment's flag is what `assume` says
     assert judge_site(tree, sites[7], SM90, "12.8", assume=assume) == (True, "")

@@ -208,7 +208,8 @@ class FlagSite:
 
 
 def flag_sites(tree: SourceTree, packages: Sequence[str], flags: Sequence[str]) -> tuple[FlagSite, ...]:
-    """Every if / assert / return / boolean condition in `packages` that reads ``<something>.<flag>``."""
+    """Every if / while / assert condition, and every returned or assigned boolean expression, in `packages` that
+    reads a flag (``<something>.<flag>``, ``d["<flag>"]``, ``d.get("<flag>")``; see `reads_flag`)."""
     if not flags:
         return ()
     needles = [f.encode() for f in flags]
@@ -267,8 +268,10 @@ def reads_flag(node: ast.AST, flags: Collection[str]) -> bool:
 def _condition_of(node: ast.AST) -> ast.expr | None:
     if isinstance(node, ast.If | ast.While | ast.Assert):
         return node.test
-    if isinstance(node, ast.Return) and isinstance(node.value, ast.BoolOp | ast.Compare | ast.UnaryOp):
-        return node.value
+    if isinstance(node, ast.Return | ast.Assign | ast.AnnAssign) and isinstance(
+        node.value, ast.BoolOp | ast.Compare | ast.UnaryOp
+    ):
+        return node.value  # `use_fusion = <condition>` (0.5.5-0.5.7's static_conditions_met) is a gate too
     return None
 
 
