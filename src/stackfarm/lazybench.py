@@ -167,7 +167,7 @@ def compare(matrix: Path, cells: list[str], work: Path) -> int:
             print(f"{cell} {suite}: {len(full)} testcases, {len(bad)} differ")
             for k in bad:
                 print(f"  {k}\n    full: {full.get(k)}\n    lazy: {lazy_cases.get(k)}")
-        cachekeep_remove(work / "lazy-cache")
+    cachekeep_remove(work / "lazy-cache")  # shared by the cells: a lazy tree is made once
     return differ
 
 
