@@ -152,7 +152,10 @@ def test_regression_against_the_last_qualified_record() -> None:
 # ------------------------------------------------------------------------------------------ the shipped table
 #: A real record: 40-throughput on the lent H200 (SGLang 0.5.15, the dummy Llama-3-8B shape), run under a
 #: runner-kind override so that it judged nothing itself.
-H200_RECORD = REPO / "tests" / "test_throughput_fixtures" / "h200_llama3_8b_shape_throughput.json"
+#: The run [thresholds.1x-h200] was set from (planted curve, CUDA graphs on both servers, 2026-12-01).
+H200_RECORD = REPO / "tests" / "test_throughput_fixtures" / "h200_planted_curve_throughput.json"
+#: An earlier H200 run: EAGLE-3 without CUDA graphs and a random draft (2026-11-29).
+H200_NO_GRAPHS = REPO / "tests" / "test_throughput_fixtures" / "h200_llama3_8b_shape_throughput.json"
 
 
 def test_the_shipped_h200_table_passes_the_h200_run_it_was_set_from() -> None:
@@ -164,6 +167,7 @@ def test_the_shipped_h200_table_passes_the_h200_run_it_was_set_from() -> None:
     assert resolution.problem is None
     assert {c.figure for c in resolution.checks} == {
         "decode_tok_s", "itl_ms", "batch8_tok_s", "ttft_ms", "eagle3_decode_tok_s", "eagle3_batch8_tok_s",
+        "eagle3_over_baseline@0.9", "eagle3_over_baseline@0.5", "eagle3_over_baseline@0", "break_even_acceptance",
     }  # fmt: skip
 
     def no_more() -> list[float]:
@@ -177,12 +181,27 @@ def test_the_shipped_h200_table_passes_the_h200_run_it_was_set_from() -> None:
 
 
 def test_the_shipped_h200_table_catches_a_baseline_without_cuda_graphs() -> None:
-    """The same record with the baseline decode at EAGLE-3's no-graph pace (~30 tok/s): a clear fail."""
+    """The baseline decode at EAGLE-3's no-graph pace (~30 tok/s, the earlier run's): a clear fail."""
     figures = record.load(H200_RECORD)["figures"]
     check = next(
         c
         for c in resolve(load(REPO / "matrix.toml").thresholds, "1x-h200", measured=list(figures)).checks
         if c.figure == "decode_tok_s"
     )
-    slow = figures["eagle3_decode_tok_s"]["samples"]
+    slow = record.load(H200_NO_GRAPHS)["figures"]["eagle3_decode_tok_s"]["samples"]
     assert decide(slow, check.bound, more=list, max_remeasures=0).verdict == "fail"
+
+
+def test_the_seeds_rule_fails_eagle3_without_graphs() -> None:
+    """eagle3_over_baseline@0.5 >= 1 (EAGLE-3 must beat the baseline at 50 % acceptance): the earlier run's
+    ratio without CUDA graphs for EAGLE-3 (~0.14) fails it; the planted run's (1.10) passes."""
+    figures = record.load(H200_RECORD)["figures"]
+    check = next(
+        c
+        for c in resolve(load(REPO / "matrix.toml").thresholds, "1x-h200", measured=list(figures)).checks
+        if c.figure == "eagle3_over_baseline@0.5"
+    )
+    no_graphs = record.load(H200_NO_GRAPHS)["figures"]["eagle3_over_baseline"]["samples"]
+    assert decide(no_graphs, check.bound, more=list, max_remeasures=0).verdict == "fail"
+    planted = figures["eagle3_over_baseline@0.5"]["samples"]
+    assert decide(planted, check.bound, more=list, max_remeasures=0).verdict == "pass"
