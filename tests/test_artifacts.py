@@ -603,6 +603,21 @@ def test_unpack_refuses_members_that_differ_from_record(
     assert not list((cache.root / "tmp").glob("*.unpack-*"))
 
 
+@pytest.mark.parametrize(("algorithm", "ok"), [("sha512", True), ("sha384", True), ("md5", False)])
+def test_record_hash_algorithms(
+    index: FakeIndex, cache: Cache, tmp_path: Path, algorithm: str, ok: bool
+) -> None:
+    digest = _b64(hashlib.new(algorithm, b"x = 1\n").digest())
+    art = index.add(
+        build_wheel(tmp_path, record={"pkg/__init__.py": f"pkg/__init__.py,{algorithm}={digest},6"})
+    )
+    if ok:
+        assert (cache.unpack(art) / "pkg" / "__init__.py").read_text() == "x = 1\n"
+    else:
+        with pytest.raises(ArtifactError, match="md5, not sha256 or stronger"):
+            cache.unpack(art)
+
+
 def test_unpack_refuses_an_unknown_data_scheme(index: FakeIndex, cache: Cache, tmp_path: Path) -> None:
     art = index.add(build_wheel(tmp_path, extra={"pkg-1.0.data/elsewhere/x.txt": b"x"}))
     with pytest.raises(ArtifactError, match=r"not a valid wheel.*valid \.data subdirectory"):

@@ -596,14 +596,14 @@ class Cache:
             return path.read_bytes()
         try:
             remote = lazyzip.RemoteZip(artifact.url, artifact.size, retrying=_retrying)
+            names = [n for n in remote.members if _is_metadata(n)]
+            if len(names) != 1:
+                raise ArtifactError(f"{artifact.filename} has {len(names)} dist-info/METADATA, not 1")
+            raw = remote.read(names[0])
         except lazyzip.NoRanges:
             return None
         except urllib.error.HTTPError as exc:
             raise ArtifactError(f"{artifact.url} answered HTTP {exc.code} {exc.reason}") from exc
-        names = [n for n in remote.members if _is_metadata(n)]
-        if len(names) != 1:
-            raise ArtifactError(f"{artifact.filename} has {len(names)} dist-info/METADATA, not 1")
-        raw = remote.read(names[0])
         write_bytes_atomic(path, raw)
         return raw
 

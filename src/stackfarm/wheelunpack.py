@@ -39,11 +39,12 @@ Manifest = dict[str, tuple[int, str]]
 
 
 class _Hashing:
-    """A read stream that hashes what passes through it."""
+    """A read stream that hashes what passes through it (with the algorithm its RECORD entry names)."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: BinaryIO, algorithm: str) -> None:
         self.stream = stream
-        self.digest = hashlib.sha256()
+        self.algorithm = algorithm
+        self.digest = hashlib.new(algorithm)
         self.size = 0
 
     def read(self, n: int = -1) -> bytes:
@@ -55,7 +56,7 @@ class _Hashing:
     def seek(self, offset: int, whence: int = 0) -> int:
         if (offset, whence) != (0, 0):
             raise ValueError("only a rewind to the start is supported")
-        self.digest, self.size = hashlib.sha256(), 0  # read again from the start: hashed again
+        self.digest, self.size = hashlib.new(self.algorithm), 0  # read again from the start: hashed again
         return int(self.stream.seek(0))
 
     def _seen(self, data: bytes) -> bytes:
@@ -75,16 +76,17 @@ class _Checked(WheelFile):
     def get_contents(self) -> Iterator[WheelContentElement]:
         self.bad = []
         for (path, hash_text, size_text), stream, executable in super().get_contents():
-            hashing = _Hashing(stream)
+            entry = RecordEntry.from_elements(path, hash_text, size_text)
+            algorithm = entry.hash_.name if entry.hash_ is not None else "sha256"
+            if algorithm not in hashlib.algorithms_guaranteed or algorithm in ("md5", "sha1"):
+                self.bad.append(f"{path} (RECORD hashes it with {algorithm}, not sha256 or stronger)")
+                algorithm = "sha256"
+            hashing = _Hashing(stream, algorithm)
             yield (path, hash_text, size_text), hashing, executable  # type: ignore[misc]
             while hashing.read(_CHUNK):  # a member the installer skipped is still checked
                 pass
-            entry = RecordEntry.from_elements(path, hash_text, size_text)
             if path.endswith(".dist-info/RECORD") or entry.hash_ is None:
                 continue  # RECORD itself, and the signature files, are listed without a hash
-            if entry.hash_.name != "sha256":
-                self.bad.append(f"{path} (hashed with {entry.hash_.name}, not sha256)")
-                continue
             ok = base64.urlsafe_b64encode(hashing.digest.digest()).rstrip(b"=").decode() == entry.hash_.value
             if not ok or (entry.size is not None and entry.size != hashing.size):
                 self.bad.append(path)
