@@ -394,3 +394,22 @@ def test_emit_places_cells_of_an_older_plan_by_the_matrix(
     )
     queues = sorted(c["agents"]["queue"] for g in pipeline["steps"] if "group" in g for c in g["steps"])
     assert queues == ["1x-h200", "1x-h200", "8x-rtx-pro-6000", "8x-rtx-pro-6000"]
+
+
+def test_every_worker_pushes_to_the_store_the_plan_looked_in(plan300: dict[str, Any]) -> None:
+    """A plan made with `--store URL`: each engine's worker runs with `--store URL`, so the next plan finds
+    its verdict; a plan without a store adds nothing."""
+    url = "http://127.0.0.1:8808/store"
+    doc = {**plan300, "store": url}
+    steps = [s for part in buildkite.pipelines(doc) for g in part["steps"] for s in g.get("steps", [])]
+    commands = [s["command"] for s in steps if "stackfarm run" in s.get("command", "")]
+    assert commands
+    assert all(c.endswith(f"--store {url}") for c in commands)
+    jobs = [r for r in k8s.manifests(doc) if r["kind"] == "Job"]
+    assert all(r["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--store", url] for r in jobs)
+    calls = [j for j in gha.workflow(doc)["jobs"].values() if "uses" in j]
+    assert calls
+    assert all(j["with"]["store"] == url for j in calls)
+    assert '${STORE:+--store "${STORE}"}' in CELLS_YML.read_text()
+    plain = [s for part in buildkite.pipelines(plan300) for g in part["steps"] for s in g.get("steps", [])]
+    assert not any("--store" in s.get("command", "") for s in plain)

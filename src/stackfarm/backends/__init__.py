@@ -82,9 +82,12 @@ def get_backend(
     python: str | None = None,
     docker: Mapping[str, Any] | None = None,
     index_url: str | None = None,
+    reports: Path | None = None,
 ) -> Backend:
     """`docker` is matrix.toml's [docker] table; STACKFARM_DOCKER_BASE overrides its base (CI's local image).
-    `index_url` is the matrix's default index: the Docker image's own tools (pytest, ...) come from there."""
+    `index_url` is the matrix's default index: the Docker image's own tools (pytest, ...) come from there.
+    `reports`: the run's reports folder, where the Docker backend keeps each cell's build log (a failed build's
+    too, which no suite report would carry)."""
     from .docker import DEFAULT_BASE, DockerBackend  # imported here: each backend's engine stays optional
     from .host import HostBackend
     from .local import LocalBackend
@@ -101,7 +104,9 @@ def get_backend(
             options["ca_bundle"] = Path(options["ca_bundle"])
         if index_url:
             options["tools_index"] = index_url
-        return DockerBackend(cache, base=base, **options)
+        backend = DockerBackend(cache, base=base, **options)
+        backend.reports = reports
+        return backend
     raise ValueError(f"unknown backend {name!r}; use one of {', '.join(NAMES)}")
 
 

@@ -225,6 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         python=args.python,
         docker=matrix.docker,
         index_url=matrix.indexes[matrix.default_index].url,  # the image's own tools: from the matrix's index
+        reports=args.reports,
     )
     installed = backend.installed_pins()
     if installed is not None:

@@ -72,6 +72,13 @@ def pending(doc: Mapping[str, Any]) -> list[CellDoc]:
     return sorted(cells, key=order)
 
 
+def store_of(doc: Mapping[str, Any]) -> str | None:
+    """The verdict store the plan was made against (`plan --json --store`): every worker pushes its verdict
+    there, so that the next plan marks the cell stored."""
+    store = doc.get("store")
+    return store if isinstance(store, str) and store else None
+
+
 def chunks(items: Sequence[CellDoc], size: int) -> Iterator[Sequence[CellDoc]]:
     if size < 1:
         raise EmitError(f"--chunk {size}: a chunk holds at least one cell")

@@ -20,7 +20,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import CellDoc, EmitError, check_chunk, chunks, pending
+from . import CellDoc, EmitError, check_chunk, chunks, pending, store_of
 
 #: Steps one `buildkite-agent pipeline upload` takes.
 UPLOAD_LIMIT = 500
@@ -40,12 +40,13 @@ def step_key(cell_id: str, taken: set[str]) -> str:
     return key
 
 
-def cell_step(cell: CellDoc, key: str) -> dict[str, Any]:
+def cell_step(cell: CellDoc, key: str, store: str | None = None) -> dict[str, Any]:
     cell_id = str(cell["id"])
+    push = f" --store {shlex.quote(store)}" if store else ""
     return {
         "label": f":test_tube: {cell_id}",
         "key": key,
-        "command": f"python -m stackfarm run --cells {shlex.quote(cell_id)} --jobs 1",
+        "command": f"python -m stackfarm run --cells {shlex.quote(cell_id)} --jobs 1{push}",
         "agents": {"queue": cell["runner"]},
         "env": {"STACKFARM_RUNNER_KIND": cell["runner"]},
         "artifact_paths": [f"reports/{cell_id}/**/*"],
@@ -53,10 +54,14 @@ def cell_step(cell: CellDoc, key: str) -> dict[str, Any]:
     }
 
 
-def _groups(part: Sequence[CellDoc], number: int, parts: int, taken: set[str]) -> list[dict[str, Any]]:
+def _groups(
+    part: Sequence[CellDoc], number: int, parts: int, taken: set[str], store: str | None = None
+) -> list[dict[str, Any]]:
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for cell in part:
-        by_kind.setdefault(str(cell["runner"]), []).append(cell_step(cell, step_key(str(cell["id"]), taken)))
+        by_kind.setdefault(str(cell["runner"]), []).append(
+            cell_step(cell, step_key(str(cell["id"]), taken), store)
+        )
     suffix = f" (part {number} of {parts})" if parts > 1 else ""
     return [{"group": f"{kind}{suffix}", "steps": steps} for kind, steps in by_kind.items()]
 
@@ -115,7 +120,7 @@ def pipelines(
         steps: list[Any] = []
         if number == 1 and len(parts) > 1:
             steps.append(_upload_rest(len(parts), plan))
-        steps += _groups(part, number, len(parts), taken)
+        steps += _groups(part, number, len(parts), taken, store_of(doc))
         if number == 1:
             steps += _merge_steps()
         docs.append({"steps": steps})

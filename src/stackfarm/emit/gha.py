@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import CellDoc, check_chunk, chunks, pending
+from . import CellDoc, check_chunk, chunks, pending, store_of
 
 #: Jobs one matrix may start (docs.github.com: Actions limits).
 MATRIX_LIMIT = 256
@@ -80,7 +80,10 @@ def workflow(
             "name": f"cells {first}-{first + len(part) - 1} of {len(cells)}",
             "permissions": dict(_READ),
             "uses": CELLS_WORKFLOW,
-            "with": {"cells": json.dumps([entry(c) for c in part], separators=(",", ":"))},
+            "with": {
+                "cells": json.dumps([entry(c) for c in part], separators=(",", ":")),
+                "store": store_of(doc) or "",
+            },
         }
     if jobs:
         jobs["report"] = _report_job(list(jobs))

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import CellDoc, EmitError, chunks, pending
+from . import CellDoc, EmitError, chunks, pending, store_of
 
 #: What a ConfigMap may hold (etcd's object limit).
 CONFIGMAP_LIMIT = 1024 * 1024
@@ -52,7 +52,7 @@ def job_plan(cells: Sequence[CellDoc]) -> str:
 
 
 def _job(name: str, kind: str, cells: Sequence[CellDoc], *, image: str, parallelism: int | None,
-         namespace: str, reports_claim: str) -> dict[str, Any]:  # fmt: skip
+         namespace: str, reports_claim: str, store: str | None = None) -> dict[str, Any]:  # fmt: skip
     gpus = int(cells[0].get("gpus") or 0)
     labels = {"app.kubernetes.io/name": "stackfarm", "stackfarm/runner-kind": dns_name(kind, 63)}
     container: dict[str, Any] = {
@@ -69,6 +69,7 @@ def _job(name: str, kind: str, cells: Sequence[CellDoc], *, image: str, parallel
             "1",
             "--reports",
             f"/reports/{name}-$(JOB_COMPLETION_INDEX)",
+            *(["--store", store] if store else []),  # each pod pushes its verdict where the plan looked
         ],
         "env": [
             {
@@ -150,7 +151,7 @@ def manifests(
                 }
             )  # fmt: skip
             out.append(_job(name, kind, part, image=image, parallelism=parallelism, namespace=namespace,
-                            reports_claim=reports_claim))  # fmt: skip
+                            reports_claim=reports_claim, store=store_of(doc)))  # fmt: skip
     return out
 
 
