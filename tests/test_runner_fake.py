@@ -191,6 +191,23 @@ def test_every_suite_passing_passes_the_cell(fake_project: FakeProject) -> None:
     assert not any(c == excluded for c, _ in fake_project.runs())
 
 
+def test_a_run_narrowed_by_suites_says_so_in_every_verdict(fake_project: FakeProject) -> None:
+    """`--suites 00-*`: the verdict covers the selected suites only; it is recorded and shown as such, and a
+    later run of every suite does not reuse it (the suites are inputs)."""
+    fake_project.suite("00-ok", "pass")
+    fake_project.suite("10-also-ok", "pass")
+    fake_project.write_matrix()
+    assert fake_project.run("--suites", "00-*") == ExitCode.OK
+    stored = verdict.read(verdict.path_of(fake_project.reports, cell_id(OLD)))
+    assert stored.report.selection == "00-*"
+    assert stored.report.status_text() == "passed (only 00-*)"
+    assert "passed (only 00-*)" in summary_status(fake_project)
+    assert ran(fake_project) == ["00-ok"]
+    assert fake_project.run() == ExitCode.OK
+    assert ran(fake_project) == ["00-ok", "00-ok", "10-also-ok"], "the narrowed verdict is not reused"
+    assert verdict.read(verdict.path_of(fake_project.reports, cell_id(OLD))).report.selection == ""
+
+
 def test_a_not_applicable_skip_does_not_count_against_the_cell(fake_project: FakeProject) -> None:
     fake_project.suite("00-ok", "pass")
     fake_project.suite("10-partly-na", "not-applicable")

@@ -210,7 +210,7 @@ def summary_markdown(cells: Sequence[CellReport], *, title: str = "stackfarm mat
         by_name = {s.suite: s for s in c.suites}
         grid = [_md_suite(by_name[n]) if n in by_name else "—" for n in names]
         verdict = str(c.status)
-        status = f"{_STATUS_ICON[verdict]} {verdict}" + (" (reused)" if c.reused else "")
+        status = f"{_STATUS_ICON[verdict]} {c.status_text()}" + (" (reused)" if c.reused else "")
         lines.append(_md_row([f"`{_md(c.cell)}`", *grid, status, _md(c.first_problem())]))
     problems = [c for c in cells if c.status in (Status.CONFLICT, Status.ERROR)]
     if problems:
@@ -254,7 +254,7 @@ def summary_html(cells: Sequence[CellReport], *, title: str = "stackfarm matrix"
         reused = " (reused)" if c.reused else ""
         rows.append(
             f'<tr data-cell="{e(c.cell)}"><th><code>{e(c.cell)}</code></th>{"".join(tds)}'
-            f'<td class="o v-{e(verdict)}" data-outcome="{e(verdict)}">{e(verdict)}'
+            f'<td class="o v-{e(verdict)}" data-outcome="{e(verdict)}">{e(c.status_text())}'
             f'{e(reused)}</td><td class="fail">{e(c.first_problem())}</td></tr>'
         )
     causes = "".join(
@@ -268,7 +268,7 @@ def summary_html(cells: Sequence[CellReport], *, title: str = "stackfarm matrix"
         )
         reason = f"<p>{e(c.reason)}</p>" if c.reason else ""
         details.append(
-            f"<details><summary><code>{e(c.cell)}</code> — {e(str(c.status))}</summary>{reason}"
+            f"<details><summary><code>{e(c.cell)}</code> — {e(c.status_text())}</summary>{reason}"
             f"<table>{props or '<tr><td>no properties</td></tr>'}</table></details>"
         )
     return (

@@ -62,6 +62,8 @@ class RunOptions:
     force: bool = False
     #: The shared verdict store (stackfarm.store): reused from before a cell runs, pushed to after.
     store: Store | None = None
+    #: `--suites`: the run covers only these suites ("" = all); every verdict says so.
+    selection: str = ""
 
 
 def gpu_unavailable_reason() -> str | None:
@@ -217,6 +219,7 @@ class Runner:
             ),
             patch_sets={str(k): str(v) for k, v in patch_hashes.items()},
             input_hash=digest,
+            selection=self.options.selection,
         )
         reused = self._reuse(cell, digest)
         if reused is not None:
@@ -274,7 +277,8 @@ class Runner:
         loaded = provenance.read_libraries(cell_reports)
         report = replace(report, suites=tuple(suites), loaded_libraries=loaded)
         report = self._store(verdict.judged(report), inputs)
-        self.ui.done(cell.id, str(report.status), report.first_problem())
+        narrowed = f"only {report.selection}" if report.selection else ""
+        self.ui.done(cell.id, str(report.status), report.first_problem() or narrowed)
         return report
 
     def _reuse(self, cell: Cell, digest: str) -> CellReport | None:

@@ -128,6 +128,9 @@ class CellReport:
     #: The shared libraries a real process of the cell loaded (SONAME, path, build-id; stackfarm.provenance),
     #: recorded on GPU runs; empty where none ran.
     loaded_libraries: tuple[LoadedLibrary, ...] = ()
+    #: The `--suites` selection the run was narrowed to ("" = every suite of the matrix): a verdict of the
+    #: selected suites only, shown as such ("passed (only 00-*)") and never one a qualification accepts.
+    selection: str = ""
 
     @property
     def ran(self) -> bool:
@@ -158,7 +161,13 @@ class CellReport:
             props["stackfarm.run_id"] = self.run_id
         if self.loaded_libraries:
             props["provenance.loaded_libraries"] = str(len(self.loaded_libraries))
+        if self.selection:
+            props["stackfarm.suites"] = self.selection
         return props
+
+    def status_text(self) -> str:
+        """The status as people read it: "passed", or "passed (only 00-*)" for a narrowed run."""
+        return f"{self.status} (only {self.selection})" if self.selection else str(self.status)
 
     def first_problem(self) -> str:
         """The one line that says why the cell is not green ("" when it is)."""

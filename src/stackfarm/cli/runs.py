@@ -237,7 +237,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise StackfarmError(f"no cell of {args.matrix} matches --cells {args.cells!r}")
     writable(args.reports)
     proc.STOP.clear()  # a stop belongs to one run (a process may run several, e.g. the tests)
-    options = RunOptions(reports=args.reports, jobs=args.jobs, force=args.force, store=store)
+    options = RunOptions(
+        reports=args.reports, jobs=args.jobs, force=args.force, store=store, selection=args.suites or ""
+    )
     no_gpu = gpu_unavailable_reason()
     with CellProgress() as ui, sigterm_interrupts(), cache.lock(args.reports.resolve(), notify=ui.note):
         for warning in p.warnings:
