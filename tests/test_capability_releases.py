@@ -105,9 +105,9 @@ def test_old_0_4_10_post2_gates_found_through_flags() -> None:
         for f in _findings("0.4.10.post2")
         if f.kind == "gate" and f.feature == "flashinfer-allreduce-fusion"
     ]
-    assert {(f.symbol, f.outcome) for f in absent} == {
-        ("apply_flashinfer_allreduce_fusion", "n/a"),
-        ("gen_trtllm_comm_module", "n/a"),
+    assert {(f.symbol, f.outcome, f.verdict) for f in absent} == {
+        ("apply_flashinfer_allreduce_fusion", "n/a", "absent"),
+        ("gen_trtllm_comm_module", "n/a", "absent"),
     }
     assert "decided here by the conditions that read its flags: sglang/srt/layers/communicator.py:429" in (
         absent[0].message
@@ -133,7 +133,7 @@ def test_old_0_4_10_post2_absent_features_tables_and_auto() -> None:
     table; server_args.py only declares `enable_flashinfer_allreduce_fusion: bool = False` (:179) and never
     assigns it: no auto-enable finding. The fa3 expectation off.sm_120 passes (nothing contradicts it)."""
     found = _findings("0.4.10.post2")
-    failed = {f.symbol for f in found if f.kind == "gate" and f.outcome == "fail"}
+    failed = {f.symbol for f in found if f.kind == "gate" and (f.outcome, f.verdict) == ("fail", "absent")}
     assert failed == {"torch-symm-mem-allreduce", "fa3-attention"}
     assert not [f for f in found if f.kind in ("table", "auto")]
     assert _verdicts("0.4.10.post2", kind="expectation", symbol="features.fa3-attention.off") == {

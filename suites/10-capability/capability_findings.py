@@ -5,7 +5,7 @@ A finding is one (arch, component, place) judgement with a verdict and, when it 
 gate that is not in this SGLang) becomes a failing finding that says so.
 
 Verdicts: ok, missing-crash, missing-graceful, gated-off, ptx-jit, no-code, auto-on-gated-off, auto-off-gate-on,
-unknown. Policy:
+absent (a configured gate the release lacks), unknown. Policy:
 
 - binaries: ``no-code`` fails (the kernels in those units cannot launch), unless a feature that needs the
   library is declared off on that arch; ``ptx-jit`` passes (the driver JITs the PTX on first launch);
@@ -402,7 +402,7 @@ def _absent_gates(run: _GateRun, feature: Feature, present: list[str], sites: li
     comp = run.comp
     deciders = list(present) or [f"{s.path}:{s.line}" for s in sites]
     if feature.gates and not deciders:
-        run.out.add(Finding("gate", "all", comp.distribution, "", 0, feature.name, "", "fail",
+        run.out.add(Finding("gate", "all", comp.distribution, "", 0, feature.name, "absent", "fail",
                             f"feature {feature.name}: none of its gates {list(feature.gates)} is in "
                             f"{comp.distribution} {comp.version}, and no condition there reads its flags "
                             f"{list(feature.flags)}: update [features.{feature.name}] gate in matrix.toml to "
@@ -417,7 +417,7 @@ def _absent_gates(run: _GateRun, feature: Feature, present: list[str], sites: li
             else "the conditions that read its flags: " + ", ".join(deciders[:6])
         )
         more = f" (+{len(deciders) - 6} more)" if not present and len(deciders) > 6 else ""
-        run.out.add(Finding("gate", "all", comp.distribution, "", 0, gate.partition(":")[2], "", "n/a",
+        run.out.add(Finding("gate", "all", comp.distribution, "", 0, gate.partition(":")[2], "absent", "n/a",
                             f"feature {feature.name}: gate {gate} is not in this cell's trees "
                             f"({comp.distribution} {comp.version}); decided here by {by}{more}",
                             feature.name))  # fmt: skip
