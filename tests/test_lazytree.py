@@ -262,3 +262,23 @@ def test_a_lazy_run_refuses_suites_that_need_full_trees(tmp_path: Path) -> None:
     assert "STACKFARM_LAZY" in log.read_text()
     assert not (tmp_path / "j.xml").exists()  # not run: the runner reads it as an error, never a verdict
     assert LocalBackend(Cache(tmp_path / "cache"), lazy=False).lazy is False
+
+
+def test_prune_keeps_the_lazy_trees_of_wheels_recent_runs_used(tmp_path: Path) -> None:
+    import os
+
+    from stackfarm import cachekeep
+
+    root = tmp_path / "cache"
+    used, unused = "a" * 64, "b" * 64
+    for sha in (used, unused):
+        tree = root / "lazy" / sha / "pkg"
+        tree.mkdir(parents=True)
+        (tree / "x.py").write_text("x = 1\n")
+        (root / "lazy" / sha).chmod(0o555)
+        os.utime(root / "lazy" / sha, (1000.0, 1000.0))
+    cachekeep.record_use(root, "run1", [root / "blobs" / "sha256" / f"{used}.whl", root / "trees" / used])
+    pruned = cachekeep.prune(root, keep_runs=1)
+    assert [p.name for p in pruned.removed] == [unused]
+    assert (root / "lazy" / used / "pkg" / "x.py").is_file()
+    assert not (root / "lazy" / unused).exists()

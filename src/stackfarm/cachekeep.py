@@ -44,7 +44,7 @@ LOCK_TIMEOUT = float(os.environ.get("STACKFARM_LOCK_TIMEOUT", "300"))
 RECENT = 600.0
 _CHUNK = 1 << 20
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_AREAS = ("blobs", "trees", "cells", "tmp")
+_AREAS = ("blobs", "trees", "lazy", "cells", "tmp")
 
 
 def sha256_file(path: Path) -> str:
@@ -327,12 +327,14 @@ def _size(path: Path) -> int:
 
 
 def prune(root: Path, *, keep_runs: int, dry_run: bool = False) -> Pruned:
-    """Remove the blobs, trees, cells and tmp/ entries none of the last ``keep_runs`` runs used."""
+    """Remove the blobs, trees, lazy trees, cells and tmp/ entries none of the last ``keep_runs`` runs used."""
     runs = _runs(root)
     if not runs:
         return Pruned((), 0, (), note="no run has recorded what it used yet: nothing removed")
     kept, dropped = runs[:keep_runs], runs[keep_runs:]
     keep = set().union(*(entries for _t, _p, entries in kept))
+    # A lazy tree (stackfarm.lazytree) stands for the wheel of the same sha256: runs record its blob and tree.
+    keep |= {f"lazy/{Path(e).name.removesuffix('.whl')}" for e in keep if e.startswith(("blobs/", "trees/"))}
     now = time.time()
     doomed: list[Path] = []
     for area in _AREAS:
