@@ -621,8 +621,13 @@ def test_probe_is_import_safe_and_its_tiny_configs_fit_together() -> None:
     ids = draft["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     assert max(ids) + 1 < target["num_hidden_layers"]  # SGLang captures after layer id+1: it must exist
     assert draft["vocab_size"] == target["vocab_size"] == draft["draft_vocab_size"]
+    # Kimi K2.5: its language model is the tiny DeepseekV3, which is what get_embed_and_head hands the draft.
+    kimi, kimi_draft = probe.tiny_configs("KimiK25ForConditionalGeneration", "LlamaForCausalLMEagle3")  # type: ignore[attr-defined]
+    assert kimi["text_config"]["architectures"] == ["DeepseekV3ForCausalLM"]
+    assert kimi["text_config"]["hidden_size"] == kimi_draft["target_hidden_size"]
+    assert kimi["vision_config"]["text_hidden_size"] == kimi["text_config"]["hidden_size"]
     with pytest.raises(KeyError):
-        probe.tiny_configs("KimiK25ForConditionalGeneration", "LlamaForCausalLMEagle3")  # type: ignore[attr-defined]
+        probe.tiny_configs("Qwen3MoeForCausalLM", "LlamaForCausalLMEagle3")  # type: ignore[attr-defined]
 
 
 def _cell_json(tmp_path: Path, sglang_root: Path, matrix: str = "", **settings: object) -> Path:
