@@ -142,3 +142,10 @@ def test_extension_modules_without_a_soname_never_collide(tmp_path: Path) -> Non
     assert {lib.path for lib in fp.libraries if not lib.soname} >= {str(a), str(b)}
     assert fp.problems == ()
     assert fp.notes == ()
+
+
+@needs_cc
+def test_an_extension_module_of_a_component_is_attributed_to_it(tmp_path: Path) -> None:
+    ops = build_so(tmp_path / "sgl_kernel" / "common_ops.abi3.so", "int f(void){return 1;}")
+    fp = provenance.fingerprint(_probe(ops)["paths"], {}, [tmp_path], owners={ops: "sglang-kernel"})
+    assert {lib.path: lib.origin for lib in fp.libraries}[str(ops)] == "sglang-kernel"

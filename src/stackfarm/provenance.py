@@ -125,12 +125,16 @@ def fingerprint(
     paths: Iterable[str],
     shipped: Mapping[str, Sequence[tuple[str, Path]]],
     roots: Sequence[Path] = (),
+    *,
     errors: Mapping[str, str] | None = None,
     device: str = "",
+    owners: Mapping[Path, str] | None = None,
 ) -> Fingerprint:
     """Fingerprint the mapped files. `shipped`: SONAME -> (component, path) of each of the cell's own copies;
-    `roots`: where the cell's files lie (a mapped file under one that the analysis does not know is "cell")."""
-    owners = {Path(os.path.realpath(p)): c for copies in shipped.values() for c, p in copies}
+    `roots`: where the cell's files lie (a mapped file under one that the analysis does not know is "cell");
+    `owners`: path -> component of the cell's other libraries (extension modules have no SONAME)."""
+    known = {Path(os.path.realpath(p)): c for copies in shipped.values() for c, p in copies}
+    known |= {Path(os.path.realpath(p)): c for p, c in (owners or {}).items()}
     real_roots = [Path(os.path.realpath(r)) for r in roots]
     problems = dict(errors or {})
     libs: list[LoadedLibrary] = []
@@ -146,7 +150,7 @@ def fingerprint(
                 soname=info.soname,
                 path=str(path),
                 build_id=info.build_id,
-                origin=_origin(path, owners, real_roots),
+                origin=_origin(path, known, real_roots),
             )
         )
     own = {soname: [Path(os.path.realpath(p)) for _, p in copies] for soname, copies in shipped.items()}

@@ -191,7 +191,10 @@ def test_gpu_loaded_libraries(cell: CellSpec, record_property: RecordProperty) -
         if v.lib.info.soname:  # an extension module without one is opened by its path: it cannot be shadowed
             shipped.setdefault(v.lib.info.soname, []).append((v.lib.component, v.lib.path))
     roots = sorted({Path(c.root) for c in cell.components if c.root})
-    fp = fingerprint(data["paths"], shipped, roots, data["errors"], data["device"])
+    owners = {v.lib.path: v.lib.component for v in found.abi.libraries}  # extension modules too
+    fp = fingerprint(
+        data["paths"], shipped, roots, errors=data["errors"], device=data["device"], owners=owners
+    )
     out = os.environ.get("STACKFARM_SUITE_OUT")
     if out:
         save(Path(out), fp)
