@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from stackfarm.analysis.arch import Arch
-from stackfarm.analysis.capgates import describe_unresolved
+from stackfarm.analysis.capgates import describe_unresolved, modules_naming
 from stackfarm.analysis.pysource import UNKNOWN, Crash, Evaluator, truth
 from stackfarm.analysis.pyvalues import function_locals
-from stackfarm.analysis.sourcetree import SourceError, SourceTree, source_text
+from stackfarm.analysis.sourcetree import SourceTree, source_text
 
 AutoState = Literal["on", "off", "unknown"]
 _Body = Sequence[ast.stmt]
@@ -76,18 +76,10 @@ def auto_sites(tree: SourceTree, packages: Sequence[str], flags: Sequence[str]) 
     """Every statement in `packages` that switches a flag of `flags` on (its value is not a false constant)."""
     if not flags:
         return ()
-    needles = [f.encode() for f in flags]
     found: list[AutoSite] = []
-    for package in packages:
-        for path in tree.files(package):
-            if not any(n in tree.read(path) for n in needles):
-                continue
-            try:
-                module_ast = tree.parse(path)
-            except SourceError:
-                continue
-            scan = _Scan(tree.module_of(path), tree.relative(path), frozenset(flags))
-            found.extend(scan.scan(module_ast))
+    for path, module_ast in modules_naming(tree, packages, flags):
+        scan = _Scan(tree.module_of(path), tree.relative(path), frozenset(flags))
+        found.extend(scan.scan(module_ast))
     return tuple(dict.fromkeys(found))
 
 

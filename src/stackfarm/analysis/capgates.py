@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from stackfarm.analysis.arch import Arch, ArchError, parse_target
@@ -212,19 +213,26 @@ def flag_sites(tree: SourceTree, packages: Sequence[str], flags: Sequence[str]) 
     reads a flag (``<something>.<flag>``, ``d["<flag>"]``, ``d.get("<flag>")``; see `reads_flag`)."""
     if not flags:
         return ()
-    needles = [f.encode() for f in flags]
     sites: list[FlagSite] = []
+    for path, module_ast in modules_naming(tree, packages, flags):
+        sites.extend(_sites_in(module_ast, tree.module_of(path), tree.relative(path), set(flags)))
+    return tuple(dict.fromkeys(sites))
+
+
+def modules_naming(
+    tree: SourceTree, packages: Sequence[str], names: Sequence[str]
+) -> Iterator[tuple[Path, ast.Module]]:
+    """The parsed modules of `packages` whose text names one of `names` (a byte search first: most do not);
+    a module that does not parse is left out (the analyses that need it report it)."""
+    needles = [n.encode() for n in names]
     for package in packages:
         for path in tree.files(package):
             if not any(n in tree.read(path) for n in needles):
                 continue
             try:
-                module_ast = tree.parse(path)
+                yield path, tree.parse(path)
             except SourceError:
                 continue
-            module = tree.module_of(path)
-            sites.extend(_sites_in(module_ast, module, tree.relative(path), set(flags)))
-    return tuple(dict.fromkeys(sites))
 
 
 def _sites_in(module_ast: ast.Module, module: str, rel: str, flags: set[str]) -> Iterator[FlagSite]:
