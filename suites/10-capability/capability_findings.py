@@ -45,6 +45,7 @@ from typing import Literal
 from stackfarm.analysis.arch import Arch, ArchError, parse_target
 from stackfarm.analysis.cache import JsonCache, default_root
 from stackfarm.analysis.capauto import AutoResult, auto_sites, decided_by_gpu, evaluate_auto
+from stackfarm.analysis.capflags import follow_flags
 from stackfarm.analysis.captables import (
     FACTS_VERSION,
     CapLookup,
@@ -382,12 +383,19 @@ def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out
     )  # fmt: skip
     for feature in features:
         present = [g for g in feature.gates if _exists(run.tree, g)]
-        gate_symbols = {g.partition(":")[2] for g in present}
-        sites = [s for s in flag_sites(run.tree, run.packages, feature.flags) if s.symbol not in gate_symbols]
-        _absent_gates(run, feature, present, sites)
+        followed = follow_flags(run.tree, run.packages, feature.flags)
+        found = [
+            g for g in followed.gates if g.gate not in feature.gates
+        ]  # a configured one is judged as such
+        gate_symbols = {g.partition(":")[2] for g in [*present, *(f.gate for f in found)]}
+        direct = flag_sites(run.tree, run.packages, feature.flags)
+        sites = [s for s in (*direct, *followed.sites) if s.symbol not in gate_symbols]
+        _absent_gates(run, feature, present + [f.gate for f in found], sites)
         results: dict[Arch, list[Finding]] = {arch: [] for arch in archs}
         for gate in present:
             _gate(run, feature, gate, results)
+        for extra in found:  # a deciding class the flag leads to (its configured gate moved, or none is set)
+            _gate(run, feature, extra.gate, results, via=extra.via)
         for site in sites:  # a declared gate was judged above
             _site(run, feature, site, results)
         _autos(run, feature, results)
@@ -401,6 +409,14 @@ def _absent_gates(run: _GateRun, feature: Feature, present: list[str], sites: li
     that read the feature's flags (found wherever they are) decide it, a failure where nothing does."""
     comp = run.comp
     deciders = list(present) or [f"{s.path}:{s.line}" for s in sites]
+    if not feature.gates and feature.flags and not deciders:  # flags only, and the release never reads them
+        run.out.add(Finding("gate", "all", comp.distribution, "", 0, feature.name, "absent", "fail",
+                            f"feature {feature.name}: no condition in {comp.distribution} {comp.version} reads "
+                            f"its flags {list(feature.flags)}, directly or through the calls they are passed "
+                            "to, and it has no gate: nothing decides it here; set [features."
+                            f"{feature.name}] gate (or flags) in matrix.toml to where this release decides it",
+                            feature.name))  # fmt: skip
+        return
     if feature.gates and not deciders:
         run.out.add(Finding("gate", "all", comp.distribution, "", 0, feature.name, "absent", "fail",
                             f"feature {feature.name}: none of its gates {list(feature.gates)} is in "
@@ -423,13 +439,18 @@ def _absent_gates(run: _GateRun, feature: Feature, present: list[str], sites: li
                             feature.name))  # fmt: skip
 
 
-def _gate(run: _GateRun, feature: Feature, gate: str, results: dict[Arch, list[Finding]]) -> None:
+def _gate(
+    run: _GateRun, feature: Feature, gate: str, results: dict[Arch, list[Finding]], via: tuple[str, ...] = ()
+) -> None:
+    """A gate configured in [features], or found by following the feature's flags (`via`: the way there)."""
     assume = dict.fromkeys(feature.flags, True)
     owner = _owner(run.cell, run.tree, gate, run.comp)
     states: dict[Arch, str] = {}
+    reached = f" (found by following {'/'.join(feature.flags)}: {' -> '.join(via)})" if via else ""
     for arch in run.archs:
         result = evaluate_gate(run.tree, gate, arch, run.cuda, assume=assume, environ=run.environ)
         finding = _gate_finding(owner, feature, result, arch)
+        finding = replace(finding, message=finding.message + reached) if via else finding
         states[arch] = result.state
         results[arch].append(finding)
         run.out.add(finding)
@@ -553,9 +574,15 @@ def _flag_finding(
     """`also_ref` says that the reference arch is off too (the site is on only on other targets)."""
     base = Finding("flag", str(arch), comp.distribution, site.path, site.line, site.symbol, "ok", "pass", "",
                    feature.name)  # fmt: skip
-    head = (
-        f"feature {feature.name}: `{site.text}` at {site.path}:{site.line} (reads {'/'.join(feature.flags)})"
-    )
+    reads = "/".join(feature.flags)
+    if site.via:  # followed into a callee: name the call sites too
+        reads = (
+            f"reads {', '.join(site.carriers + site.carrier_attrs) or reads}, which carries {site.flag}: "
+            + (" -> ".join(site.via))
+        )
+    else:
+        reads = f"reads {reads}"
+    head = f"feature {feature.name}: `{site.text}` at {site.path}:{site.line} ({reads})"
     if value is None and unresolved:
         why = f"undecidable: {head} on {arch} cannot be decided statically: {unresolved}"
         return replace(base, verdict="unknown", outcome="skip", message=why)

@@ -206,6 +206,12 @@ class FlagSite:
     text: str
     node: ast.expr = field(compare=False, repr=False)
     local_names: tuple[str, ...] = field(compare=False, repr=False, default=())
+    #: Where the flag was followed from (`capflags.followed_sites`): each call site on the way, "" for none.
+    via: tuple[str, ...] = ()
+    #: Names (parameters, locals, globals) and ``self.<attr>``s that carry `flag` in a followed site.
+    carriers: tuple[str, ...] = field(compare=False, repr=False, default=())
+    carrier_attrs: tuple[str, ...] = field(compare=False, repr=False, default=())
+    flag: str = field(compare=False, repr=False, default="")
 
 
 def flag_sites(tree: SourceTree, packages: Sequence[str], flags: Sequence[str]) -> tuple[FlagSite, ...]:
@@ -244,7 +250,7 @@ def _sites_in(module_ast: ast.Module, module: str, rel: str, flags: set[str]) ->
             if isinstance(child, ast.ClassDef):
                 yield from visit(child, f"{symbol}.{child.name}".lstrip("."), local_names)
                 continue
-            condition = _condition_of(child)
+            condition = condition_of(child)
             if condition is not None and reads_flag(condition, flags):
                 yield FlagSite(module, rel, condition.lineno, symbol or "<module>", source_text(condition, 120),
                                condition, local_names)  # fmt: skip
@@ -273,7 +279,8 @@ def reads_flag(node: ast.AST, flags: Collection[str]) -> bool:
     return False
 
 
-def _condition_of(node: ast.AST) -> ast.expr | None:
+def condition_of(node: ast.AST) -> ast.expr | None:
+    """The condition `node` states, if any: an if / while / assert test, a returned or assigned boolean."""
     if isinstance(node, ast.If | ast.While | ast.Assert):
         return node.test
     if isinstance(node, ast.Return | ast.Assign | ast.AnnAssign) and isinstance(
@@ -308,9 +315,13 @@ def judge_site(
     """(truth, why unknown): the truth is None when unknown, and then the reason is "" when it is known only
     at run time (server arguments, batch sizes) and `describe_unresolved`'s line when the evaluator could not
     resolve something it depends on (the site is undecidable)."""
+    value_of_flag = assume.get(site.flag, UNKNOWN) if site.flag else UNKNOWN
+    if site.carrier_attrs:  # ``self.<attr>`` that carries the flag (a followed site)
+        assume = {**assume, **dict.fromkeys(site.carrier_attrs, value_of_flag)}
     evaluator = Evaluator(tree, gpu, cuda, assume=assume, environ=environ)
+    bound = dict.fromkeys(site.carriers, value_of_flag)
     try:
-        value = evaluator.expression(site.module, site.node, site.local_names)
+        value = evaluator.expression(site.module, site.node, site.local_names, bound=bound)
     except Crash:
         return False, ""
     t = truth(value)
@@ -325,11 +336,13 @@ __all__ = [
     "FlagSite",
     "GateResult",
     "GateState",
+    "condition_of",
     "describe_unresolved",
     "evaluate_gate",
     "evaluate_site",
     "flag_sites",
     "judge_site",
+    "modules_naming",
     "parse_features",
     "reads_flag",
 ]

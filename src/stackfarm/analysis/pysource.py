@@ -18,7 +18,7 @@ It never imports the code under analysis, so it works on any machine, for any ta
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from stackfarm.analysis.pyexpr import ExpressionEvaluator
@@ -98,9 +98,18 @@ class Evaluator(ExpressionEvaluator):
         self_obj = Instance(owner) if isinstance(owner, ClassValue) else None
         return self._run_function(value, (), {}, self_obj=self_obj, at_top=True)
 
-    def expression(self, module: str, node: ast.expr, local_names: Sequence[str] = ()) -> object:
-        """Evaluate `node` as written in `module`, with `local_names` (a function's locals) unknown."""
+    def expression(
+        self,
+        module: str,
+        node: ast.expr,
+        local_names: Sequence[str] = (),
+        *,
+        bound: Mapping[str, object] | None = None,
+    ) -> object:
+        """Evaluate `node` as written in `module`, with `local_names` (a function's locals) unknown and the
+        names of `bound` (parameters that carry a flag, say) given those values."""
         env: dict[str, object] = dict.fromkeys(local_names, UNKNOWN)
+        env.update(bound or {})
         frame = Frame(module, env, self_obj=Instance(None) if "self" in env else None)
         if frame.self_obj is not None:
             env["self"] = frame.self_obj
