@@ -9,7 +9,9 @@ the lines that show why; their behaviour is pinned on small trees in test_capaut
 
 10-capability's classes (kind:verdict): table ok / missing-crash / missing-graceful; gate ok / gated-off /
 missing-crash / unknown, an absent configured gate (n/a, or a failure when nothing decides the feature);
-flag ok / gated-off / unknown; auto ok / auto-on-gated-off / auto-off-gate-on / unknown; expectation.
+flag ok / gated-off / unknown; auto ok / auto-on-gated-off / auto-off-gate-on / unknown; expectation. A
+feature's gate found by following its flag through the calls it is passed to (torch-symm-mem without its
+configured gate) is pinned on 0.4.10.post2, 0.5.9 and 0.5.23.
 20-eagle3's: implemented / inherited / delegated / missing / optional-missing / class-not-in-release.
 """
 
@@ -46,23 +48,26 @@ def _tree(version: str) -> Path:
     return trees[version]
 
 
-_ANALYSED: dict[str, list[Any]] = {}
+_ANALYSED: dict[tuple[str, str], list[Any]] = {}
 
 
-def _findings(version: str) -> list[Any]:
-    """Every static 10-capability finding of the unpatched release (analysed once per test session)."""
-    if version not in _ANALYSED:
+def _findings(version: str, *, flags_only: str = "") -> list[Any]:
+    """Every static 10-capability finding of the unpatched release (analysed once per test session); with
+    `flags_only`, the analysis of that one feature of matrix.toml with its configured gate left out."""
+    if (version, flags_only) not in _ANALYSED:
         sys.path.insert(0, str(REPO / "suites" / "10-capability"))
         capability = importlib.import_module("capability_findings")
         root = _tree(version)
         raw = tomllib.loads((REPO / "matrix.toml").read_text(encoding="utf-8"))
+        if flags_only:
+            raw["features"] = {flags_only: {"flags": raw["features"][flags_only]["flags"]}}
         comp = InstalledComponent(axis="sglang", distribution="sglang", version=version, filename="x.whl",
                                   sha256=root.name, source="pypi", root=str(root))  # fmt: skip
         cell = CellSpec(id=version, values={"cuda": "12.8", "sglang": version}, backend="local",
                         components=(comp,), archs=ARCHS, reference_arch="sm_90", features=raw["features"],
                         settings={"10-capability": {}})  # fmt: skip
-        _ANALYSED[version] = list(capability.analyse(cell).findings)
-    return _ANALYSED[version]
+        _ANALYSED[version, flags_only] = list(capability.analyse(cell).findings)
+    return _ANALYSED[version, flags_only]
 
 
 def _pick(version: str, **want: object) -> Callable[[str], Any]:
@@ -311,6 +316,95 @@ def test_classes_no_release_produces() -> None:
     test_capauto.py."""
     for version in ("0.4.10.post2", "0.5.5", "0.5.23"):
         assert not [f for f in _findings(version) if f.verdict == "auto-off-gate-on"], version
+
+
+# --------------------------------------------------------------------------------------------- flags followed into callees
+
+SYMM = "torch-symm-mem-allreduce"
+SYMM_GATE = "sglang.srt.distributed.device_communicators.torch_symm_mem:TorchSymmMemCommunicator.__init__"
+
+
+def _symm_by_flag(version: str) -> list[Any]:
+    return [f for f in _findings(version, flags_only=SYMM) if f.feature == SYMM]
+
+
+def test_old_0_4_10_post2_symm_mem_by_its_flag_alone() -> None:
+    """0.4.10.post2 never names `enable_torch_symm_mem` (its server_args.py:222 flag is `enable_symm_mem`, read
+    by pynccl_allocator.py:35 and engine.py:626-627, none of them the torch symmetric-memory all-reduce, which
+    this release does not have): with flags only, one failure saying nothing decides the feature."""
+    found = _symm_by_flag("0.4.10.post2")
+    assert [(f.kind, f.arch, f.symbol, f.outcome, f.verdict) for f in found] == [
+        ("gate", "all", SYMM, "fail", "absent")
+    ]
+    assert "no condition in sglang 0.4.10.post2 reads its flags ['enable_torch_symm_mem']" in found[0].message
+
+
+def test_middle_0_5_9_symm_mem_gate_found_by_following_its_flag() -> None:
+    """0.5.9 reads the flag only as a call argument, sglang/srt/model_executor/model_runner.py:782
+    `set_torch_symm_mem_all_reduce(self.server_args.enable_torch_symm_mem)`; followed:
+
+        parallel_state.py:1524  def set_torch_symm_mem_all_reduce(enable: bool):
+                         :1526      _ENABLE_TORCH_SYMM_MEM_ALL_REDUCE = enable            # a `global`
+                         :1377  if use_torch_symm_mem_allreduce is None:                # init_model_parallel_group
+                         :1378      use_torch_symm_mem_allreduce = _ENABLE_TORCH_SYMM_MEM_ALL_REDUCE
+                         :1379  return GroupCoordinator(... use_torch_symm_mem_all_reduce=use_torch_symm_mem_allreduce,
+                         :302   self.use_torch_symm_mem_all_reduce = use_torch_symm_mem_all_reduce   # __init__
+                         :383   if self.use_torch_symm_mem_all_reduce and self.world_size > 1:
+                         :384       self.torch_symm_mem_comm = TorchSymmMemCommunicator(
+
+    (two calls deep). :383 is not decided by the GPU (world_size is a run-time input: no flag finding); the class
+    constructed under it is the configured gate, found without it: torch_symm_mem.py:74 `if
+    self.device_capability < 9: ... return` (:80) is off on sm_80, :83
+    `TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES[self.device_capability]` raises KeyError: 12 on sm_120, on on sm_90 /
+    sm_100: the configured gate's verdicts, each naming the way there."""
+    found = _symm_by_flag("0.5.9")
+    gate = {f.arch: f for f in found if f.kind == "gate"}
+    assert {a: (f.symbol, f.outcome, f.verdict) for a, f in gate.items()} == {
+        "sm_80": ("TorchSymmMemCommunicator.__init__", "fail", "gated-off"),
+        "sm_90": ("TorchSymmMemCommunicator.__init__", "pass", "ok"),
+        "sm_100": ("TorchSymmMemCommunicator.__init__", "pass", "ok"),
+        "sm_120": ("TorchSymmMemCommunicator.__init__", "fail", "missing-crash"),
+    }
+    assert "raises KeyError: 12 at sglang/srt/distributed/device_communicators/torch_symm_mem.py:83" in (
+        gate["sm_120"].message
+    )
+    way = gate["sm_120"].message
+    assert f"gate {SYMM_GATE} on sm_120" in way
+    assert "found by following enable_torch_symm_mem: sglang/srt/model_executor/model_runner.py:782 " in way
+    assert "sglang/srt/distributed/parallel_state.py:1379 `GroupCoordinator(" in way
+    assert "sglang/srt/distributed/parallel_state.py:383 `self.use_torch_symm_mem_all_reduce and" in way
+    assert "sglang/srt/distributed/parallel_state.py:384 constructs it" in way
+    assert not [f for f in found if f.kind == "flag"]
+    # with the configured gate (matrix.toml), the same verdicts: judged once, as configured
+    configured = _verdicts("0.5.9", kind="gate", symbol="TorchSymmMemCommunicator.__init__")
+    assert configured == {a: (f.outcome, f.verdict) for a, f in gate.items()}
+    assert not [f for f in _findings("0.5.9") if f.feature == SYMM and "found by following" in f.message]
+
+
+def test_newest_0_5_23_symm_mem_gate_found_by_following_its_flag() -> None:
+    """0.5.23 reads it in sglang/srt/distributed/bootstrap.py:254 `set_torch_symm_mem_all_reduce(
+    get_exec().comm.enable_torch_symm_mem)`; parallel_state.py:2347-2349 store it in the global, :2178-2179
+    and the GroupCoordinator call at :2186 (`use_torch_symm_mem_all_reduce=use_torch_symm_mem_allreduce`, :2193)
+    pass it on, :427 keeps it, :535 `if self.use_torch_symm_mem_all_reduce and self.world_size > 1:` constructs
+    TorchSymmMemCommunicator; its __init__ (torch_symm_mem.py:80-89, `supported_max_sizes =
+    TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES.get(self.device_capability)`, `if supported_max_sizes is None: ...
+    return`) is off on sm_80 and sm_120, on on sm_90 / sm_100: the configured gate's verdicts."""
+    found = _symm_by_flag("0.5.23")
+    gate = {f.arch: (f.outcome, f.verdict) for f in found if f.kind == "gate"}
+    assert gate == {
+        "sm_80": ("fail", "gated-off"),
+        "sm_90": ("pass", "ok"),
+        "sm_100": ("pass", "ok"),
+        "sm_120": ("fail", "gated-off"),
+    }
+    assert gate == _verdicts("0.5.23", kind="gate", symbol="TorchSymmMemCommunicator.__init__")
+    sm120 = next(f for f in found if f.kind == "gate" and f.arch == "sm_120")
+    assert "because `supported_max_sizes is None` is True at " in sm120.message
+    assert (
+        "found by following enable_torch_symm_mem: sglang/srt/distributed/bootstrap.py:254 " in sm120.message
+    )
+    assert "sglang/srt/distributed/parallel_state.py:535 `self.use_torch_symm_mem_all_reduce" in sm120.message
+    assert not [f for f in found if f.kind == "flag"]
 
 
 # --------------------------------------------------------------------------------------------- EAGLE-3, newest

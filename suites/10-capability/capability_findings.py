@@ -25,7 +25,12 @@ absent (a configured gate the release lacks), unknown. Policy:
 - an ``off`` declaration whose feature turns out to be available on that arch fails as stale;
 - a feature's use-gates are found by following its flags: besides the configured gates, every condition that
   reads a flag (``args.<flag>``, ``global_server_args_dict["<flag>"]``, ``.get("<flag>")``), wherever the module
-  moved; a configured gate the release lacks is n/a when those decide it there;
+  moved; a configured gate the release lacks is n/a when those decide it there. A flag passed as a call
+  argument is followed into the callee (`stackfarm.analysis.capflags`: its parameter, and the locals, globals
+  and ``self`` attributes it is stored in, carry the flag, two calls deep): the callee's conditions that read it
+  are flag sites naming the call sites too, and a class of the tree constructed under such a test is a gate of
+  the feature (judged like a configured one, unless it is one); a feature with flags only that nothing reads is
+  one failure (``absent``);
 - auto-enable code (kind ``auto``: server arguments switching a flag on by themselves, per GPU; see
   `stackfarm.analysis.capauto`) is compared with the use-gate on the same arch: ``auto-on-gated-off`` (switched
   on where a use-gate keeps the feature off) fails, naming both sites; ``auto-off-gate-on`` (not switched on
