@@ -381,6 +381,34 @@ def test_middle_0_5_9_symm_mem_gate_found_by_following_its_flag() -> None:
     assert not [f for f in _findings("0.5.9") if f.feature == SYMM and "found by following" in f.message]
 
 
+def test_middle_0_5_3_renamed_symm_mem_gate_found_through_the_flag() -> None:
+    """0.5.3 calls the class SymmMemCommunicator (sglang/srt/distributed/device_communicators/symm_mem.py), so the
+    configured TorchSymmMemCommunicator.__init__ is absent; model_runner.py:657
+    `set_symm_mem_all_reduce(self.server_args.enable_torch_symm_mem)` -> parallel_state.py:1376-1378 (the global
+    _ENABLE_SYMM_MEM_ALL_REDUCE) -> :1269 -> GroupCoordinator -> :354 `SymmMemCommunicator(` leads to it, so the
+    absent gate is n/a, decided by the renamed one: symm_mem.py:78 `if self.device_capability < 9:` returns (:84)
+    on sm_80, :85 `SYMM_MEM_ALL_REDUCE_MAX_SIZES[self.device_capability]` (all_reduce_utils.py:3, keys 9 / 10)
+    raises KeyError: 12 on sm_120. Before the flag was followed nothing decided the feature here (a failure)."""
+    found = [f for f in _findings("0.5.3") if f.feature == SYMM and f.kind == "gate"]
+    absent = [f for f in found if f.arch == "all"]
+    assert [(f.symbol, f.outcome, f.verdict) for f in absent] == [
+        ("TorchSymmMemCommunicator.__init__", "n/a", "absent")
+    ]
+    renamed = "sglang.srt.distributed.device_communicators.symm_mem:SymmMemCommunicator.__init__"
+    assert f"decided here by {renamed}" in absent[0].message
+    assert {f.arch: (f.symbol, f.outcome, f.verdict) for f in found if f.arch != "all"} == {
+        "sm_80": ("SymmMemCommunicator.__init__", "fail", "gated-off"),
+        "sm_90": ("SymmMemCommunicator.__init__", "pass", "ok"),
+        "sm_100": ("SymmMemCommunicator.__init__", "pass", "ok"),
+        "sm_120": ("SymmMemCommunicator.__init__", "fail", "missing-crash"),
+    }
+    sm120 = next(f for f in found if f.arch == "sm_120")
+    assert (
+        "raises KeyError: 12 at sglang/srt/distributed/device_communicators/symm_mem.py:85" in sm120.message
+    )
+    assert "sglang/srt/model_executor/model_runner.py:657 `set_symm_mem_all_reduce(" in sm120.message
+
+
 def test_newest_0_5_23_symm_mem_gate_found_by_following_its_flag() -> None:
     """0.5.23 reads it in sglang/srt/distributed/bootstrap.py:254 `set_torch_symm_mem_all_reduce(
     get_exec().comm.enable_torch_symm_mem)`; parallel_state.py:2347-2349 store it in the global, :2178-2179
