@@ -53,6 +53,7 @@ TREE = {
                 odd(self.server_args.enable_symm)
                 if self.server_args.enable_direct:
                     return ping()
+                unknown_thing.configure(self.server_args.enable_lost)
         """,
     "sglang/state.py": """\
         from sglang.utils import is_sm90_supported, get_platform
@@ -229,3 +230,18 @@ def test_a_flag_the_release_never_reads_is_said(root: Path) -> None:
     assert [(f.kind, f.symbol, f.outcome, f.verdict) for f in found if f.feature == "gone"] == [
         ("gate", "gone", "fail", "absent")
     ]
+
+
+def test_a_flag_passed_only_where_it_cannot_be_followed_is_undecidable(root: Path) -> None:
+    """enable_lost is only passed to `unknown_thing.configure(...)` (runner.py:12), which cannot be resolved:
+    not "nothing decides it" (it may be decided there) and never ok: one undecidable skip naming the call."""
+    found = [
+        f for f in _analyse(root, {"lost": {"flags": ["enable_lost"]}}, ("sm_90",)) if f.feature == "lost"
+    ]
+    assert [(f.kind, f.symbol, f.outcome, f.verdict) for f in found] == [("gate", "lost", "skip", "unknown")]
+    assert found[0].message.startswith("undecidable: feature lost: no condition in sglang 0 reads its flags")
+    assert "passed to calls that could not be resolved: sglang/runner.py:12 `unknown_thing.configure(" in (
+        found[0].message
+    )
+    follow = follow_flags(SourceTree([root]), ["sglang"], ["enable_symm"])
+    assert "sglang/runner.py:6 `unknown_thing.configure(self.server_args.enable_symm)`" in follow.unresolved

@@ -30,7 +30,7 @@ absent (a configured gate the release lacks), unknown. Policy:
   and ``self`` attributes it is stored in, carry the flag, two calls deep): the callee's conditions that read it
   are flag sites naming the call sites too, and a class of the tree constructed under such a test is a gate of
   the feature (judged like a configured one, unless it is one); a feature with flags only that nothing reads is
-  one failure (``absent``);
+  one failure (``absent``), an undecidable skip where a flag is passed to a call that could not be resolved;
 - auto-enable code (kind ``auto``: server arguments switching a flag on by themselves, per GPU; see
   `stackfarm.analysis.capauto`) is compared with the use-gate on the same arch: ``auto-on-gated-off`` (switched
   on where a use-gate keeps the feature off) fails, naming both sites; ``auto-off-gate-on`` (not switched on
@@ -395,7 +395,7 @@ def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out
         gate_symbols = {g.partition(":")[2] for g in [*present, *(f.gate for f in found)]}
         direct = flag_sites(run.tree, run.packages, feature.flags)
         sites = [s for s in (*direct, *followed.sites) if s.symbol not in gate_symbols]
-        _absent_gates(run, feature, present + [f.gate for f in found], sites)
+        _absent_gates(run, feature, present + [f.gate for f in found], sites, followed.unresolved)
         results: dict[Arch, list[Finding]] = {arch: [] for arch in archs}
         for gate in present:
             _gate(run, feature, gate, results)
@@ -409,11 +409,26 @@ def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out
                 out.add(_expectation(comp, feature, arch, results[arch], out))
 
 
-def _absent_gates(run: _GateRun, feature: Feature, present: list[str], sites: list[FlagSite]) -> None:
+def _absent_gates(
+    run: _GateRun,
+    feature: Feature,
+    present: list[str],
+    sites: list[FlagSite],
+    unresolved: tuple[str, ...] = (),
+) -> None:
     """Each configured gate the release lacks is said, never dropped: n/a where another gate or the conditions
     that read the feature's flags (found wherever they are) decide it, a failure where nothing does."""
     comp = run.comp
     deciders = list(present) or [f"{s.path}:{s.line}" for s in sites]
+    passed = ""
+    if unresolved:  # the flag goes where the evaluator cannot follow: maybe decided there
+        more = f" (+{len(unresolved) - 3} more)" if len(unresolved) > 3 else ""
+        passed = f"; it is passed to calls that could not be resolved: {', '.join(unresolved[:3])}{more}"
+    if not feature.gates and feature.flags and not deciders and unresolved:
+        run.out.add(Finding("gate", "all", comp.distribution, "", 0, feature.name, "unknown", "skip",
+                            f"undecidable: feature {feature.name}: no condition in {comp.distribution} "
+                            f"{comp.version} reads its flags {list(feature.flags)}{passed}", feature.name))  # fmt: skip
+        return
     if not feature.gates and feature.flags and not deciders:  # flags only, and the release never reads them
         run.out.add(Finding("gate", "all", comp.distribution, "", 0, feature.name, "absent", "fail",
                             f"feature {feature.name}: no condition in {comp.distribution} {comp.version} reads "
@@ -426,7 +441,7 @@ def _absent_gates(run: _GateRun, feature: Feature, present: list[str], sites: li
         run.out.add(Finding("gate", "all", comp.distribution, "", 0, feature.name, "absent", "fail",
                             f"feature {feature.name}: none of its gates {list(feature.gates)} is in "
                             f"{comp.distribution} {comp.version}, and no condition there reads its flags "
-                            f"{list(feature.flags)}: update [features.{feature.name}] gate in matrix.toml to "
+                            f"{list(feature.flags)}{passed}: update [features.{feature.name}] gate in matrix.toml to "
                             "where this release decides it", feature.name))  # fmt: skip
         return
     for gate in feature.gates:

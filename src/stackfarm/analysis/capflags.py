@@ -93,6 +93,8 @@ class _Follow:
     sites: list[FlagSite] = field(default_factory=list)
     seen: set[tuple[int, str]] = field(default_factory=set)
     gates: dict[str, FoundGate] = field(default_factory=dict)
+    #: The calls a carrier is passed to that could not be followed ("file:line `call`"), in order.
+    unresolved: dict[str, None] = field(default_factory=dict)
     #: module -> its functions with their qualnames (parsed once).
     functions: dict[str, list[_Function]] = field(default_factory=dict)
 
@@ -142,11 +144,12 @@ class _Follow:
     ) -> None:
         """Follow one passed carrier into the callee of `call`, if it resolves."""
         callee = self._callee(caller, call)
-        if callee is None:
-            return  # unresolved: not followed, nothing concluded
-        func, skip = callee
-        param = _parameter(func.node, param_of, skip)
-        if param is None or (id(func.node), param) in self.seen:
+        param = _parameter(callee[0].node, param_of, callee[1]) if callee is not None else None
+        if callee is None or param is None:  # unresolved (or into **kwargs): not followed, nothing concluded
+            self.unresolved.setdefault(f"{caller.rel}:{call.lineno} `{source_text(call, 80)}`")
+            return
+        func = callee[0]
+        if (id(func.node), param) in self.seen:
             return
         self.seen.add((id(func.node), param))
         path = self.tree.path_of(func.module)
@@ -274,6 +277,8 @@ class Followed:
 
     sites: tuple[FlagSite, ...]
     gates: tuple[FoundGate, ...]
+    #: The calls a flag (or a carrier of it) is passed to whose callee could not be resolved: not followed.
+    unresolved: tuple[str, ...] = ()
 
 
 def follow_flags(
@@ -285,7 +290,9 @@ def follow_flags(
     follow = _Follow(tree, frozenset(flags), max_hops)
     for path, module_ast in modules_naming(tree, packages, sorted(flags)):
         follow.start(tree.module_of(path), tree.relative(path), module_ast)
-    return Followed(tuple(dict.fromkeys(follow.sites)), tuple(follow.gates.values()))
+    return Followed(
+        tuple(dict.fromkeys(follow.sites)), tuple(follow.gates.values()), tuple(follow.unresolved)
+    )
 
 
 def followed_sites(
