@@ -42,7 +42,7 @@ TREE = {
             return PlatformContext()
         """,
     "sglang/runner.py": """\
-        from sglang.state import set_symm, setup, ping, loop_a, hop1, odd
+        from sglang.state import set_symm, setup, ping, loop_a, hop1, odd, negated
         class ModelRunner:
             def init(self, unknown_thing):
                 set_symm(self.server_args.enable_symm)
@@ -54,6 +54,7 @@ TREE = {
                 if self.server_args.enable_direct:
                     return ping()
                 unknown_thing.configure(self.server_args.enable_lost)
+                negated(self.server_args.enable_symm)
         """,
     "sglang/state.py": """\
         from sglang.utils import is_sm90_supported, get_platform
@@ -95,6 +96,11 @@ TREE = {
             if v and get_platform().is_sm100:
                 return 1
             return 0
+        def negated(v):
+            from sglang.comm import OtherComm
+            if not v:
+                return OtherComm()
+            return None
         """,
     "sglang/comm.py": """\
         import torch
@@ -105,6 +111,9 @@ TREE = {
                 if cap < 9:
                     return
                 self.disabled = False
+        class OtherComm:
+            def __init__(self):
+                self.ready = True
         """,
 }
 
@@ -180,7 +189,7 @@ def test_unresolved_callees_loops_and_the_depth_bound(tree: SourceTree) -> None:
 
 def test_the_class_constructed_under_the_followed_test_is_a_gate(tree: SourceTree) -> None:
     """state.py:10 constructs SymmComm (imported inside __init__, :5) where :9's test holds: its __init__ is the
-    feature's gate, found with the way there."""
+    feature's gate, found with the way there. OtherComm, constructed under `if not v:` (state.py:42), is not."""
     gates = {g.gate: g for g in follow_flags(tree, ["sglang"], ["enable_symm"]).gates}
     assert set(gates) == {"sglang.comm:SymmComm.__init__"}
     via = gates["sglang.comm:SymmComm.__init__"].via

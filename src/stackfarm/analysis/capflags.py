@@ -108,7 +108,7 @@ class _Follow:
         first = _Carriers(flags=self.flags)
         for fn in self._functions_of(module, rel, module_ast):
             for node in _own_statements(fn.node):
-                if isinstance(node, ast.If) and first.read_in(node.test):
+                if isinstance(node, ast.If) and _positive(node.test, first):
                     self._gates_in(fn, node, ())
             for flag, call, param_of in self._passing(fn, first):
                 self._hop(fn, call, param_of, flag=flag, via=(), hops=1)
@@ -230,7 +230,8 @@ class _Follow:
                 self._hop(fn, call, param_of, flag=flag, via=via, hops=hops + 1)
 
     def _gates_in(self, fn: _Function, stmt: ast.If, via: tuple[str, ...]) -> None:
-        """The tree's classes constructed where `stmt`'s flag test holds: their ``__init__`` decides the feature."""
+        """The tree's classes constructed where `stmt`'s flag test holds (see `_positive`): their ``__init__`` decides
+        the feature."""
         here = (*via, f"{fn.rel}:{stmt.test.lineno} `{source_text(stmt.test, 80)}`")
         for sub in stmt.body:
             for node in ast.walk(sub):
@@ -251,7 +252,7 @@ class _Follow:
             carriers = flow.at(condition.lineno)
             if not carriers.read_in(condition):
                 continue
-            if isinstance(node, ast.If):
+            if isinstance(node, ast.If) and _positive(node.test, carriers):
                 self._gates_in(fn, node, via)
             sure = tuple(sorted(carriers.names - flow.partial))  # a partial carrier stays unknown
             self.sites.append(
@@ -346,6 +347,14 @@ def _own_statements(fn: _Def) -> list[ast.stmt]:
     return sorted(
         (n for n in _own_nodes(fn) if isinstance(n, ast.stmt)), key=lambda n: (n.lineno, n.col_offset)
     )
+
+
+def _positive(test: ast.expr, carriers: _Carriers) -> bool:
+    """Whether `test` holds only where the flag is set: the carrier itself, or one operand of an ``and`` chain
+    (``if self.use_x and self.world_size > 1``); ``not flag``, ``flag or ...`` and comparisons do not count."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_positive(v, carriers) for v in test.values)
+    return carriers.carries(test)
 
 
 def _defines_init(cls: ast.ClassDef) -> bool:
