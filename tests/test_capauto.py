@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import importlib
 import sys
-import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -24,6 +24,7 @@ from stackfarm.analysis.capauto import auto_sites, decided_by_gpu, evaluate_auto
 from stackfarm.analysis.capgates import flag_sites, judge_site, reads_flag
 from stackfarm.analysis.pysource import SourceTree
 from stackfarm.cellspec import CellSpec, InstalledComponent
+from test_captables import write_tree
 
 SM80, SM90, SM100, SM120 = Arch(8, 0), Arch(9, 0), Arch(10, 0), Arch(12, 0)
 REPO = Path(__file__).resolve().parent.parent
@@ -88,14 +89,6 @@ TREE = {
             return None
         """,
 }
-
-
-def write_tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +172,7 @@ def _findings() -> ModuleType:
     return importlib.import_module("capability_findings")
 
 
-def _analyse(root: Path, features: Mapping[str, object], archs: tuple[str, ...]) -> list[object]:
+def analyse(root: Path, features: Mapping[str, object], archs: tuple[str, ...]) -> list[Any]:
     comp = InstalledComponent(axis="sglang", distribution="sglang", version="0", filename="x.whl",
                               sha256="0" * 64, source="test", root=str(root))  # fmt: skip
     cell = CellSpec(id="x", values={"cuda": "12.8"}, backend="local", components=(comp,), archs=archs,
@@ -192,63 +185,63 @@ def test_auto_findings_against_the_use_gate(root: Path) -> None:
     the sm_90 probe: switched on where the use-gate keeps it off on sm_100 (a failure naming both sites), and
     on sm_90 the reverse (not switched on although the gate lets it on), a default noted as such."""
     features = {"wide": {"flags": ["enable_wide"]}}
-    found = _analyse(root, features, ("sm_90", "sm_100", "sm_120"))
-    auto = {(f.arch, f.line): f for f in found if f.kind == "auto"}  # type: ignore[attr-defined]
+    found = analyse(root, features, ("sm_90", "sm_100", "sm_120"))
+    auto = {(f.arch, f.line): f for f in found if f.kind == "auto"}
     on_100 = auto[("sm_100", 9)]
-    assert (on_100.outcome, on_100.verdict) == ("fail", "auto-on-gated-off")  # type: ignore[attr-defined]
-    assert "sglang/server_args.py:9" in on_100.message  # type: ignore[attr-defined]
-    assert "sglang/layers.py:7 gated-off" in on_100.message  # type: ignore[attr-defined]
-    assert (auto[("sm_120", 9)].outcome, auto[("sm_120", 9)].verdict) == ("pass", "ok")  # type: ignore[attr-defined]
+    assert (on_100.outcome, on_100.verdict) == ("fail", "auto-on-gated-off")
+    assert "sglang/server_args.py:9" in on_100.message
+    assert "sglang/layers.py:7 gated-off" in on_100.message
+    assert (auto[("sm_120", 9)].outcome, auto[("sm_120", 9)].verdict) == ("pass", "ok")
     # sm_90 is the reference here: "the reverse" needs a reference that switches it on, so it is consistent
-    assert auto[("sm_90", 9)].verdict == "ok"  # type: ignore[attr-defined]
+    assert auto[("sm_90", 9)].verdict == "ok"
 
 
 def test_auto_off_where_the_reference_switches_it_on(root: Path) -> None:
     """enable_fusion: switched on on sm_90 / sm_100 (server_args.py:7), used under the sm_90 probe
     (layers.py:5): on sm_100 switched on where the use-gate is off; on sm_120 neither."""
     features = {"fusion": {"flags": ["enable_fusion"]}}
-    found = _analyse(root, features, ("sm_100", "sm_120"))
-    auto = {f.arch: f for f in found if f.kind == "auto" and f.line == 7}  # type: ignore[attr-defined]
-    assert auto["sm_100"].verdict == "auto-on-gated-off"  # type: ignore[attr-defined]
-    assert auto["sm_120"].outcome == "pass"  # type: ignore[attr-defined]
-    assert "its use-gate is off there too" in auto["sm_120"].message  # type: ignore[attr-defined]
+    found = analyse(root, features, ("sm_100", "sm_120"))
+    auto = {f.arch: f for f in found if f.kind == "auto" and f.line == 7}
+    assert auto["sm_100"].verdict == "auto-on-gated-off"
+    assert auto["sm_120"].outcome == "pass"
+    assert "its use-gate is off there too" in auto["sm_120"].message
     # the use-gate without the sm_90 probe: sm_120 is now a default the release does not take
     patched = dict(TREE)
     patched["sglang/layers.py"] = TREE["sglang/layers.py"].replace(
         "return _is_sm90 and get_args()", "return get_args()"
     )
     other = write_tree(root.parent / "auto-patched", patched)
-    found = _analyse(other, features, ("sm_100", "sm_120"))
-    auto = {f.arch: f for f in found if f.kind == "auto" and f.line == 7}  # type: ignore[attr-defined]
-    assert (auto["sm_120"].outcome, auto["sm_120"].verdict) == ("pass", "auto-off-gate-on")  # type: ignore[attr-defined]
-    assert auto["sm_100"].verdict == "ok"  # type: ignore[attr-defined]
+    found = analyse(other, features, ("sm_100", "sm_120"))
+    auto = {f.arch: f for f in found if f.kind == "auto" and f.line == 7}
+    assert (auto["sm_120"].outcome, auto["sm_120"].verdict) == ("pass", "auto-off-gate-on")
+    assert auto["sm_100"].verdict == "ok"
 
 
 def test_unresolved_auto_enable_is_undecidable_never_ok(root: Path) -> None:
     """server_args.py:12 `if get_platform().is_sm100:` cannot be resolved: every arch is a skip, not a pass."""
-    found = _analyse(root, {"odd": {"flags": ["enable_odd"]}}, ("sm_90", "sm_120"))
-    auto = [f for f in found if f.kind == "auto" and f.line == 13]  # type: ignore[attr-defined]
-    assert {(f.arch, f.outcome, f.verdict) for f in auto} == {  # type: ignore[attr-defined]
+    found = analyse(root, {"odd": {"flags": ["enable_odd"]}}, ("sm_90", "sm_120"))
+    auto = [f for f in found if f.kind == "auto" and f.line == 13]
+    assert {(f.arch, f.outcome, f.verdict) for f in auto} == {
         ("sm_90", "skip", "unknown"),
         ("sm_120", "skip", "unknown"),
     }
-    assert all(f.message.startswith("undecidable: ") for f in auto)  # type: ignore[attr-defined]
-    assert all("could not be resolved" in f.message for f in auto)  # type: ignore[attr-defined]
+    assert all(f.message.startswith("undecidable: ") for f in auto)
+    assert all("could not be resolved" in f.message for f in auto)
 
 
 def test_a_moved_gate_is_found_through_its_flag(root: Path) -> None:
     """The configured gate is not in the release, but layers.py reads the flag: n/a (decided there), and the
     flag site's verdicts are reported; with no gate and no read at all it is a failure."""
     features = {"wide": {"gate": "sglang.gone:use_wide", "flags": ["enable_wide"]}}
-    found = _analyse(root, features, ("sm_90", "sm_120"))
-    absent = [f for f in found if f.kind == "gate" and f.arch == "all"]  # type: ignore[attr-defined]
-    assert [f.outcome for f in absent] == ["n/a"]  # type: ignore[attr-defined]
-    assert "decided here by the conditions that read its flags: sglang/layers.py:7" in absent[0].message  # type: ignore[attr-defined]
-    flags = {(f.arch, f.line): f.verdict for f in found if f.kind == "flag"}  # type: ignore[attr-defined]
+    found = analyse(root, features, ("sm_90", "sm_120"))
+    absent = [f for f in found if f.kind == "gate" and f.arch == "all"]
+    assert [f.outcome for f in absent] == ["n/a"]
+    assert "decided here by the conditions that read its flags: sglang/layers.py:7" in absent[0].message
+    flags = {(f.arch, f.line): f.verdict for f in found if f.kind == "flag"}
     assert flags[("sm_120", 7)] == "gated-off"
     assert flags[("sm_90", 7)] == "ok"
-    nothing = _analyse(root, {"x": {"gate": "sglang.gone:f", "flags": ["enable_nothing"]}}, ("sm_90",))
-    assert [f.outcome for f in nothing if f.kind == "gate"] == ["fail"]  # type: ignore[attr-defined]
+    nothing = analyse(root, {"x": {"gate": "sglang.gone:f", "flags": ["enable_nothing"]}}, ("sm_90",))
+    assert [f.outcome for f in nothing if f.kind == "gate"] == ["fail"]
 
 
 # --------------------------------------------------------------------------------------------- the evaluator

@@ -10,12 +10,7 @@ than the bound, and a callee whose test is unresolvable. The real releases are i
 
 from __future__ import annotations
 
-import importlib
-import sys
-import textwrap
-from collections.abc import Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -24,7 +19,8 @@ from stackfarm.analysis.arch import Arch
 from stackfarm.analysis.capflags import MAX_HOPS, follow_flags, followed_sites
 from stackfarm.analysis.capgates import flag_sites, judge_site
 from stackfarm.analysis.pysource import SourceTree
-from stackfarm.cellspec import CellSpec, InstalledComponent
+from test_capauto import analyse
+from test_captables import write_tree
 
 SM80, SM90, SM100, SM120 = Arch(8, 0), Arch(9, 0), Arch(10, 0), Arch(12, 0)
 REPO = Path(__file__).resolve().parent.parent
@@ -118,14 +114,6 @@ TREE = {
 }
 
 
-def write_tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    return root
-
-
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tree(tmp_path_factory.mktemp("flags"), TREE)
@@ -198,24 +186,11 @@ def test_the_class_constructed_under_the_followed_test_is_a_gate(tree: SourceTre
     assert follow_flags(tree, ["sglang"], []).gates == ()
 
 
-def _findings() -> ModuleType:
-    sys.path.insert(0, str(REPO / "suites" / "10-capability"))
-    return importlib.import_module("capability_findings")
-
-
-def _analyse(root: Path, features: Mapping[str, object], archs: tuple[str, ...]) -> list[Any]:
-    comp = InstalledComponent(axis="sglang", distribution="sglang", version="0", filename="x.whl",
-                              sha256="0" * 64, source="test", root=str(root))  # fmt: skip
-    cell = CellSpec(id="x", values={"cuda": "12.8"}, backend="local", components=(comp,), archs=archs,
-                    reference_arch="sm_90", features=dict(features), settings={"10-capability": {}})  # fmt: skip
-    return list(_findings().analyse(cell).findings)
-
-
 def test_findings_without_a_configured_gate(root: Path) -> None:
     """With flags only, the suite judges the gate the flag leads to (SymmComm.__init__: off on sm_80 by comm.py:6
     `if cap < 9: return`) and the followed sites decided by the GPU (state.py:19), each naming the call site;
     the undecidable followed test (state.py:37, `get_platform().is_sm100` through __getattr__) is a skip."""
-    found = _analyse(root, {"symm": {"flags": ["enable_symm"]}}, ("sm_80", "sm_90", "sm_120"))
+    found = analyse(root, {"symm": {"flags": ["enable_symm"]}}, ("sm_80", "sm_90", "sm_120"))
     gate = {f.arch: f for f in found if f.kind == "gate"}
     assert {a: (f.outcome, f.verdict) for a, f in gate.items()} == {
         "sm_80": ("fail", "gated-off"),
@@ -235,7 +210,7 @@ def test_findings_without_a_configured_gate(root: Path) -> None:
 
 def test_a_flag_the_release_never_reads_is_said(root: Path) -> None:
     """A feature with flags and no gate whose flags nothing reads: one failure saying nothing decides it."""
-    found = _analyse(root, {"gone": {"flags": ["enable_gone"]}}, ("sm_90",))
+    found = analyse(root, {"gone": {"flags": ["enable_gone"]}}, ("sm_90",))
     assert [(f.kind, f.symbol, f.outcome, f.verdict) for f in found if f.feature == "gone"] == [
         ("gate", "gone", "fail", "absent")
     ]
@@ -245,7 +220,7 @@ def test_a_flag_passed_only_where_it_cannot_be_followed_is_undecidable(root: Pat
     """enable_lost is only passed to `unknown_thing.configure(...)` (runner.py:12), which cannot be resolved:
     not "nothing decides it" (it may be decided there) and never ok: one undecidable skip naming the call."""
     found = [
-        f for f in _analyse(root, {"lost": {"flags": ["enable_lost"]}}, ("sm_90",)) if f.feature == "lost"
+        f for f in analyse(root, {"lost": {"flags": ["enable_lost"]}}, ("sm_90",)) if f.feature == "lost"
     ]
     assert [(f.kind, f.symbol, f.outcome, f.verdict) for f in found] == [("gate", "lost", "skip", "unknown")]
     assert found[0].message.startswith("undecidable: feature lost: no condition in sglang 0 reads its flags")
