@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .analysis.elfsyms import ElfError, read_elf
+from .analysis.elfsyms import ElfError, read_from
 from .files import write_atomic
 
 #: The record's name inside a cell's reports folder.
@@ -141,7 +141,10 @@ def fingerprint(
     for raw in paths:
         path = Path(os.path.realpath(raw))
         try:
-            info = read_elf(path)
+            # Headers and the dynamic section only, uncached: read_elf would hash each file (GBs of CUDA
+            # libraries) just to key its cache, for a fingerprint taken once per run.
+            with path.open("rb") as fh:
+                info = read_from(fh, path)
         except (ElfError, OSError) as exc:
             problems[raw] = f"cannot read: {exc}"
             continue
