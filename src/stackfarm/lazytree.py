@@ -30,7 +30,6 @@ import hashlib
 import io
 import json
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from typing import BinaryIO
 
 from stackfarm import lazyzip
 from stackfarm.analysis import elfsyms, fatbin
+from stackfarm.cachekeep import make_read_only, remove_tree
 from stackfarm.errors import ArtifactError, StackfarmError
 
 #: The suites a lazy tree serves: they read sources, metadata and ELF/fatbin headers, and import nothing of the
@@ -180,10 +180,11 @@ def build(
             if name not in wholes:
                 _sparse(dest, name, io.BytesIO(data), remote=remote, record=record, built=built)
                 continue
+            digest = hashlib.sha256(data).hexdigest()
             if not name.endswith("/RECORD"):
-                _checked(name, hashlib.sha256(data).hexdigest(), len(data), record, remote.url)
+                _checked(name, digest, len(data), record, remote.url)
             _write(dest, name, data, remote.members[name].mode)
-            built.files[name] = [len(data), hashlib.sha256(data).hexdigest(), "whole"]
+            built.files[name] = [len(data), digest, "whole"]
             built.whole += 1
     for name in large:
         with tempfile.TemporaryFile(dir=scratch) as tmp:
@@ -249,24 +250,19 @@ def lazy_tree(
     if (final / LAZY_MARKER).is_file():
         return final, None
     tmp = root / "tmp" / f"{sha256}.lazy-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    remove_tree(tmp)  # a crashed run's leftover is read-only: cachekeep removes it as it removes trees
     tmp.mkdir(parents=True)
     try:
         remote = lazyzip.RemoteZip(url, size, **kw)  # type: ignore[arg-type]
         built = build(remote, tmp, scratch=root / "tmp")
         manifest = {"filename": filename, "fetched": built.fetched, "files": built.files}
         (tmp / LAZY_MARKER).write_text(json.dumps(manifest, sort_keys=True) + "\n", encoding="utf-8")
-        for folder, dirs, _files in os.walk(tmp):
-            for d in dirs:
-                Path(folder, d).chmod(0o555)
-        shutil.rmtree(final, ignore_errors=True)
+        make_read_only(tmp, top=False)
+        remove_tree(final)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp.replace(final)
     except BaseException:
-        for folder, dirs, _files in os.walk(tmp):
-            for d in dirs:
-                Path(folder, d).chmod(0o755)
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove_tree(tmp)
         raise
     return final, built
 

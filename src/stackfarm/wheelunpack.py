@@ -30,6 +30,7 @@ from installer.records import RecordEntry
 from installer.sources import WheelContentElement, WheelFile
 from installer.utils import Scheme
 
+from stackfarm.cachekeep import sha256_file
 from stackfarm.errors import ArtifactError
 
 #: The install prefix inside a tree (bin/, include/, data files); the tree's root is its site-packages.
@@ -133,14 +134,6 @@ def _plain(zf: zipfile.ZipFile, dest: Path) -> Manifest:
     return files
 
 
-def _hash(path: Path) -> tuple[int, str]:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return path.stat().st_size, digest.hexdigest()
-
-
 def extract_wheel(blob: Path, dest: Path, filename: str) -> Manifest:
     """Unpack the wheel ``blob`` into the empty folder ``dest``; returns the manifest of every file written."""
     with zipfile.ZipFile(blob) as zf:
@@ -183,7 +176,7 @@ def extract_wheel(blob: Path, dest: Path, filename: str) -> Manifest:
             "  fix: the wheel is damaged or was altered: fetch it again (stackfarm cache verify --repair)"
         )
     record = next(dest.glob("*.dist-info/RECORD"))
-    target.manifest[record.relative_to(dest).as_posix()] = _hash(record)
+    target.manifest[record.relative_to(dest).as_posix()] = (record.stat().st_size, sha256_file(record))
     return target.manifest
 
 
