@@ -158,6 +158,7 @@ class SourceTree:
         self._paths: dict[str, Path | None] = {}
         self._bytes: dict[Path, bytes] = {}
         self._bindings: dict[str, _Bindings] = {}
+        self._listings: dict[str, tuple[Path, ...]] = {}
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SourceTree):
@@ -214,11 +215,16 @@ class SourceTree:
 
     def files(self, folder: str) -> Iterator[Path]:
         """Every ``.py`` file under `folder` (a top-level package, or a path such as ``sglang/srt/models``)
-        of each root, in a stable order."""
-        for root in self.roots:
-            base = root / folder
-            if base.is_dir():
-                yield from sorted(p for p in base.rglob("*.py") if "__pycache__" not in p.parts)
+        of each root, in a stable order (walked once per folder: the gates, flag and auto-enable passes of every
+        feature all list the same packages)."""
+        if folder not in self._listings:
+            self._listings[folder] = tuple(
+                p
+                for root in self.roots
+                if (root / folder).is_dir()
+                for p in sorted(q for q in (root / folder).rglob("*.py") if "__pycache__" not in q.parts)
+            )
+        yield from self._listings[folder]
 
     def split(self, qualname: str) -> tuple[str, tuple[str, ...]]:
         """``a.b.C.f`` -> (``a.b``, (``C``, ``f``)): the longest prefix that is a module in the tree."""
