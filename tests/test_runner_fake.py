@@ -203,6 +203,10 @@ def test_a_run_narrowed_by_suites_says_so_in_every_verdict(fake_project: FakePro
     assert stored.report.status_text() == "passed (only 00-*)"
     assert "passed (only 00-*)" in summary_status(fake_project)
     assert ran(fake_project) == ["00-ok"]
+    from stackfarm.cli import main
+
+    # A merged report's gate stands for whole cells: a verdict of 00-* alone is not green there.
+    assert main(["report", "--reports", str(fake_project.reports), "--gate"]) == ExitCode.INCOMPLETE
     assert fake_project.run() == ExitCode.OK
     assert ran(fake_project) == ["00-ok", "00-ok", "10-also-ok"], "the narrowed verdict is not reused"
     assert verdict.read(verdict.path_of(fake_project.reports, cell_id(OLD))).report.selection == ""

@@ -235,9 +235,16 @@ def judged(report: CellReport) -> CellReport:
     return replace(report, status=status, reason=reason)
 
 
-def exit_code(reports: Iterable[CellReport]) -> ExitCode:
-    """What a run of these cells returns: failed > environment error > incomplete > ok."""
-    statuses = [(r.status, r.cause) for r in reports if r.status is not Status.EXCLUDED]
+def exit_code(reports: Iterable[CellReport], *, whole: bool = False) -> ExitCode:
+    """What a run of these cells returns: failed > environment error > incomplete > ok.
+
+    `whole`: the cells stand for the matrix as a whole (a merged report's gate), so a verdict of a `--suites`
+    run covers too little: its pass counts as incomplete. A `run --suites` itself answers what it was asked."""
+    statuses = [
+        (Status.INCOMPLETE if whole and r.selection and r.status is Status.PASSED else r.status, r.cause)
+        for r in reports
+        if r.status is not Status.EXCLUDED
+    ]
     if any(
         s in (Status.FAILED, Status.CONFLICT) or (s is Status.ERROR and c is not Cause.ENVIRONMENT)
         for s, c in statuses

@@ -376,7 +376,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     print_summary(reports, args.reports, console)
     if not args.gate:
         return 0
-    code = verdict.exit_code(reports)
+    code = verdict.exit_code(reports, whole=True)  # a verdict of selected suites only is not a cell's
     # A planned cell without a verdict was never judged: the merged store is not green.
     return ExitCode.INCOMPLETE if missing and code == ExitCode.OK else code
 
