@@ -229,3 +229,52 @@ def test_a_flag_passed_only_where_it_cannot_be_followed_is_undecidable(root: Pat
     )
     follow = follow_flags(SourceTree([root]), ["sglang"], ["enable_symm"])
     assert "sglang/runner.py:6 `unknown_thing.configure(self.server_args.enable_symm)`" in follow.unresolved
+
+
+def test_a_missing_gate_is_undecidable_where_its_flag_goes_unfollowed(tmp_path: Path) -> None:
+    """The configured gate is not in the release; a condition reads enable_x (runner.py:4), but the flag is
+    also passed to `unknown.configure(...)` (runner.py:6), which cannot be resolved and may hold the moved gate:
+    the missing gate is an undecidable skip, not "decided by the conditions that read its flags" (n/a)."""
+    moved = write_tree(
+        tmp_path,
+        {
+            "sglang/__init__.py": "",
+            "sglang/runner.py": """\
+                class ModelRunner:
+                    def init(self, unknown):
+                        if self.server_args.enable_x:
+                            pass
+                        unknown.configure(self.server_args.enable_x)
+                """,
+        },
+    )
+    features = {"x": {"gate": "sglang.nowhere:Gone.__init__", "flags": ["enable_x"]}}
+    missing = [f for f in analyse(moved, features, ("sm_90",)) if f.symbol == "Gone.__init__"]
+    assert [(f.outcome, f.verdict) for f in missing] == [("skip", "unknown")]
+    assert "may not be all that decide it" in missing[0].message
+    assert "unknown.configure(" in missing[0].message
+
+
+def test_a_site_off_on_the_reference_and_undecidable_elsewhere_is_a_skip(tmp_path: Path) -> None:
+    """`enable_y and major >= 10 and get_platform().is_fast`: false on the sm_90 reference, unresolved on sm_100
+    (the platform object answers through a __getattr__ probe the evaluator cannot follow). Not "off
+    everywhere, no question": an undecidable skip on sm_100."""
+    tree = write_tree(
+        tmp_path,
+        {
+            "sglang/__init__.py": "",
+            "sglang/utils.py": TREE["sglang/utils.py"],
+            "sglang/runner.py": """\
+                import torch
+                from sglang.utils import get_platform
+                class ModelRunner:
+                    def init(self):
+                        major = torch.cuda.get_device_capability()[0]
+                        if self.server_args.enable_y and major >= 10 and get_platform().is_fast:
+                            return 1
+                        return 0
+                """,
+        },
+    )
+    found = [f for f in analyse(tree, {"y": {"flags": ["enable_y"]}}, ("sm_100",)) if f.kind == "flag"]
+    assert [(f.arch, f.outcome) for f in found] == [("sm_100", "skip")]

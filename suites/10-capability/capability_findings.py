@@ -453,6 +453,13 @@ def _absent_gates(
             else "the conditions that read its flags: " + ", ".join(deciders[:6])
         )
         more = f" (+{len(deciders) - 6} more)" if not present and len(deciders) > 6 else ""
+        if not present and unresolved:  # the moved gate may sit where the flag went and could not be followed
+            run.out.add(Finding("gate", "all", comp.distribution, "", 0, gate.partition(":")[2], "unknown", "skip",
+                                f"undecidable: feature {feature.name}: gate {gate} is not in this cell's trees "
+                                f"({comp.distribution} {comp.version}); the conditions that read its flags "
+                                f"({', '.join(deciders[:6])}{more}) may not be all that decide it{passed}",
+                                feature.name))  # fmt: skip
+            continue
         run.out.add(Finding("gate", "all", comp.distribution, "", 0, gate.partition(":")[2], "absent", "n/a",
                             f"feature {feature.name}: gate {gate} is not in this cell's trees "
                             f"({comp.distribution} {comp.version}); decided here by {by}{more}",
@@ -503,13 +510,13 @@ def _site(run: _GateRun, feature: Feature, site: FlagSite, results: dict[Arch, l
         ref_value = evaluate_site(run.tree, site, reference, run.cuda, assume=assume, environ=run.environ)
     undecided = any(v is None and why for v, why in judged.values())
     on_somewhere = [str(arch) for arch, (v, why) in judged.items() if v is not False and not why]
-    if ref_value is False and not on_somewhere:
+    if ref_value is False and not on_somewhere and not undecided:
         return  # off everywhere, the reference included: no per-GPU question (a ROCm / NPU-only path, say)
     if ref_value is not False and not (undecided or any(v is False for v in values.values())):
         return  # not decided by the GPU: on (or run-time dependent) everywhere
     also_ref = (
         f"; false on the reference {reference} too, not false on {', '.join(on_somewhere)}"
-        if ref_value is False
+        if ref_value is False and on_somewhere
         else ""
     )
     for arch, (value, unresolved) in judged.items():
