@@ -234,3 +234,53 @@ def _pytest_started(pid: int) -> bool:
         if ppid == pid and b"-m\0pytest\0" in cmdline:
             return True
     return False
+
+
+def _inputs_of(root: Path, backend: str = "local") -> dict[str, object]:
+    from stackfarm.matrix import load
+    from stackfarm.plan import plan
+    from stackfarm.runner import cell_inputs
+
+    matrix = load(root / "matrix.toml")
+    cell = plan(matrix, {}).cells[0]
+    return cell_inputs(matrix, cell, {}, backend=backend, gpu=False)
+
+
+def _project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    shutil.copytree(REPO / "suites", root / "suites")
+    shutil.copytree(REPO / "patches", root / "patches")
+    shutil.copytree(REPO / "docker", root / "docker")
+    shutil.copy(REPO / "matrix.toml", root / "matrix.toml")
+    return root
+
+
+def test_routing_to_another_runner_kind_is_a_new_input(tmp_path: Path) -> None:
+    """The runner kind decides what a cell is asked (n/a where it has too few GPUs, its thresholds): moving
+    the cell to another kind must not reuse the old verdict."""
+    root = _project(tmp_path)
+    before = _inputs_of(root)
+    text = (root / "matrix.toml").read_text()
+    moved = text.replace('cells = ["*-sgl0.5.9", "*-sgl0.5.10"]', 'cells = ["*-sgl0.5.10"]')
+    assert moved != text
+    (root / "matrix.toml").write_text(moved)
+    after = _inputs_of(root)
+    assert before["runner"]["name"] == "8x-rtx-pro-6000"  # type: ignore[index]
+    assert after["runner"]["name"] == "1x-h200"  # type: ignore[index]
+
+
+def test_the_docker_recipe_is_an_input_of_docker_cells_only(tmp_path: Path) -> None:
+    root = _project(tmp_path)
+    before, local = _inputs_of(root, "docker"), _inputs_of(root)
+    (root / "docker" / "Dockerfile").write_text((root / "docker" / "Dockerfile").read_text() + "\n# edited\n")
+    assert _inputs_of(root, "docker")["docker"] != before["docker"]
+    assert local["docker"] is None
+    assert _inputs_of(root)["docker"] is None
+
+
+def test_a_lazy_local_backend_has_its_own_name(tmp_path: Path) -> None:
+    from stackfarm.artifacts import Cache
+    from stackfarm.backends.local import LocalBackend
+
+    assert LocalBackend(Cache(tmp_path), lazy=True).name == "local-lazy"
+    assert LocalBackend(Cache(tmp_path), lazy=False).name == "local"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import os
 import shutil
 import signal
 import threading
@@ -20,6 +21,7 @@ from .artifacts import Artifact, Cache
 from .backends import PATCHED_SGLANG, Backend, groups_file
 from .cachekeep import remove_tree
 from .cellspec import CellSpec
+from .driver import runner_for
 from .errors import ArtifactError, EnvironmentProblem, IndexUnreachableError, StackfarmError
 from .junit import Step, write_skipped_suite, write_steps
 from .matrix import Matrix, Suite
@@ -490,6 +492,21 @@ def cell_inputs(
         "thresholds": matrix.thresholds,
         "overridden": cell.overridden,
         "gpu": gpu,
+        # Where the cell is routed decides what it is asked (a one-GPU kind: no tensor-parallel check; its
+        # [thresholds.<kind>]), so a move to another runner kind is a new verdict.
+        "runner": asdict(runner) if (runner := runner_for(matrix, cell.id)) is not None else None,
+        # The image is made from these before any verdict could be reused: an edited Dockerfile or another base
+        # is a new verdict, never the old image's.
+        "docker": _docker_inputs(matrix) if backend == "docker" else None,
+    }
+
+
+def _docker_inputs(matrix: Matrix) -> dict[str, object]:
+    folder = matrix.root / "docker"
+    return {
+        "files": hash_tree(folder) if folder.is_dir() else "",
+        "table": dict(matrix.docker),
+        "base_override": os.environ.get("STACKFARM_DOCKER_BASE", ""),
     }
 
 

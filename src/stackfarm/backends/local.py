@@ -29,6 +29,8 @@ class LocalBackend:
         #: 05-import, 10-capability, 20-eagle3), which read sources, metadata and ELF/fatbin headers; a suite that
         #: imports the stack (30-numerics, the GPU suites) needs full trees. Default: $STACKFARM_LAZY == "1".
         self.lazy = os.environ.get("STACKFARM_LAZY") == "1" if lazy is None else lazy
+        if self.lazy:  # its own name: a verdict on lazy trees is never reused as one on full trees
+            self.name = "local-lazy"
 
     def realise(
         self, cell: Cell, artifacts: Mapping[Component, Artifact], workdir: Path, progress: Progress
