@@ -246,7 +246,7 @@ def _inputs_of(root: Path, backend: str = "local") -> dict[str, object]:
     return cell_inputs(matrix, cell, {}, backend=backend, gpu=False)
 
 
-def _project(tmp_path: Path) -> Path:
+def _repo_copy(tmp_path: Path) -> Path:
     root = tmp_path / "project"
     shutil.copytree(REPO / "suites", root / "suites")
     shutil.copytree(REPO / "patches", root / "patches")
@@ -258,7 +258,7 @@ def _project(tmp_path: Path) -> Path:
 def test_routing_to_another_runner_kind_is_a_new_input(tmp_path: Path) -> None:
     """The runner kind decides what a cell is asked (n/a where it has too few GPUs, its thresholds): moving
     the cell to another kind must not reuse the old verdict."""
-    root = _project(tmp_path)
+    root = _repo_copy(tmp_path)
     before = _inputs_of(root)
     text = (root / "matrix.toml").read_text()
     moved = text.replace('cells = ["*-sgl0.5.9", "*-sgl0.5.10"]', 'cells = ["*-sgl0.5.10"]')
@@ -270,7 +270,7 @@ def test_routing_to_another_runner_kind_is_a_new_input(tmp_path: Path) -> None:
 
 
 def test_the_docker_recipe_is_an_input_of_docker_cells_only(tmp_path: Path) -> None:
-    root = _project(tmp_path)
+    root = _repo_copy(tmp_path)
     before, local = _inputs_of(root, "docker"), _inputs_of(root)
     (root / "docker" / "Dockerfile").write_text((root / "docker" / "Dockerfile").read_text() + "\n# edited\n")
     assert _inputs_of(root, "docker")["docker"] != before["docker"]
