@@ -413,3 +413,43 @@ def test_every_worker_pushes_to_the_store_the_plan_looked_in(plan300: dict[str, 
     assert '${STORE:+--store "${STORE}"}' in CELLS_YML.read_text()
     plain = [s for part in buildkite.pipelines(plan300) for g in part["steps"] for s in g.get("steps", [])]
     assert not any("--store" in s.get("command", "") for s in plain)
+
+
+def test_stored_cells_and_conflicts_still_reach_the_gate(plan300: dict[str, Any], tmp_path: Path) -> None:
+    """Cells left out as stored (a failed one among them) are merged from the store by the gate; conflict
+    cells, which no job runs, get a failing job of their own; with everything stored the gate still runs."""
+    url = "http://127.0.0.1:8808/store"
+    doc = {
+        **plan300,
+        "store": url,
+        "hash_basis": {"backend": "docker", "gpu": False},
+        "conflicts": [{"id": "cu128-torch2-sgl0.5.0", "problems": ["sglang 0.5.0 requires torch==2.9.1"]}],
+    }
+    jobs = gha.workflow(doc)["jobs"]
+    merge = next(s["run"] for s in jobs["report"]["steps"] if s.get("name") == "merge the reports")
+    assert (
+        merge == f"python -m stackfarm report --reports reports --gate --from {url} --backend docker --no-gpu"
+    )
+    assert "sglang 0.5.0 requires torch==2.9.1" in jobs["conflicts"]["env"]["CONFLICTS"]
+    assert "exit 1" in jobs["conflicts"]["steps"][0]["run"]
+    everything_stored = {**doc, "cells": [{**c, "stored": True} for c in doc["cells"]]}
+    quiet = gha.workflow(everything_stored)["jobs"]
+    assert set(quiet) == {"conflicts", "report"}
+    assert "needs" not in quiet["report"]
+    assert not any("uses" in s and "download" in s["uses"] for s in quiet["report"]["steps"])
+    folder = tmp_path / ".github" / "workflows"
+    folder.mkdir(parents=True)
+    for name, wf in (("a.yml", gha.workflow(doc)), ("b.yml", gha.workflow(everything_stored))):
+        (folder / name).write_text(yamltext.dump(wf))
+    shutil.copy(CELLS_YML, folder / "cells.yml")
+    findings = _actionlint([folder / "a.yml", folder / "b.yml"], tmp_path)
+    if findings is not None:
+        assert findings == [], json.dumps(findings, indent=1)
+    (pipeline,) = buildkite.pipelines(doc)
+    assert _schema_errors(pipeline, "buildkite") == []
+    steps = {s.get("key"): s for s in pipeline["steps"] if isinstance(s, dict)}
+    assert f"--from {url} --plan plan.json" in steps["merge"]["command"]
+    assert steps["conflicts"]["command"].endswith("exit 1")
+    (alone,) = buildkite.pipelines(everything_stored)
+    assert _schema_errors(alone, "buildkite") == []
+    assert [s.get("key") for s in alone["steps"]] == ["merge", "conflicts"]

@@ -339,6 +339,27 @@ def test_report_from_the_store_merges_every_planned_cell(
     assert "merged 2 verdict(s)" in capsys.readouterr().out
 
 
+def test_report_from_the_store_counts_the_plans_conflicts(
+    fake_project: FakeProject, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A conflict cell is never run, so no store holds it: the merged report lists it and the gate fails,
+    as the single `run` that records it would."""
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix([OLD])
+    where = tmp_path / "store"
+    assert fake_project.run("--store", str(where)) == ExitCode.OK
+    doc = plan_json(fake_project, capsys)
+    doc["conflicts"] = [{"id": "cu128-x-sgl0.0", "problems": ["sglang 0.0 requires torch==1"]}]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(doc))
+    merged = tmp_path / "merged"
+    argv = ["report", "--from", str(where), "--plan", str(plan), "--reports", str(merged), "--gate"]
+    assert main(argv) == ExitCode.CELLS_FAILED
+    stored = verdict.read(verdict.path_of(merged, "cu128-x-sgl0.0")).report
+    assert stored.status is verdict.Status.CONFLICT
+    assert stored.reason == "sglang 0.0 requires torch==1"
+
+
 # --------------------------------------------------------------------------- an unreachable server
 
 

@@ -32,7 +32,7 @@ from ..resolve import Resolver, plan_matrix
 from ..runner import Runner, RunOptions, gpu_unavailable_reason
 from ..store import BrokenEntry, Store, open_store
 from ..ui import CellProgress
-from ..verdict import CellReport
+from ..verdict import CellReport, Status
 from ..worker import read_plan, select_from_plan
 
 _Sub = argparse._SubParsersAction  # argparse's type for add_subparsers()
@@ -325,8 +325,11 @@ def print_summary(reports: Sequence[CellReport], where: Path, console: Console) 
     )
 
 
-def planned_hashes(args: argparse.Namespace) -> list[tuple[str, str | None, str | None]]:
-    """(cell id, input hash, why none) of every cell of --plan, or of the --matrix planned here."""
+def planned_hashes(
+    args: argparse.Namespace,
+) -> tuple[list[tuple[str, str | None, str | None]], list[tuple[str, list[str]]]]:
+    """(cell id, input hash, why none) of every cell of --plan, or of the --matrix planned here; and the plan's
+    conflicts (cell id, problems): cells no runner ran, which no store holds, and which are not green."""
     if args.plan is not None:
         doc = read_plan(args.plan)
     else:
@@ -334,14 +337,18 @@ def planned_hashes(args: argparse.Namespace) -> list[tuple[str, str | None, str 
         resolver = Resolver(matrix, Cache())
         p, unreachable = plan_matrix(matrix, resolver, None)
         doc = plan_document(matrix, p, unreachable, resolver, backend=args.backend, gpu=not args.no_gpu)
-    return [(str(c["id"]), c.get("input_hash"), c.get("input_hash_error")) for c in doc["cells"]]
+    cells = [(str(c["id"]), c.get("input_hash"), c.get("input_hash_error")) for c in doc["cells"]]
+    return cells, [(str(c["id"]), [str(p) for p in c.get("problems", [])]) for c in doc.get("conflicts", [])]
 
 
 def merge_from(store: Store, reports: Path, console: Console, args: argparse.Namespace) -> list[str]:
     """Fetch the store's verdict of every planned cell into reports/; one line per cell it holds none of."""
     writable(reports)
     merged, missing = 0, []
-    for cell, digest, why in planned_hashes(args):
+    cells, conflicts = planned_hashes(args)
+    for cell, problems in conflicts:  # as `run` records them: every planned cell is in the merged report
+        verdict.save(reports, CellReport(cell=cell, status=Status.CONFLICT, reason="; ".join(problems)))
+    for cell, digest, why in cells:
         if not digest:
             missing.append(f"{cell}: no input hash ({why or 'not computed'})")
             continue

@@ -11,6 +11,7 @@ a ConfigMap's 1 MiB for a Kubernetes Job's plan.
 from __future__ import annotations
 
 import fnmatch
+import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -77,6 +78,31 @@ def store_of(doc: Mapping[str, Any]) -> str | None:
     there, so that the next plan marks the cell stored."""
     store = doc.get("store")
     return store if isinstance(store, str) and store else None
+
+
+def merge_command(doc: Mapping[str, Any], plan: str | None = None) -> str:
+    """The merge step's command. With a store, the verdicts come from it (`report --from`): also those of the
+    cells the plan left out as stored, failed ones included, which no job of this pipeline downloads."""
+    base = ["python", "-m", "stackfarm", "report", "--reports", "reports", "--gate"]
+    store = store_of(doc)
+    if store is None:
+        return shlex.join(base)
+    basis = doc.get("hash_basis") or {}
+    base += ["--from", store, *(["--plan", plan] if plan else [])]
+    base += [
+        "--backend",
+        str(basis.get("backend") or "docker"),
+        *([] if basis.get("gpu", True) else ["--no-gpu"]),
+    ]
+    return shlex.join(base)
+
+
+def conflict_lines(doc: Mapping[str, Any]) -> list[str]:
+    """One line per conflict cell of the plan: no job runs it, so the pipeline itself must say it is not green."""
+    return [
+        f"conflict: {c.get('id')}: {'; '.join(str(p) for p in c.get('problems', []))}"
+        for c in doc.get("conflicts", [])
+    ]
 
 
 def chunks(items: Sequence[CellDoc], size: int) -> Iterator[Sequence[CellDoc]]:

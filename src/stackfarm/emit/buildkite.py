@@ -20,7 +20,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import CellDoc, EmitError, check_chunk, chunks, pending, store_of
+from . import CellDoc, EmitError, check_chunk, chunks, conflict_lines, merge_command, pending, store_of
 
 #: Steps one `buildkite-agent pipeline upload` takes.
 UPLOAD_LIMIT = 500
@@ -66,17 +66,23 @@ def _groups(
     return [{"group": f"{kind}{suffix}", "steps": steps} for kind, steps in by_kind.items()]
 
 
-def _merge_steps() -> list[Any]:
-    return [
-        {"wait": None, "continue_on_failure": True},
-        {
-            "label": ":bar_chart: merge and report",
-            "key": "merge",
-            "command": "buildkite-agent artifact download 'reports/**/*' . && "
-            "python -m stackfarm report --reports reports --gate",
-            "artifact_paths": ["reports/**/*"],
-        },
-    ]
+def _merge_steps(doc: Mapping[str, Any], plan: str, *, ran: bool) -> list[Any]:
+    """The wait and the merge; with a store the merge reads it (the stored verdicts too), and then it is there
+    even when no cell had to run. Conflict cells (no step runs them) get a step of their own that fails."""
+    merge = merge_command(doc, plan)
+    if store_of(doc):
+        merge = f"buildkite-agent artifact download {shlex.quote(plan)} . && {merge}"
+    if ran:
+        merge = f"buildkite-agent artifact download 'reports/**/*' . && {merge}"
+    steps: list[Any] = [{"wait": None, "continue_on_failure": True}] if ran else []
+    steps.append({"label": ":bar_chart: merge and report", "key": "merge", "command": merge,
+                  "artifact_paths": ["reports/**/*"]})  # fmt: skip
+    conflicts = conflict_lines(doc)
+    if conflicts:
+        text = shlex.quote("\n".join(conflicts))
+        steps.append({"label": f":x: {len(conflicts)} conflict cell(s)", "key": "conflicts",
+                      "command": f"printf '%s\\n' {text} >&2 && exit 1"})  # fmt: skip
+    return steps
 
 
 def _upload_rest(parts: int, plan: str) -> dict[str, Any]:
@@ -100,12 +106,14 @@ def pipelines(
     size = check_chunk(chunk, UPLOAD_LIMIT, "a Buildkite upload")
     cells = pending(doc)
     kinds = len({c["runner"] for c in cells}) or 1
-    overhead = kinds + 3  # a group per kind, the upload step, the wait and the merge step
+    overhead = kinds + 4  # a group per kind, the upload step, the wait, the merge and the conflicts steps
     room = UPLOAD_LIMIT - overhead
     if room < 1:
         raise EmitError(f"{kinds} runner kinds leave no room for a cell in a Buildkite upload")
     size = min(size, room)
     if not cells:
+        if store_of(doc) or conflict_lines(doc):
+            return [{"steps": _merge_steps(doc, plan, ran=False)}]
         return [
             {
                 "steps": [
@@ -122,7 +130,7 @@ def pipelines(
             steps.append(_upload_rest(len(parts), plan))
         steps += _groups(part, number, len(parts), taken, store_of(doc))
         if number == 1:
-            steps += _merge_steps()
+            steps += _merge_steps(doc, plan, ran=True)
         docs.append({"steps": steps})
     return docs
 

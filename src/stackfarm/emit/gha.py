@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import CellDoc, check_chunk, chunks, pending, store_of
+from . import CellDoc, check_chunk, chunks, conflict_lines, merge_command, pending, store_of
 
 #: Jobs one matrix may start (docs.github.com: Actions limits).
 MATRIX_LIMIT = 256
@@ -40,10 +40,10 @@ def entry(cell: CellDoc) -> dict[str, Any]:
     }
 
 
-def _report_job(needs: Sequence[str]) -> dict[str, Any]:
+def _report_job(needs: Sequence[str], command: str) -> dict[str, Any]:
     return {
         "name": "merge and report",
-        "needs": list(needs),
+        **({"needs": list(needs)} if needs else {}),
         "if": "always()",
         "runs-on": "ubuntu-latest",
         "permissions": dict(_READ),
@@ -55,8 +55,17 @@ def _report_job(needs: Sequence[str]) -> dict[str, Any]:
                 "name": "install stackfarm",
                 "run": "python -m pip install --disable-pip-version-check -e .",
             },
-            {"uses": DOWNLOAD, "with": {"pattern": "reports-*", "path": "reports", "merge-multiple": True}},
-            {"name": "merge the reports", "run": "python -m stackfarm report --reports reports --gate"},
+            *(
+                [
+                    {
+                        "uses": DOWNLOAD,
+                        "with": {"pattern": "reports-*", "path": "reports", "merge-multiple": True},
+                    }
+                ]
+                if needs
+                else []
+            ),
+            {"name": "merge the reports", "run": command},
             {
                 "name": "upload the merged report",
                 "if": "always()",
@@ -85,9 +94,20 @@ def workflow(
                 "store": store_of(doc) or "",
             },
         }
-    if jobs:
-        jobs["report"] = _report_job(list(jobs))
-    else:
+    conflicts = conflict_lines(doc)
+    if conflicts:  # cells no job runs: the workflow says they are not green (a `run` exits 1 for them)
+        jobs["conflicts"] = {
+            "name": f"{len(conflicts)} conflict cell(s)",
+            "runs-on": "ubuntu-latest",
+            "permissions": dict(_READ),
+            "env": {"CONFLICTS": "\n".join(conflicts)},
+            "steps": [{"run": "printf '%s\\n' \"${CONFLICTS}\" | sed 's/^/::error::/'\nexit 1"}],
+        }
+    cell_jobs = [k for k in jobs if k.startswith("chunk-")]
+    # With a store, the stored verdicts are merged and gated even when no cell had to run.
+    if cell_jobs or store_of(doc):
+        jobs["report"] = _report_job(cell_jobs, merge_command(doc))
+    elif not conflicts:
         jobs["nothing"] = {
             "name": "nothing to run",
             "runs-on": "ubuntu-latest",
