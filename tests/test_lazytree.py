@@ -250,6 +250,31 @@ def test_00_stack_checks_a_lazy_tree_by_what_was_fetched(files: Files, tmp_path:
     assert _stack_suite(tmp_path, bad)["test_files_match_record[pkg]"][0] == "failure"
 
 
+def test_00_stack_fails_a_lazy_tree_whose_unfetched_row_is_not_in_the_wheel(
+    files: Files, tmp_path: Path
+) -> None:
+    """A RECORD row the lazy tree did not fetch is still checked against the wheel's central directory: one
+    the wheel lacks (or of another size) fails as it would on a full tree, never passes unread."""
+    import shutil
+
+    blob = _wheel({**_libraries(1), "pkg/__init__.py": b"x = 1\n", "pkg/data.txt": b"data"})
+    files.blobs["w.whl"] = blob
+    tree, _built = lazytree.lazy_tree(tmp_path / "c", "ef" * 32, f"{files.base}/w.whl", len(blob), "w.whl")
+    manifest = json.loads((tree / lazytree.LAZY_MARKER).read_text())
+    assert manifest["members"]["pkg/data.txt"] == 4
+    for change, word in ((lambda m: m["members"].pop("pkg/data.txt"), "missing"),
+                         (lambda m: m["members"].update({"pkg/data.txt": 5}), "RECORD says 4")):  # fmt: skip
+        bad = tmp_path / f"bad-{word.split()[0]}"
+        shutil.copytree(tree, bad)
+        marker = bad / lazytree.LAZY_MARKER
+        marker.chmod(0o644)
+        altered = json.loads(marker.read_text())
+        change(altered)
+        marker.write_text(json.dumps(altered))
+        outcome, _props = _stack_suite(tmp_path, bad)["test_files_match_record[pkg]"]
+        assert outcome == "failure", word
+
+
 def test_a_lazy_run_refuses_suites_that_need_full_trees(tmp_path: Path) -> None:
     from stackfarm.artifacts import Cache
     from stackfarm.backends.local import LocalBackend

@@ -255,7 +255,14 @@ def lazy_tree(
     try:
         remote = lazyzip.RemoteZip(url, size, **kw)  # type: ignore[arg-type]
         built = build(remote, tmp, scratch=root / "tmp")
-        manifest = {"filename": filename, "fetched": built.fetched, "files": built.files}
+        manifest = {
+            "filename": filename,
+            "fetched": built.fetched,
+            "files": built.files,
+            # Every member's size, from the central directory: 00-stack checks the rows it did not fetch
+            # against these (a RECORD row the wheel lacks, or of another size, fails as on a full tree).
+            "members": {name: m.size for name, m in remote.members.items()},
+        }
         (tmp / LAZY_MARKER).write_text(json.dumps(manifest, sort_keys=True) + "\n", encoding="utf-8")
         make_read_only(tmp, top=False)
         remove_tree(final)

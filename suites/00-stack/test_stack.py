@@ -121,29 +121,41 @@ def _check(root: Path, path: str, expected: str) -> str | None:
     return None if got == want else f"{path}: {algo} {got} != RECORD {want}"
 
 
-def _lazy_manifest(root: Path) -> dict[str, list[object]] | None:
-    """The manifest of a lazy tree (stackfarm.lazytree), None for a full one."""
+def _lazy_manifest(root: Path) -> tuple[dict[str, list[object]], dict[str, int] | None] | None:
+    """The manifest of a lazy tree (stackfarm.lazytree): its fetched files, and every member's size (None
+    in a tree made before sizes were kept); None for a full tree."""
     marker = root / ".stackfarm-lazy"
     if not marker.is_file():
         return None
-    files = json.loads(marker.read_text(encoding="utf-8"))["files"]
-    return {str(k): list(v) for k, v in files.items()}
+    data = json.loads(marker.read_text(encoding="utf-8"))
+    members = data.get("members")
+    sizes = {str(k): int(v) for k, v in members.items()} if isinstance(members, dict) else None
+    return {str(k): list(v) for k, v in data["files"].items()}, sizes
 
 
 def _lazy_rows(
-    lazy: dict[str, list[object]],
-    rows: list[tuple[str, str]],
+    lazy: tuple[dict[str, list[object]], dict[str, int] | None],
+    rows: list[tuple[str, str, str]],
     component: InstalledComponent,
     record_property: RecordProperty,
 ) -> tuple[list[tuple[str, str]], list[str]]:
     """A lazy tree's RECORD rows: whole files are hashed on disk as usual (returned); a sparse copy holds only
     what the readers read, so its whole member's sha256, taken while it was fetched, must match RECORD and the
-    copy must have the member's size; members the static suites do not read were not fetched (counted)."""
+    copy must have the member's size; members the static suites do not read were not fetched: each must be in
+    the wheel with RECORD's size (the central directory's), their bytes unread (counted, never passed silently)."""
+    files, sizes = lazy
     whole, problems, sparse, absent = [], [], 0, 0
-    for path, expected in rows:
-        entry = lazy.get(path)
+    for path, expected, size_text in rows:
+        entry = files.get(path)
         if entry is None:
             absent += 1
+            if sizes is None:
+                problems.append(f"{path}: not fetched, and this lazy tree keeps no member sizes: remove it "
+                                "(stackfarm cache prune) so it is made again")  # fmt: skip
+            elif path not in sizes:
+                problems.append(f"{path}: missing (in RECORD, not in the wheel)")
+            elif size_text and int(size_text) != sizes[path]:
+                problems.append(f"{path}: {sizes[path]} bytes in the wheel, RECORD says {size_text}")
         elif entry[2] != "sparse":
             whole.append((path, expected))
         else:
@@ -156,7 +168,8 @@ def _lazy_rows(
             elif size != entry[0]:
                 problems.append(f"{path}: {size} bytes in {component_root}, the member has {entry[0]}")
     record_property(
-        f"{component.distribution}.lazy", f"{sparse} sparse copies checked when fetched, {absent} not fetched"
+        f"{component.distribution}.lazy",
+        f"{sparse} sparse copies checked when fetched, {absent} not fetched",
     )
     return whole, problems
 
@@ -169,23 +182,27 @@ def test_files_match_record(
     root = _root(component)
     record = _dist_info(component) / "RECORD"
     with record.open(newline="", encoding="utf-8") as fh:
-        rows = [(row[0], row[1]) for row in csv.reader(fh) if len(row) >= 2 and row[1]]
+        rows = [
+            (row[0], row[1], row[2] if len(row) > 2 else "")
+            for row in csv.reader(fh)
+            if len(row) >= 2 and row[1]
+        ]
     assert rows, f"{record} lists no hashed files"
     if component.distribution == "sglang" and cell.patched_files:
         # The cell's own patches change these files on purpose; every other file must still match the wheel.
         patched = set(cell.patched_files)
-        assert patched <= {path for path, _ in rows}, f"patched files missing from RECORD: {patched}"
+        assert patched <= {path for path, _, _ in rows}, f"patched files missing from RECORD: {patched}"
         rows = [row for row in rows if row[0] not in patched]
         record_property("sglang.patched_files", sorted(patched))
     lazy = _lazy_manifest(root)
     if lazy is not None:
-        rows, problems = _lazy_rows(lazy, rows, component, record_property)
+        hashed, problems = _lazy_rows(lazy, rows, component, record_property)
     else:
-        problems = []
+        hashed, problems = [(path, expected) for path, expected, _ in rows], []
     # hashlib releases the GIL on large buffers, so threads make hashing a 2 GB torch tree quicker.
     with ThreadPoolExecutor(max_workers=4) as pool:
-        problems += [p for p in pool.map(lambda r: _check(root, *r), rows) if p]
-    record_property(f"{component.distribution}.files_checked", len(rows))
+        problems += [p for p in pool.map(lambda r: _check(root, *r), hashed) if p]
+    record_property(f"{component.distribution}.files_checked", len(hashed))
     declared = _deviation(cell, component)
     if declared is not None and declared.get("missing"):
         listed = declared["missing"]
