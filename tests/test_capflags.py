@@ -278,3 +278,20 @@ def test_a_site_off_on_the_reference_and_undecidable_elsewhere_is_a_skip(tmp_pat
     )
     found = [f for f in analyse(tree, {"y": {"flags": ["enable_y"]}}, ("sm_100",)) if f.kind == "flag"]
     assert [(f.arch, f.outcome) for f in found] == [("sm_100", "skip")]
+
+
+def test_a_module_naming_the_flag_that_does_not_parse_is_undecidable(tmp_path: Path) -> None:
+    """A module that reads the flag but does not parse on this Python is not skipped over: what it decides is
+    unknown, an undecidable skip naming it. (None of the 43 cached releases has one on Python 3.11.)"""
+    tree = write_tree(
+        tmp_path,
+        {
+            "sglang/__init__.py": "",
+            "sglang/new.py": "def f(args):\n    if args.enable_z:\n        return (\n",
+        },
+    )
+    found = [
+        f for f in analyse(tree, {"z": {"flags": ["enable_z"]}}, ("sm_90",)) if f.file == "sglang/new.py"
+    ]
+    assert [(f.outcome, f.verdict) for f in found] == [("skip", "unknown")]
+    assert "does not parse here" in found[0].message

@@ -51,6 +51,7 @@ from stackfarm.analysis.arch import Arch, ArchError, parse_target
 from stackfarm.analysis.cache import JsonCache, default_root
 from stackfarm.analysis.capauto import AutoResult, auto_sites, decided_by_gpu, evaluate_auto
 from stackfarm.analysis.capflags import follow_flags
+from stackfarm.analysis.capgates import unparsable_naming
 from stackfarm.analysis.captables import (
     FACTS_VERSION,
     CapLookup,
@@ -396,6 +397,10 @@ def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out
         direct = flag_sites(run.tree, run.packages, feature.flags)
         sites = [s for s in (*direct, *followed.sites) if s.symbol not in gate_symbols]
         _absent_gates(run, feature, present + [f.gate for f in found], sites, followed.unresolved)
+        for path, why in unparsable_naming(run.tree, run.packages, feature.flags):
+            run.out.add(Finding("gate", "all", comp.distribution, path, 0, feature.name, "unknown", "skip",
+                                f"undecidable: feature {feature.name}: {path} names its flags but does not parse "
+                                f"here ({why}): what it decides is unknown", feature.name))  # fmt: skip
         results: dict[Arch, list[Finding]] = {arch: [] for arch in archs}
         for gate in present:
             _gate(run, feature, gate, results)

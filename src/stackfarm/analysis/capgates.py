@@ -229,16 +229,34 @@ def modules_naming(
     tree: SourceTree, packages: Sequence[str], names: Sequence[str]
 ) -> Iterator[tuple[Path, ast.Module]]:
     """The parsed modules of `packages` whose text names one of `names` (a byte search first: most do not);
-    a module that does not parse is left out (the analyses that need it report it)."""
+    a module that does not parse is left out here and said by `unparsable_naming`."""
+    for path in _naming(tree, packages, names):
+        try:
+            yield path, tree.parse(path)
+        except SourceError:
+            continue
+
+
+def unparsable_naming(
+    tree: SourceTree, packages: Sequence[str], names: Sequence[str]
+) -> list[tuple[str, str]]:
+    """(path, why) of each module naming one of `names` that does not parse here (syntax newer than this
+    Python): what it decides about those flags is unknown, never nothing."""
+    found = []
+    for path in _naming(tree, packages, names):
+        try:
+            tree.parse(path)
+        except SourceError as exc:
+            found.append((tree.relative(path), str(exc)))
+    return found
+
+
+def _naming(tree: SourceTree, packages: Sequence[str], names: Sequence[str]) -> Iterator[Path]:
     needles = [n.encode() for n in names]
     for package in packages:
         for path in tree.files(package):
-            if not any(n in tree.read(path) for n in needles):
-                continue
-            try:
-                yield path, tree.parse(path)
-            except SourceError:
-                continue
+            if any(n in tree.read(path) for n in needles):
+                yield path
 
 
 def _sites_in(module_ast: ast.Module, module: str, rel: str, flags: set[str]) -> Iterator[FlagSite]:
