@@ -153,7 +153,8 @@ class _Follow:
             return
         self.seen.add((id(func.node), param))
         path = self.tree.path_of(func.module)
-        if path is None:
+        if path is None:  # a callee of no file in the tree (a compiled module): unknown, never nothing
+            self.unresolved.setdefault(f"{caller.rel}:{call.lineno} `{source_text(call, 80)}`")
             return
         assert not isinstance(func.node, ast.Lambda)  # `_callee` returns none
         target = _Function(func.module, self.tree.relative(path), func.qualname, func.node)
@@ -225,9 +226,12 @@ class _Follow:
 
     def _follow_flow(self, fn: _Function, flow: _Flow, flag: str, via: tuple[str, ...], hops: int) -> None:
         self._sites(fn, flow, flag, via)
-        if hops < self.max_hops:
-            for _, call, param_of in self._passing(fn, flow.carriers):
+        for _, call, param_of in self._passing(fn, flow.carriers):
+            if hops < self.max_hops:
                 self._hop(fn, call, param_of, flag=flag, via=via, hops=hops + 1)
+            else:  # not followed: what the callee decides is unknown, as for a callee that does not resolve
+                where = f"{fn.rel}:{call.lineno} `{source_text(call, 80)}`"
+                self.unresolved.setdefault(f"{where} (past {self.max_hops} calls)")
 
     def _gates_in(self, fn: _Function, stmt: ast.If, via: tuple[str, ...]) -> None:
         """The tree's classes constructed where `stmt`'s flag test holds (see `_positive`): their ``__init__`` decides
