@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import csv
 import errno
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
@@ -144,8 +146,8 @@ def _record(tree: Path) -> dict[str, tuple[int, str]] | None:
     if len(records) != 1:
         return None
     out: dict[str, tuple[int, str]] = {}
-    for line in records[0].read_text(encoding="utf-8", errors="replace").splitlines():
-        parts = line.rsplit(",", 2)
+    text = records[0].read_text(encoding="utf-8", errors="replace")
+    for parts in csv.reader(io.StringIO(text)):  # RECORD is CSV: a path with a comma is quoted
         if len(parts) != 3 or not parts[1].startswith("sha256="):
             continue
         raw = parts[1].removeprefix("sha256=")
