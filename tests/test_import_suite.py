@@ -30,12 +30,17 @@ REPO = Path(__file__).resolve().parents[1]
 Cases = dict[str, dict[str, str]]
 
 
-def run_suite(tmp_path: Path, cell: CellSpec, *, cache: Path | None = None) -> Cases:
+def run_suite(
+    tmp_path: Path, cell: CellSpec, *, cache: Path | None = None, pythonpath: Path | None = None
+) -> Cases:
+    """Run the suite on `cell`; `pythonpath` is put on the suite's sys.path (a host's site-packages)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     spec = tmp_path / "cell.json"
     spec.write_text(json.dumps(asdict(cell)))
     junit = tmp_path / "junit.xml"
     env = {**os.environ, "STACKFARM_CELL": str(spec)}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(pythonpath), env.get("PYTHONPATH", "")) if p)
     if cache is not None:
         env["STACKFARM_CACHE"] = str(cache)
     else:
@@ -59,13 +64,18 @@ def run_suite(tmp_path: Path, cell: CellSpec, *, cache: Path | None = None) -> C
     return cases
 
 
-def _cell(components: tuple[InstalledComponent, ...], torch: str, cuda: str = "12.8") -> CellSpec:
-    return CellSpec(id="synthetic", values={"torch": torch, "cuda": cuda}, backend="local", components=components,
+def _cell(
+    components: tuple[InstalledComponent, ...], torch: str, cuda: str = "12.8", backend: str = "local"
+) -> CellSpec:
+    return CellSpec(id="synthetic", values={"torch": torch, "cuda": cuda}, backend=backend, components=components,
                     no_gpu_reason="no GPU in unit tests")  # fmt: skip
 
 
 def _dist_info(root: Path, name: str, version: str) -> None:
-    (root / f"{name.replace('-', '_')}-{version}.dist-info").mkdir(parents=True)
+    """An installed distribution as pip leaves it (METADATA; no RECORD: its root is scanned for libraries)."""
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
 
 
 @needs_cc
@@ -75,15 +85,18 @@ def test_suite_on_a_tiny_cell(tmp_path: Path) -> None:
     kern = tmp_path / "kern"
     build_so(kern / "sgl_kernel/good.abi3.so", uses_source(C10_ERROR), links=(c10,))
     build_so(kern / "sgl_kernel/bad.abi3.so", uses_source(C10_ERROR, C10_CHECK), links=(c10,))
+    _dist_info(torch, "torch", "2.11.0")
+    _dist_info(kern, "sgl-kernel", "0.3.21")
     fi, cubin = tmp_path / "fi", tmp_path / "cubin"
     _dist_info(fi, "flashinfer-python", "0.6.11")
     _dist_info(cubin, "flashinfer-cubin", "0.6.11")
     _dist_info(
         fi, "flashinfer-jit-cache", "0.6.9+cu129"
     )  # installed beside flashinfer-python, not a component
-    cell = _cell((component(torch, "torch", "2.11.0"), component(kern, "sgl-kernel", "0.3.21", "sgl_kernel"),
+    # The cell claims other torch and kernel versions than its trees hold: the checks name the installed ones.
+    cell = _cell((component(torch, "torch", "2.12.0"), component(kern, "sgl-kernel", "0.3.22", "sgl_kernel"),
                   component(fi, "flashinfer-python", "0.6.11", "flashinfer"),
-                  component(cubin, "flashinfer-cubin", "0.6.11", "flashinfer")), "2.11.0")  # fmt: skip
+                  component(cubin, "flashinfer-cubin", "0.6.11", "flashinfer")), "2.12.0")  # fmt: skip
     cases = run_suite(tmp_path / "run", cell, cache=tmp_path / "cache")
 
     good = cases["test_library_loads[sgl-kernel-sgl_kernel/good.abi3.so]"]
@@ -108,6 +121,53 @@ def test_suite_on_a_tiny_cell(tmp_path: Path) -> None:
     gpu = [c for name, c in cases.items() if "gpu" in name]
     assert gpu
     assert all(c["outcome"] == "skipped" and "needs GPU: no GPU in unit tests" in c["message"] for c in gpu)
+
+
+def _host_cell(site: Path, claims: dict[str, str]) -> CellSpec:
+    """A host cell: every component's root is the host's site-packages, its version what the cell claims."""
+    return _cell(tuple(component(site, name, version, "flashinfer") for name, version in claims.items()),
+                 "2.9.1", backend="host")  # fmt: skip
+
+
+def test_host_trio_judges_the_installed_versions(tmp_path: Path) -> None:
+    """A host whose site-packages holds flashinfer-python 0.6.7.post2 beside flashinfer-cubin 0.6.3, for a
+    cell that claims 0.6.3 for both: the trio check fails naming what is installed (it used to pass on the
+    cell's claims)."""
+    site = tmp_path / "site-packages"
+    _dist_info(site, "flashinfer-python", "0.6.7.post2")
+    _dist_info(site, "flashinfer-cubin", "0.6.3")
+    cell = _host_cell(site, {"flashinfer-python": "0.6.3", "flashinfer-cubin": "0.6.3"})
+    trio = run_suite(tmp_path / "run", cell, cache=tmp_path / "c")["test_flashinfer_components_agree"]
+    assert trio["outcome"] == "failed"
+    assert "flashinfer-python 0.6.7.post2, flashinfer-cubin 0.6.3" in trio["message"]
+    assert (trio["flashinfer-python"], trio["flashinfer-cubin"]) == ("0.6.7.post2", "0.6.3")
+    assert trio["claimed.flashinfer-python"] == "0.6.3"
+
+
+def test_host_trio_reads_the_suites_sys_path(tmp_path: Path) -> None:
+    """A distribution installed in the suite's Python (its sys.path), not under any root of the cell, is read
+    too; one release installed everywhere passes, whatever the cell claims."""
+    site, other = tmp_path / "site-packages", tmp_path / "user-site"
+    _dist_info(site, "flashinfer-python", "0.6.12")
+    _dist_info(site, "flashinfer-cubin", "0.6.12")
+    cell = _host_cell(site, {"flashinfer-python": "0.6.3", "flashinfer-cubin": "0.6.3"})
+    cases = run_suite(tmp_path / "ok", cell, cache=tmp_path / "c")
+    assert cases["test_flashinfer_components_agree"]["outcome"] == "passed"
+    _dist_info(other, "flashinfer-jit-cache", "0.6.9+cu129")
+    trio = run_suite(tmp_path / "run", cell, cache=tmp_path / "c", pythonpath=other)
+    assert trio["test_flashinfer_components_agree"]["outcome"] == "failed"
+    assert "flashinfer-jit-cache 0.6.9+cu129" in trio["test_flashinfer_components_agree"]["message"]
+
+
+def test_claimed_flashinfer_installed_nowhere_fails(tmp_path: Path) -> None:
+    """The cell names flashinfer, nothing of it is installed: not "does not apply" (which leaves a cell green)
+    but a failure saying so."""
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    cell = _host_cell(site, {"flashinfer-python": "0.6.3"})
+    trio = run_suite(tmp_path / "run", cell, cache=tmp_path / "c")["test_flashinfer_components_agree"]
+    assert trio["outcome"] == "failed"
+    assert "no flashinfer distribution is installed" in trio["message"]
 
 
 def test_suite_without_flashinfer_is_not_applicable(tmp_path: Path) -> None:

@@ -28,6 +28,11 @@ def _suite_properties(record_testsuite_property: RecordProperty) -> None:
     found = findings()
     record_testsuite_property("import.platform", found.platform.tag)
     record_testsuite_property("import.seconds", f"{found.seconds:.3f}")
+    # What the checks judged: each component's installation (never the cell's claim), or that it has none.
+    for comp in found.claimed.components if found.claimed is not None else ():
+        inst = found.installed.get(comp.distribution)
+        where = f"{inst.version} ({inst.info})" if inst is not None else "not installed"
+        record_testsuite_property(f"import.installed.{comp.distribution}", where)
     for name, seconds in found.abi.timings.items():
         record_testsuite_property(f"import.seconds.{name}", f"{seconds:.3f}")
     floor = found.floor()

@@ -6,6 +6,8 @@ the cell ships, the platform tag's glibc/libstdc++ and the CUDA libraries the sy
 (stackfarm.analysis.abicheck). A failing one says ``<lib> cannot load with torch X: N unresolved symbols: ...``
 and the likely cause (a c10/at/torch symbol: built against another torch, and which cached torch has it).
 Besides: the flashinfer distributions are one release, and no SONAME is shipped as two different builds.
+Every check reads what is installed (import_findings: each distribution's dist-info by importlib.metadata, along
+the roots the backend made and the suite's sys.path), never the versions the cell claims.
 
 GPU part (skipped with "needs GPU: ..." elsewhere): the machine's driver against the cell's driver floor
 (stackfarm.driver: the CUDA major's floor, raised by the driver-API symbols the libraries link), and a real
@@ -22,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from import_findings import cell_matrix, findings
+from import_findings import cell_matrix, findings, installed
 
 from stackfarm.analysis.abicheck import FLASHINFER_TRIO, LibraryVerdict, flashinfer_drift
 from stackfarm.cellspec import CellSpec
@@ -68,23 +70,32 @@ def test_library_loads(native: LibraryVerdict, record_property: RecordProperty) 
         pytest.fail(native.line(found.torch), pytrace=False)
 
 
-def _flashinfer_versions(cell: CellSpec) -> dict[str, str]:
-    """The trio's versions: the cell's components, and any installed beside them (one site-packages)."""
-    versions = {c.distribution: c.version for c in cell.components if c.distribution in FLASHINFER_TRIO}
-    roots = {Path(c.root) for c in cell.components if c.root}
-    for root in sorted(roots):
-        for name in FLASHINFER_TRIO:
-            stem = name.replace("-", "_")
-            for info in sorted(root.glob(f"{stem}-*.dist-info")):
-                versions.setdefault(name, info.name[len(stem) + 1 : -len(".dist-info")])
-    return versions
+def _flashinfer_versions() -> dict[str, str]:
+    """The trio's installed versions: each of them installed along the suite's path (what an import loads),
+    whatever the cell says it is."""
+    path = findings().path
+    found = {name: installed(name, path) for name in FLASHINFER_TRIO}
+    return {name: inst.version for name, inst in found.items() if inst is not None}
 
 
 def test_flashinfer_components_agree(cell: CellSpec, record_property: RecordProperty) -> None:
-    """flashinfer-python, flashinfer-cubin and flashinfer-jit-cache (those present) are one release."""
-    versions = _flashinfer_versions(cell)
+    """flashinfer-python, flashinfer-cubin and flashinfer-jit-cache (those installed) are one release."""
+    versions = _flashinfer_versions()
+    claimed = {c.distribution: c.version for c in cell.components if c.distribution in FLASHINFER_TRIO}
+    for name, version in sorted(claimed.items()):
+        record_property(f"claimed.{name}", version)
     if not versions:
-        not_applicable("the cell has no flashinfer")
+        if not claimed:
+            not_applicable("the cell has no flashinfer")
+        absent = {str(d.get("component", "")) for d in cell.deviations if d.get("absent")}
+        if set(claimed) <= absent:
+            not_applicable(f"{', '.join(sorted(claimed))} declared absent on this host ([[deviation]])")
+        each = ", ".join(f"{n} {v}" for n, v in sorted(claimed.items()))
+        pytest.fail(
+            f"the cell names {each}, but no flashinfer distribution is installed in the Python running this "
+            f"suite (looked in {', '.join(findings().path[:4])}...)",
+            pytrace=False,
+        )
     for name, version in sorted(versions.items()):
         record_property(name, version)
     problem = flashinfer_drift(versions)
@@ -105,13 +116,24 @@ def test_sonames_shipped_once(record_property: RecordProperty) -> None:
 # --------------------------------------------------------------------------- GPU
 
 
+def _installed(cell: CellSpec) -> CellSpec:
+    """The cell as installed (import_findings.installed_cell): the real imports below must load exactly the
+    installation the static checks judged, or fail saying which one the suite's Python has instead."""
+    return findings().cell or cell
+
+
 def test_gpu_driver_floor(cell: CellSpec, record_property: RecordProperty) -> None:
     """The machine's NVIDIA driver is at least the cell's floor (its CUDA, and the driver API it links)."""
     need_gpu(cell)
     found = findings()
     floor = found.floor()
     if floor is None:
-        not_applicable(f"no driver floor is known for CUDA {cell.values.get('cuda')!r}")
+        if found.torch == "(not installed)":
+            pytest.fail("torch is not installed: the CUDA it was built for, hence the driver floor, is unknown",
+                        pytrace=False)  # fmt: skip
+        not_applicable(
+            f"no driver floor is known for CUDA {found.cuda!r} (the installed torch {found.torch})"
+        )
     driver = installed_driver()
     if driver is None:
         pytest.fail("a GPU was reported but nvidia-smi gives no driver version", pytrace=False)
@@ -119,12 +141,13 @@ def test_gpu_driver_floor(cell: CellSpec, record_property: RecordProperty) -> No
     runner = runner_for(matrix, cell.id) if matrix is not None else None
     forward = bool(runner and runner.forward_compat)
     record_property("driver", driver)
+    record_property("cuda", found.cuda or "")
     record_property("floor", floor.driver)
     record_property("floor_reason", floor.reason)
     record_property("forward_compat", str(forward).lower())
     if runner is not None and runner.driver and runner.driver != driver:
         record_property("declared_driver", f"[runners.{runner.name}] driver = {runner.driver!r}")
-    why = runs_on(driver, floor, cell.values.get("cuda", ""), forward_compat=forward)
+    why = runs_on(driver, floor, found.cuda or "", forward_compat=forward)
     if why:
         pytest.fail(f"this machine cannot run the cell: {why}", pytrace=False)
 
@@ -145,7 +168,7 @@ def test_gpu_real_import(cell: CellSpec, native: LibraryVerdict, record_property
     """dlopen the library (RTLD_NOW, as Python imports an extension) in a fresh interpreter that imported
     torch: it loads exactly when the static verdict says it does."""
     need_gpu(cell)
-    check_installed(cell, ("torch",))
+    check_installed(_installed(cell), ("torch",))
     try:
         done = call([sys.executable, "-c", _PROBE, str(native.lib.path)], timeout=600)
     except StackfarmError as exc:
@@ -176,7 +199,7 @@ def test_gpu_loaded_libraries(cell: CellSpec, record_property: RecordProperty) -
     maps is recorded (SONAME, path, build-id) for the verdict; one SONAME mapped as two builds, or a library
     the cell ships shadowed by another copy, fails."""
     need_gpu(cell)
-    check_installed(cell, ("torch",))
+    check_installed(_installed(cell), ("torch",))
     found = findings()
     if found.error:
         pytest.fail(found.error, pytrace=False)
@@ -190,7 +213,7 @@ def test_gpu_loaded_libraries(cell: CellSpec, record_property: RecordProperty) -
     for v in found.abi.libraries:
         if v.lib.info.soname:  # an extension module without one is opened by its path: it cannot be shadowed
             shipped.setdefault(v.lib.info.soname, []).append((v.lib.component, v.lib.path))
-    roots = sorted({Path(c.root) for c in cell.components if c.root})
+    roots = sorted({Path(c.root) for c in _installed(cell).components if c.root})
     owners = {v.lib.path: v.lib.component for v in found.abi.libraries}  # extension modules too
     fp = fingerprint(
         data["paths"], shipped, roots, errors=data["errors"], device=data["device"], owners=owners
