@@ -63,3 +63,20 @@ def cell_report(
             "suites": [{**asdict(s), "xml": str(s.xml) if s.xml else None} for s in suites],
         }
     )
+
+
+@pytest.fixture(scope="session")
+def runner_keys(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """One runner key pair for the session: (private key, public key), made by stackfarm's own keygen."""
+    from stackfarm import attest
+
+    private, public, _ = attest.generate(tmp_path_factory.mktemp("runner-keys") / "runner")
+    return private, public
+
+
+@pytest.fixture
+def signing_runner(runner_keys: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """This process is a runner that signs what it pushes (and trusts its own key, as every runner does)."""
+    monkeypatch.setenv("STACKFARM_RUNNER_KEY", str(runner_keys[0]))
+    monkeypatch.delenv("STACKFARM_TRUSTED_RUNNER_KEYS", raising=False)
+    return runner_keys

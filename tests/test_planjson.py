@@ -10,6 +10,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fakestack import NEW, OLD, FakeProject, cell_id
 from stackfarm import verdict
 from stackfarm.artifacts import Cache
@@ -20,6 +22,7 @@ from stackfarm.resolve import Resolver, plan_matrix
 from stackfarm.store import open_store
 
 pytest_plugins = ("fakestack",)
+pytestmark = pytest.mark.usefixtures("signing_runner")  # runs that push to a store sign what they push
 
 RUNNERS = """
 [runners.1x-h200]

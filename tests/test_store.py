@@ -18,12 +18,13 @@ import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.utils import canonicalize_name
 
 from fakestack import CONFLICT, NEW, OLD, FakeProject, cell_id
-from stackfarm import indexwait, store, verdict
+from stackfarm import attest, indexwait, store, storekeys, verdict
 from stackfarm.cli import main
 from stackfarm.errors import ConfigError, EnvironmentProblem, ExitCode, StackfarmError
 from stackfarm.store import MANIFEST, BrokenEntry, FolderTransport, HttpTransport, open_store
@@ -36,6 +37,12 @@ needs_server = pytest.mark.skipif(
     reason="STACKFARM_TEST_STORE is not set: start the verdict store with .ci/servers.sh (as root) and export "
     "STACKFARM_TEST_STORE=http://127.0.0.1:8808/store",
 )
+
+
+@pytest.fixture(autouse=True)
+def keys(signing_runner: tuple[Path, Path]) -> tuple[Path, Path]:
+    """Every runner of these tests signs with one key and trusts it (the forgery tests change that)."""
+    return signing_runner
 
 
 @pytest.fixture(autouse=True)
@@ -75,6 +82,18 @@ def plan_json(project: FakeProject, capsys: pytest.CaptureFixture[str], *args: s
 
 def cache_files(cache: Path, area: str) -> list[Path]:
     return sorted(p for p in (cache / area).rglob("*") if p.is_file()) if (cache / area).is_dir() else []
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """The predicate of a signed manifest file (its signature not checked: the store's reader does that)."""
+    envelope = json.loads(path.read_text())
+    data: dict[str, Any] = json.loads(attest.unverified_payload(envelope))["predicate"]
+    return data
+
+
+def write_manifest(path: Path, predicate: dict[str, Any], key: Path) -> None:
+    """Sign `predicate` with the private key at `key` and write it as the entry's manifest."""
+    path.write_text(json.dumps(storekeys.seal(predicate, attest.load_signing_key(key))))
 
 
 def only_entry(folder: Path) -> tuple[str, Path]:
@@ -183,7 +202,7 @@ def test_two_runners_share_one_cell_through_a_folder_store(
     sglang = fake_project.wheels / "sglang-0.5.9-py3-none-any.whl"
     assert blob.name == f"{hashlib.sha256(sglang.read_bytes()).hexdigest()}.whl"
     digest, folder = only_entry(tmp_path / "store")
-    manifest = json.loads((folder / MANIFEST).read_text())
+    manifest = read_manifest(folder / MANIFEST)
     assert manifest["cell"] == cell_id(OLD)
     assert manifest["input_hash"] == digest
     assert {"verdict.json", "00-ok.xml", "00-ok.log"} <= set(manifest["files"])
@@ -221,7 +240,7 @@ def test_a_file_with_other_bytes_is_a_broken_entry_run_again_and_repaired(
     where = tmp_path / "store"
     assert fake_project.run("--store", str(where)) == ExitCode.OK
     digest, folder = only_entry(where)
-    upload = json.loads((folder / MANIFEST).read_text())["upload"]
+    upload = read_manifest(folder / MANIFEST)["upload"]
     junit = folder / upload / "00-ok.xml"
     junit.write_bytes(junit.read_bytes().replace(b'failures="0"', b'failures="0" '))
     s = open_store(where)
@@ -245,7 +264,7 @@ def test_a_file_with_other_bytes_is_a_broken_entry_run_again_and_repaired(
 
 
 def test_a_manifest_of_another_entry_or_none_at_all_is_broken(
-    fake_project: FakeProject, tmp_path: Path
+    fake_project: FakeProject, tmp_path: Path, keys: tuple[Path, Path]
 ) -> None:
     fake_project.suite("00-ok", "pass")
     fake_project.write_matrix()
@@ -253,15 +272,15 @@ def test_a_manifest_of_another_entry_or_none_at_all_is_broken(
     assert fake_project.run("--store", str(where)) == ExitCode.OK
     digest, folder = only_entry(where)
     s = open_store(where)
-    good = json.loads((folder / MANIFEST).read_text())
-    for bad, message in [
+    good = read_manifest(folder / MANIFEST)
+    for bad, message in [  # each signed by the trusted key: what it says is checked too
         ({**good, "cell": "other"}, "not of this entry"),
-        ({**good, "format": 99}, "not a manifest of format 1"),
+        ({**good, "format": 99}, "not a store manifest"),
         ({**good, "upload": "../x"}, "names no upload folder"),
         ({**good, "files": {"../verdict.json": good["files"]["verdict.json"]}}, "lists no verdict.json"),
         ({**good, "files": {**good["files"], "00-ok.xml": {"sha256": "x"}}}, "no sha256"),
     ]:
-        (folder / MANIFEST).write_text(json.dumps(bad))
+        write_manifest(folder / MANIFEST, bad, keys[0])
         with pytest.raises(BrokenEntry, match=message):
             s.holds(cell_id(OLD), digest)
     (folder / MANIFEST).write_text("{not json")
@@ -275,12 +294,12 @@ def test_force_re_runs_and_re_pushes_an_entry_whole(fake_project: FakeProject, t
     where = tmp_path / "store"
     assert fake_project.run("--store", str(where)) == ExitCode.OK
     digest, folder = only_entry(where)
-    first = json.loads((folder / MANIFEST).read_text())
+    first = read_manifest(folder / MANIFEST)
     assert fake_project.run("--store", str(where)) == ExitCode.OK
     assert len(fake_project.runs()) == 1, "reused locally: not run again"
-    assert json.loads((folder / MANIFEST).read_text()) == first, "the store already held it: not pushed again"
+    assert read_manifest(folder / MANIFEST) == first, "the store already held it: not pushed again"
     assert fake_project.run("--store", str(where), "--force") == ExitCode.OK
-    second = json.loads((folder / MANIFEST).read_text())
+    second = read_manifest(folder / MANIFEST)
     assert second["upload"] != first["upload"]
     assert second["run_id"] != first["run_id"]
     assert (folder / first["upload"]).is_dir(), "a reader of the old manifest still finds its files"
@@ -308,7 +327,7 @@ def test_only_verdicts_of_cells_that_ran_are_pushed(fake_project: FakeProject, t
     assert verdict.read(verdict.path_of(fake_project.reports, cell_id(CONFLICT))).report.status == "conflict"
     [manifest] = where.glob(f"*/*/{MANIFEST}")
     assert manifest.parent.name == cell_id(OLD), "a failed verdict is a verdict; a conflict is not stored"
-    assert json.loads(manifest.read_text())["status"] == "failed"
+    assert read_manifest(manifest)["status"] == "failed"
 
 
 def test_report_from_the_store_merges_every_planned_cell(

@@ -6,9 +6,7 @@ axes ──product over couple groups──▶ combinations ──exclude/includ
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import itertools
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -19,6 +17,7 @@ from . import stack
 from .errors import ConfigError
 from .matrix import Matrix, Override, Rule
 from .stack import cell_id
+from .verdict import input_hash
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,12 +240,6 @@ def select(plan_: Plan, pattern: str | None) -> Plan:
         excluded=tuple(e for e in plan_.excluded if keep(e.cell)),
         warnings=plan_.warnings,
     )
-
-
-def input_hash(parts: Mapping[str, object]) -> str:
-    """A stable hash of everything a cell's verdict depends on."""
-    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 __all__ = [

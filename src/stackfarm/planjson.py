@@ -57,7 +57,7 @@ def durations(history: Path) -> dict[str, float]:
     seen: dict[str, dict[str, float]] = {}
     runs = sorted(p for p in history.iterdir() if p.is_dir()) if history.is_dir() else []
     for run in runs:
-        stored, _problems = verdict.read_all(run)
+        stored, _problems = verdict.read_all(run, judge=False)  # times for estimates, no verdict
         for s in stored:
             report = s.report
             if not report.ran or not report.suites:

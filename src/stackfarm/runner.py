@@ -22,7 +22,7 @@ from .backends import PATCHED_SGLANG, Backend, groups_file
 from .cachekeep import remove_tree
 from .cellspec import CellSpec
 from .driver import runner_for
-from .errors import ArtifactError, EnvironmentProblem, IndexUnreachableError, StackfarmError
+from .errors import ArtifactError, ConfigError, EnvironmentProblem, IndexUnreachableError, StackfarmError
 from .junit import Step, write_skipped_suite, write_steps
 from .matrix import Matrix, Suite
 from .plan import Cell, Component, Plan, input_hash
@@ -34,6 +34,8 @@ from .verdict import Cause, CellReport, Status, SuiteResult, Wheel, read_suite
 
 #: pytest's exit code when it collected no tests: not a pass (pytest's ExitCode.NO_TESTS_COLLECTED).
 NO_TESTS_COLLECTED = 5
+#: pytest's exit code for a usage error (ExitCode.USAGE_ERROR): a path or an option the harness gave is wrong.
+USAGE_ERROR = 4
 #: pytest's exit code after Ctrl-C (ExitCode.INTERRUPTED) — also what a collection error gives, which its
 #: output tells apart; a death by SIGINT shows as -2.
 PYTEST_INTERRUPTED = 2
@@ -50,6 +52,12 @@ PATCH_STEP = "00-patches"
 
 class Interrupted(StackfarmError):
     """The run was interrupted while this cell ran: it keeps no verdict, so a re-run runs it again."""
+
+
+class HarnessError(StackfarmError):
+    """pytest was called wrongly (exit 4) or found nothing to run (exit 5): the harness's error, not the
+    suite's result. The cell is an error (never a *failed* verdict, never reused); the suite's JUnit file says
+    what happened for JUnit consumers."""
 
 
 def new_run_id() -> str:
@@ -338,7 +346,7 @@ class Runner:
                     if store.holds(report.cell, report.input_hash):
                         return
             key = store.push(self.options.reports, report)
-        except EnvironmentProblem as exc:
+        except (EnvironmentProblem, ConfigError) as exc:  # unreachable, or no runner key to sign with
             line = f"{report.cell}: verdict not pushed to {store.where}: {str(exc).splitlines()[0]}"
             self.store_problems.append(line)
             self.ui.note(line)
@@ -441,6 +449,8 @@ class Runner:
         if problem is not None:
             tmp.unlink(missing_ok=True)
             write_skipped_suite(junit, cell=junit.parent.name, suite=suite.name, reason=problem, kind="error")
+            if outcome.returncode in (USAGE_ERROR, NO_TESTS_COLLECTED) and not outcome.timed_out:
+                raise HarnessError(f"{suite.name}: {problem}; a harness error, not the suite's result")
         else:
             tmp.replace(junit)
 
@@ -450,7 +460,7 @@ def _suite_problem(outcome: proc.Outcome, suite: Suite, *, ran: bool, log: str) 
     if outcome.timed_out:
         return f"suite timed out after {suite.timeout}s; its processes were killed (see {log})"
     if outcome.returncode == NO_TESTS_COLLECTED:
-        return "pytest collected no tests (exit 5): a suite that tests nothing is an error"
+        return f"pytest collected no tests (exit 5): a suite that tests nothing is an error (see {log})"
     if outcome.returncode not in (0, 1, PYTEST_INTERRUPTED) or not ran:
         tail = outcome.output.strip().splitlines()[-1:] or [""]
         return f"pytest exited {outcome.returncode}: {tail[0][:200]} (see {log})"

@@ -10,13 +10,19 @@ the same layout; only the transport differs (FolderTransport, HttpTransport), ev
     <base>/<input hash>/<cell id>/<upload>/00-stack.xml  the cell's JUnit files, logs and report files,
     ...                                                  as ``reports/<cell>/`` holds them
 
-``manifest.json`` is ``{"format": 1, "cell", "input_hash", "run_id", "status", "upload", "files": {name:
-{"sha256", "size"}}}``. A push uploads every file into a fresh ``<upload>`` folder, then writes the manifest:
+``manifest.json`` is signed (stackfarm.storekeys): a DSSE envelope of an in-toto Statement whose subjects are
+the entry's files and whose predicate is ``{"format": 2, "cell", "input_hash", "run_id", "status", "upload",
+"files": {name: {"sha256", "size"}}}``, signed with the pushing runner's key. A reader believes an entry only
+when a trusted runner key signed it; an unsigned entry (format 1), an unknown signer, a bad signature or a field
+beside the envelope is UntrustedEntry: it counts as missing, with the reason. A push uploads every file into a
+fresh ``<upload>`` folder, then writes the manifest:
 an entry without one (a push cut short) is absent, and a re-push (``--force``) switches the manifest from one
 complete upload to another, never mixing two. A fetch checks each file's sha256 against the manifest, then
-lets stackfarm.verdict decide (verdict.read + verdict.reusable: the same input hash, a cell that ran, its JUnit
-files the ones it summarised) — the one rule the runner applies to its own ``reports/``. Only verdicts of cells
-that ran are pushed; errors, conflicts and exclusions are never reused, so never stored.
+lets stackfarm.verdict decide (verdict.read re-judges the status from the JUnit files and recomputes the key
+from the recorded inputs; verdict.reusable: the same input hash, a cell that ran, its JUnit files the ones it
+summarised) — the one rule the runner applies to its own ``reports/``; the signed status and run must be what
+that gives. Only verdicts of cells that ran are pushed; errors, conflicts and exclusions are never reused, so
+never stored.
 
 A broken entry (a manifest that does not parse, a file missing or with other bytes) raises BrokenEntry: the
 caller says so and runs the cell again (its push repairs the entry). A store that does not answer, after
@@ -40,15 +46,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import indexwait, proc, verdict
+from . import indexwait, proc, storekeys, verdict
 from .errors import ConfigError, EnvironmentProblem, IndexUnreachableError, StackfarmError
 from .files import write_bytes_atomic
+from .storekeys import StoreKeys, Untrusted
 from .verdict import VERDICT, CellReport, Stored
 
 #: The entry's table of contents, written last.
 MANIFEST = "manifest.json"
-#: The manifest's format.
-FORMAT = 1
+#: The manifest's format (inside its signed predicate).
+FORMAT = storekeys.FORMAT
 #: Pauses between attempts when the store does not answer (or answers 429/5xx); tests shrink them.
 RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -59,6 +66,10 @@ _USER_AGENT = "stackfarm/0.1 (verdict store)"
 
 class BrokenEntry(StackfarmError):
     """A store entry that cannot stand for a verdict (its manifest or a file is wrong): run the cell again."""
+
+
+class UntrustedEntry(BrokenEntry):
+    """An entry no trusted runner key signed (or whose signature does not hold): it counts as missing."""
 
 
 class Transport(Protocol):
@@ -209,8 +220,10 @@ def entry(input_hash: str, cell: str) -> str:
 class Store:
     """Verdicts keyed by input hash, over one transport (see the module's docstring)."""
 
-    def __init__(self, transport: Transport) -> None:
+    def __init__(self, transport: Transport, keys: StoreKeys | None = None) -> None:
         self.transport = transport
+        #: Who this reader trusts and who it signs as (none: every entry is untrusted, nothing is pushed).
+        self.keys = keys if keys is not None else StoreKeys(signer=None, trusted=())
 
     @property
     def where(self) -> str:
@@ -225,19 +238,24 @@ class Store:
     # -- reading ----------------------------------------------------------------------------------------------
 
     def manifest(self, cell: str, input_hash: str) -> dict[str, Any] | None:
-        """The entry's manifest, checked; None when the store holds no (complete) entry."""
+        """The entry's manifest, its signature and contents checked; None when the store holds no (complete)
+        entry. UntrustedEntry when no trusted runner key signed it, BrokenEntry when it is not this entry's."""
         key = f"{entry(input_hash, cell)}/{MANIFEST}"
         raw = self.transport.get(key)
         if raw is None:
             return None
         where = f"{self.where}: {key}"
         try:
-            data = json.loads(raw)
+            doc = json.loads(raw)
         except ValueError as exc:
             raise BrokenEntry(f"{where}: not a manifest ({exc})") from None
+        try:
+            data, signer = storekeys.unseal(doc, self.keys)
+        except Untrusted as exc:
+            raise UntrustedEntry(f"{where}: not trusted: {exc}") from None
         problem = _manifest_problem(data, cell, input_hash)
         if problem:
-            raise BrokenEntry(f"{where}: {problem}")
+            raise BrokenEntry(f"{where}: {problem} (signed by {signer.key_id[:16]}…)")
         return dict(data)
 
     def _files(
@@ -273,23 +291,29 @@ class Store:
             yield None
             return
         files = self._files(cell, input_hash, manifest, [VERDICT])
+        where = f"{self.where}: {entry(input_hash, cell)}"
         with tempfile.TemporaryDirectory(prefix="stackfarm-store-") as tmp:
             folder = Path(tmp) / cell
-            write_bytes_atomic(folder / VERDICT, files[VERDICT])
-            try:
-                stored = verdict.read(folder / VERDICT)
+            try:  # which JUnit files it binds: the record as written, judged below once they are here
+                claimed = verdict.parse(files[VERDICT], folder / VERDICT)
             except ValueError as exc:
-                raise BrokenEntry(f"{self.where}: {entry(input_hash, cell)}: {exc}") from None
-            junit = [f"{s.suite}.xml" for s in stored.report.suites if f"{s.suite}.xml" in manifest["files"]]
-            rest = sorted(set(manifest["files"]) - {VERDICT}) if everything else junit
+                raise BrokenEntry(f"{where}: {exc}") from None
+            names = {f"{s.suite}.xml" for s in claimed.report.suites}
+            rest = (
+                sorted(set(manifest["files"]) - {VERDICT})
+                if everything
+                else sorted(names & set(manifest["files"]))
+            )
             files |= self._files(cell, input_hash, manifest, rest)
-            for name in rest:
+            for name in [*rest, VERDICT]:
                 write_bytes_atomic(folder / name, files[name])
-            why = verdict.reusable(stored, input_hash)
+            try:
+                stored = verdict.read(folder / VERDICT)  # re-judged, its key recomputed
+            except ValueError as exc:
+                raise BrokenEntry(f"{where}: {exc}") from None
+            why = verdict.reusable(stored, input_hash) or _signed_problem(manifest, stored)
             if why is not None:
-                raise BrokenEntry(
-                    f"{self.where}: {entry(input_hash, cell)}: its verdict cannot be reused ({why})"
-                )
+                raise BrokenEntry(f"{where}: its verdict cannot be reused ({why})")
             yield stored, files
 
     def holds(self, cell: str, input_hash: str) -> bool:
@@ -318,8 +342,16 @@ class Store:
     # -- writing ----------------------------------------------------------------------------------------------
 
     def push(self, reports: Path, report: CellReport) -> str | None:
-        """Upload ``reports/<cell>/`` as the entry of the report's input hash, manifest last. Returns the
-        entry's key, or None when the verdict is not one a later run may reuse (nothing is uploaded)."""
+        """Upload ``reports/<cell>/`` as the entry of the report's input hash, manifest last and signed with
+        the runner key. Returns the entry's key, or None when the verdict is not one a later run may reuse
+        (nothing is uploaded). ConfigError when this runner has no key to sign with."""
+        signer = self.keys.signer
+        if signer is None:
+            raise ConfigError(
+                storekeys.RUNNER_KEY_ENV,
+                f"no runner key: an entry pushed to {self.where} must be signed (readers trust only signed ones)",
+                fix=storekeys.SETUP_HINT,
+            )
         folder = reports / report.cell
         try:
             stored = verdict.read(folder / VERDICT)
@@ -346,8 +378,18 @@ class Store:
             "upload": upload,
             "files": files,
         }
-        self.transport.put(f"{key}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
+        envelope = storekeys.seal(manifest, signer)
+        self.transport.put(f"{key}/{MANIFEST}", json.dumps(envelope, indent=1).encode())
         return key
+
+
+def _signed_problem(manifest: Mapping[str, Any], stored: Stored) -> str | None:
+    """Why the verdict is not the one the runner signed for (another run, another status), or None."""
+    if manifest.get("run_id") != stored.report.run_id:
+        return f"the signed run is {manifest.get('run_id')!r}, the verdict's {stored.report.run_id!r}"
+    if manifest.get("status") != str(stored.report.status):
+        return f"signed as {manifest.get('status')}, re-judged from its JUnit files: {stored.report.status}"
+    return None
 
 
 def _manifest_problem(data: object, cell: str, input_hash: str) -> str | None:
@@ -370,17 +412,20 @@ def _manifest_problem(data: object, cell: str, input_hash: str) -> str | None:
     return None
 
 
-def open_store(location: str | Path) -> Store:
-    """The store at `location`: an http(s) URL, a file:// URL or a folder."""
+def open_store(location: str | Path, keys: StoreKeys | None = None) -> Store:
+    """The store at `location`: an http(s) URL, a file:// URL or a folder; `keys`: who it trusts and signs as
+    (default: stackfarm.storekeys.load(), from the environment)."""
     text = str(location)
     scheme = _SCHEME.match(text)
+    keys = keys if keys is not None else storekeys.load()
     if scheme is None:
-        return Store(FolderTransport(Path(text).expanduser()))
+        return Store(FolderTransport(Path(text).expanduser().resolve()), keys)
     name = scheme.group(1).lower()
     if name in ("http", "https"):
-        return Store(HttpTransport(text.rstrip("/")))
+        return Store(HttpTransport(text.rstrip("/")), keys)
     if name == "file":
-        return Store(FolderTransport(Path(urllib.request.url2pathname(urllib.parse.urlparse(text).path))))
+        path = Path(urllib.request.url2pathname(urllib.parse.urlparse(text).path))
+        return Store(FolderTransport(path), keys)
     raise ConfigError(
         "--store",
         f"{text!r}: a {name}:// store is not supported",
@@ -397,6 +442,7 @@ __all__ = [
     "HttpTransport",
     "Store",
     "Transport",
+    "UntrustedEntry",
     "entry",
     "open_store",
 ]

@@ -351,6 +351,12 @@ def _from_format_1(data: Mapping[str, Any], suites: tuple[SuiteResult, ...]) -> 
     return judged(report)
 
 
+def input_hash(parts: Mapping[str, object]) -> str:
+    """The key of a verdict: a stable hash of everything it depends on (the inputs it records)."""
+    blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 def path_of(reports_dir: Path, cell: str) -> Path:
     return reports_dir / cell / VERDICT
 
@@ -369,32 +375,123 @@ def save(reports_dir: Path, report: CellReport, inputs: Mapping[str, Any] | None
     return path
 
 
-def read(path: Path) -> Stored:
-    """One stored verdict; raises ValueError (with the file named) when it cannot be used."""
+def parse(raw: bytes | str, where: Path) -> Stored:
+    """A stored verdict's record as written, NOT re-judged (the store reads it so to learn which JUnit files
+    to fetch); raises ValueError naming `where`. Everything else reads through `read`."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw)
         report = from_json(data["report"])
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot read the verdict ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{where}: cannot read the verdict ({exc})") from None
     except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a verdict ({type(exc).__name__}: {exc})") from None
+        raise ValueError(f"{where}: not a verdict ({type(exc).__name__}: {exc})") from None
     inputs = data.get("inputs")
     return Stored(
         report=report,
         inputs=inputs if isinstance(inputs, Mapping) else {},
         input_hash=str(data.get("input_hash") or report.input_hash),
-        path=path,
+        path=where,
     )
 
 
-def read_all(reports_dir: Path) -> tuple[list[Stored], list[str]]:
-    """Every stored verdict under a reports folder, sorted by cell, and one line per file that is unusable."""
+def read(path: Path) -> Stored:
+    """One stored verdict, re-judged; raises ValueError (with the file named) when it cannot be used.
+
+    Nothing stored is believed: the key must be the hash of the inputs the record holds, and the status of a
+    cell that ran must be what the rule gives for the JUnit files beside it (see `rejudge`)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the verdict ({exc.strerror or exc})") from None
+    stored = parse(raw, path)
+    problem = key_problem(stored) or rejudge_problem(stored)
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}")
+    return replace(stored, report=rejudged(stored))
+
+
+def key_problem(stored: Stored) -> str | None:
+    """Why the record's key is not the hash of the inputs it records (None when it is). A verdict of a cell
+    that never ran (an error, a conflict) records no inputs and is never reused: its key is not checked."""
+    report = stored.report
+    if not report.ran:
+        return None
+    if report.input_hash != stored.input_hash:
+        return (
+            f"the report's input hash {report.input_hash[:12]}… is not the record's {stored.input_hash[:12]}…"
+        )
+    if not stored.inputs:
+        return "the verdict records no inputs: its key cannot be recomputed"
+    actual = input_hash(stored.inputs)
+    if actual != stored.input_hash:
+        return (
+            f"its inputs hash to {actual[:12]}…, not to the key it is stored under ({stored.input_hash[:12]}…): "
+            "the record was edited"
+        )
+    return None
+
+
+def _junit_of(stored: Stored, suite: SuiteResult) -> Path:
+    return stored.path.parent / f"{suite.suite}.xml"
+
+
+def rejudged(stored: Stored) -> CellReport:
+    """The stored report with every suite re-read from its JUnit file beside the verdict and the cell's status
+    given by the rule (`cell_status`); a cell that never ran has no suites to judge and is returned as is."""
+    report = stored.report
+    if not report.ran:
+        return report
+    suites = tuple(
+        _kept_texts(s, read_suite(_junit_of(stored, s), cell=report.cell, suite=s.suite))
+        for s in report.suites
+    )
+    return judged(replace(report, suites=suites))
+
+
+def _kept_texts(stored: SuiteResult, fresh: SuiteResult) -> SuiteResult:
+    """The fresh result, with the stored explanation where both say the same (the runner's wording stays)."""
+    if fresh.outcome == stored.outcome and stored.first_failure:
+        return replace(fresh, first_failure=stored.first_failure)
+    return fresh
+
+
+def rejudge_problem(stored: Stored) -> str | None:
+    """Why the stored status cannot stand (None when the JUnit files give the same): a status or a suite
+    outcome that is not what its JUnit file says, or a suite of the recorded inputs without a result."""
+    report = stored.report
+    if not report.ran:
+        if report.suites:
+            return f"a cell stored as {report.status} records suite results: a verdict of a cell that ran was edited"
+        return None
+    recorded = stored.inputs.get("suites")
+    if isinstance(recorded, Mapping):
+        have = {s.suite for s in report.suites}
+        missing = sorted(str(name) for name in recorded if name != "conftest" and name not in have)
+        if missing:
+            return f"the verdict has no result for suite(s) {', '.join(missing)} of its inputs"
+    fresh = rejudged(stored)
+    for old, new in zip(report.suites, fresh.suites, strict=True):
+        if old.outcome != new.outcome:
+            where = _junit_of(stored, old)
+            return f"{old.suite}: stored {old.outcome}, its JUnit file {where.name} says {new.outcome}"
+    if fresh.status != report.status:
+        return f"stored status {report.status}, re-judged from its JUnit files: {fresh.status}" + (
+            f" ({fresh.reason})" if fresh.reason else ""
+        )
+    return None
+
+
+def read_all(reports_dir: Path, *, judge: bool = True) -> tuple[list[Stored], list[str]]:
+    """Every stored verdict under a reports folder, sorted by cell, and one line per file that is unusable.
+
+    `judge=False` gives the records as written, not re-judged: only for estimates (a cell's past duration
+    orders a fan-out), never for a verdict, a report or a gate."""
     found: list[Stored] = []
     problems: list[str] = []
     for path in sorted(reports_dir.glob(f"*/{VERDICT}")):
         try:
-            found.append(read(path))
-        except ValueError as exc:
+            found.append(read(path) if judge else parse(path.read_bytes(), path))
+        except (ValueError, OSError) as exc:
             problems.append(str(exc))
     return sorted(found, key=lambda s: s.report.cell), problems
 
@@ -432,11 +529,16 @@ __all__ = [
     "counts",
     "exit_code",
     "from_json",
+    "input_hash",
     "judged",
+    "key_problem",
+    "parse",
     "path_of",
     "read",
     "read_all",
     "read_suite",
+    "rejudge_problem",
+    "rejudged",
     "reusable",
     "save",
     "suite_outcome",

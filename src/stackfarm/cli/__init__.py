@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -38,8 +39,19 @@ def error(text: str) -> None:
     Console(stderr=True, highlight=False, soft_wrap=True).print(f"[red]error:[/] {escape(text)}")
 
 
+def from_caller(args: argparse.Namespace) -> argparse.Namespace:
+    """Every path argument resolved against the caller's working directory, once, before any work: suites run
+    in folders of their own, where a relative --matrix or --reports would name nothing."""
+    for name, value in vars(args).items():
+        if isinstance(value, Path):
+            setattr(args, name, value.expanduser().absolute())
+        elif isinstance(value, list) and value and all(isinstance(v, Path) for v in value):
+            setattr(args, name, [v.expanduser().absolute() for v in value])
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = from_caller(parser().parse_args(argv))
     try:
         return int(args.func(args))
     except StackfarmError as exc:
@@ -50,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.INTERRUPTED)
 
 
-__all__ = ["error", "main", "parser"]
+__all__ = ["error", "from_caller", "main", "parser"]
 
 if __name__ == "__main__":
     sys.exit(main())

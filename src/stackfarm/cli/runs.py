@@ -18,11 +18,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .. import history, htmlreport, proc, verdict
+from .. import history, htmlreport, proc, storekeys, verdict
 from ..artifacts import Cache
 from ..backends import NAMES, get_backend
 from ..driver import driver_problems
-from ..errors import EnvironmentProblem, ExitCode, StackfarmError
+from ..errors import ConfigError, EnvironmentProblem, ExitCode, StackfarmError
 from ..files import write_atomic
 from ..matrix import Matrix, load
 from ..plan import plan, select
@@ -135,11 +135,26 @@ def hash_basis(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def opened_store(location: str | None, *, create: bool = False) -> Store | None:
-    """The --store / --from store, checked before any work (an unreachable one is exit 4, naming it)."""
+def opened_store(location: str | None, *, create: bool = False, signs: bool = False) -> Store | None:
+    """The --store / --from store, checked before any work (an unreachable one is exit 4, naming it), with
+    the runner keys of the environment (stackfarm.storekeys): a reader that trusts no runner key, or a run
+    that pushes without a key to sign with, is a configuration error (exit 2) saying how to set keys up."""
     if location is None:
         return None
     store = open_store(location)
+    if signs and store.keys.signer is None:
+        raise ConfigError(
+            storekeys.RUNNER_KEY_ENV,
+            f"`run --store {store.where}` pushes verdicts, and a pushed verdict must be signed: no runner key",
+            fix=storekeys.SETUP_HINT,
+        )
+    if not store.keys.trusted:
+        raise ConfigError(
+            storekeys.TRUSTED_RUNNER_KEYS_ENV,
+            f"no trusted runner key: every entry of {store.where} would count as missing (readers believe "
+            "only entries a trusted runner signed)",
+            fix=storekeys.SETUP_HINT,
+        )
     store.probe(create=create)
     return store
 
@@ -215,7 +230,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.plan is not None:  # one cell of a stored plan (a fan-out engine's worker)
         by_id = args.cells if args.cell_index is None else None
         args.cells = select_from_plan(read_plan(args.plan), index=args.cell_index, cell_id=by_id)
-    store = opened_store(args.store, create=True)
+    store = opened_store(args.store, create=True, signs=True)
     matrix = only_suites(load(args.matrix), args.suites)
     cache = Cache()
     resolver = Resolver(matrix, cache, refresh=args.refresh)
@@ -354,9 +369,10 @@ def merge_from(store: Store, reports: Path, console: Console, args: argparse.Nam
             continue
         try:
             found = store.fetch(cell, digest, reports)
-        except BrokenEntry as exc:
+        except BrokenEntry as exc:  # untrusted, forged or broken: it counts as missing, with the reason
             error_line(str(exc))
-            found = None
+            missing.append(f"{cell}: the store's entry for its inputs ({digest[:12]}…) is not used: {exc}")
+            continue
         if found is None:
             missing.append(f"{cell}: the store holds no verdict for its inputs ({digest[:12]}…)")
         else:
@@ -374,7 +390,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     store = opened_store(args.source)
     missing = merge_from(store, args.reports, console, args) if store is not None else []
-    stored, _ = verdict.read_all(args.reports)
+    stored, problems = verdict.read_all(args.reports)
+    if not stored and problems:  # every verdict there refused: say which and why, never "run first"
+        raise StackfarmError(f"no usable verdict under {args.reports}/: " + "; ".join(problems))
+    if not stored and missing:  # the store held nothing this reader may use: nothing is green
+        return ExitCode.INCOMPLETE if args.gate else 0
     if not stored:
         raise StackfarmError(f"no verdicts under {args.reports}/: run `stackfarm run` first")
     if args.history is not None:
