@@ -25,7 +25,7 @@ from argparse import ArgumentParser, Namespace, _SubParsersAction
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .. import verdict
+from .. import attest, storekeys, verdict
 from ..errors import StackfarmError
 from ..matrix import load
 from ..plan import plan
@@ -147,9 +147,14 @@ def _two_runners(
         return ["run", "--matrix", str(matrix), "--reports", str(reports), "--backend", "local",
                 "--cells", cell, "--store", where, *more]  # fmt: skip
 
+    # Each runner signs with a key of its own; runner 2 trusts runner 1's public key (stackfarm.storekeys).
+    key1, pub1, _ = attest.generate(tmp / "runner1-key")
+    key2, _, _ = attest.generate(tmp / "runner2-key")
     first, second = tmp / "runner1-reports", tmp / "runner2-reports"
-    seconds1, code1 = _timed(lambda: cli_main(runner(first)))
-    with _env(STACKFARM_CACHE=str(tmp / "runner2-cache")):
+    with _env(**{storekeys.RUNNER_KEY_ENV: str(key1), storekeys.TRUSTED_RUNNER_KEYS_ENV: ""}):
+        seconds1, code1 = _timed(lambda: cli_main(runner(first)))
+    signed = {storekeys.RUNNER_KEY_ENV: str(key2), storekeys.TRUSTED_RUNNER_KEYS_ENV: str(pub1)}
+    with _env(STACKFARM_CACHE=str(tmp / "runner2-cache"), **signed):
         seconds2, code2 = _timed(lambda: cli_main(runner(second)))
     try:
         ran = verdict.read(verdict.path_of(first, cell)).report.run_id
@@ -162,7 +167,7 @@ def _two_runners(
     return [
         (f"runner 1: {cell} runs, pushes to the store (warm cache)", seconds1, f"exit {code1}"),
         (
-            "runner 2: same cell, empty cache, verdict from the store",
+            "runner 2: same cell, empty cache, signed verdict from the store (checked, re-judged)",
             seconds2,
             f"{note}; runner 1 / runner 2 = {seconds1 / seconds2:.1f}x",
         ),
