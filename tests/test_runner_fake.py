@@ -473,3 +473,81 @@ def test_ctrl_c_is_interrupted_and_keeps_no_half_verdict(fake_project: FakeProje
     write.write_text(write.read_text().replace("time.sleep(60)", "assert time.time() > 0"))
     assert fake_project.run() == ExitCode.OK
     assert ran(fake_project) == ["00-slow", "00-slow"]
+
+
+# --------------------------------------------------------------------------- the python axis (local backend)
+# The local backend runs a cell's suites under the cell's own Python (stackfarm.interpreters).
+
+
+def _with_pythons(project: FakeProject, *pythons: str) -> None:
+    """The project's matrix with these [axes] python values (cell ids then end in -py<X.Y>)."""
+    text = project.matrix.read_text(encoding="utf-8")
+    project.matrix.write_text(text.replace('python = ["3.11"]', f"python = {json.dumps(list(pythons))}"))
+
+
+_RUNNING = f"{sys.version_info.major}.{sys.version_info.minor}"
+#: A suite that says which Python ran it: reports/<cell>/python.txt.
+_WHICH_PYTHON = """
+import os, platform, sys
+from pathlib import Path
+
+
+def test_which_python(cell):
+    Path(os.environ["STACKFARM_SUITE_OUT"], "python.txt").write_text(platform.python_version() + " " + sys.executable)
+    assert f"{sys.version_info.major}.{sys.version_info.minor}" == cell.values["python"]
+"""
+
+
+def test_a_cell_whose_python_is_missing_is_an_environment_error(
+    fake_project: FakeProject, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A python 3.9 cell on a machine without python3.9 (no PATH entry, no uv, no pyenv version): that cell is
+    an environment error naming python3.9 and the fix, nothing of it runs; the running Python's cell passes
+    and its verdict names the interpreter that ran it."""
+    import platform
+
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path_factory.mktemp("no-pyenv")))
+    fake_project.suite("00-ok", "pass")
+    (fake_project.suites / "00-ok" / "test_which.py").write_text(_WHICH_PYTHON)
+    fake_project.write_matrix()
+    _with_pythons(fake_project, _RUNNING, "3.9")
+    assert fake_project.run() == ExitCode.ENVIRONMENT
+    mine, missing = f"{CELL}-py{_RUNNING}", f"{CELL}-py3.9"
+    assert verdict_status(fake_project, mine) == "passed"
+    assert verdict_status(fake_project, missing) == "error"
+    reason = verdict.read(fake_project.reports / missing / "verdict.json").report.reason
+    assert "python3.9" in reason
+    assert "uv python install 3.9" in reason
+    assert "python3.9" in summary_row(fake_project, missing)
+    assert [c for c, _ in fake_project.runs()] == [mine], "nothing of the 3.9 cell ran"
+    facts = verdict.read(fake_project.reports / mine / "verdict.json").report.backend_facts
+    assert facts["local.python"] == platform.python_version()
+    assert facts["local.python_path"] == sys.executable
+    ran_by = (fake_project.reports / mine / "python.txt").read_text().split()
+    assert ran_by == [platform.python_version(), sys.executable]
+
+
+@pytest.mark.integration
+def test_a_cell_of_another_python_runs_its_suites_there(fake_project: FakeProject) -> None:
+    """With a real second interpreter on this machine (PATH, uv or pyenv): its cell's suites run under it, in a
+    venv built once with stackfarm's requirements from the package index, and the verdict says which."""
+    from stackfarm.errors import EnvironmentProblem
+    from stackfarm.interpreters import find
+
+    other = next((v for v in ("3.12", "3.13", "3.10") if v != _RUNNING), "3.12")
+    try:
+        interp = find(other)
+    except EnvironmentProblem as exc:
+        pytest.skip(f"no second interpreter here: {str(exc).splitlines()[0]}")
+    fake_project.suite("00-ok", "pass")
+    (fake_project.suites / "00-ok" / "test_which.py").write_text(_WHICH_PYTHON)
+    fake_project.write_matrix()
+    _with_pythons(fake_project, other)
+    cell = CELL  # one python value: the id has no -py suffix
+    assert fake_project.run() == ExitCode.OK, summary_row(fake_project, cell)
+    version, executable = (fake_project.reports / cell / "python.txt").read_text().split()
+    assert version == interp.version
+    assert executable.startswith(str(fake_project.cache / "interpreters"))
+    facts = verdict.read(fake_project.reports / cell / "verdict.json").report.backend_facts
+    assert facts["local.python"] == interp.version
+    assert facts["local.python_source"] == interp.source

@@ -2,6 +2,10 @@
 
 Nothing is installed into any Python: the user's site-packages are never touched. With ``lazy`` (or
 ``STACKFARM_LAZY=1``) remote wheels become lazy trees instead (what the static suites read, by range requests).
+
+A cell's suites run under the cell's own Python (its `python` axis, stackfarm.interpreters): the running
+interpreter when it is that X.Y, else ``pythonX.Y`` found on PATH, by uv or under pyenv, in a cached venv with
+stackfarm's requirements. A cell whose interpreter this machine lacks is an environment error naming it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ..artifacts import Artifact, Cache
-from ..cellspec import InstalledComponent
+from ..cellspec import InstalledComponent, load
+from ..interpreters import Interpreter, SuitePythons
 from ..lazytree import STATIC_SUITES
 from ..plan import Cell, Component
 from ..proc import Outcome, call
@@ -23,8 +28,12 @@ class LocalBackend:
     name = "local"
     needs_artifacts = True
 
-    def __init__(self, cache: Cache, *, lazy: bool | None = None) -> None:
+    def __init__(
+        self, cache: Cache, *, lazy: bool | None = None, pythons: SuitePythons | None = None
+    ) -> None:
         self.cache = cache
+        #: The Python each python axis value runs its suites under (found and built once per backend).
+        self.pythons = pythons or SuitePythons(cache.root)
         #: Realise components as lazy trees (stackfarm.lazytree): for runs of the static suites only (00-stack,
         #: 05-import, 10-capability, 20-eagle3), which read sources, metadata and ELF/fatbin headers; a suite that
         #: imports the stack (30-numerics, the GPU suites) needs full trees. Default: $STACKFARM_LAZY == "1".
@@ -35,6 +44,9 @@ class LocalBackend:
     def realise(
         self, cell: Cell, artifacts: Mapping[Component, Artifact], workdir: Path, progress: Progress
     ) -> tuple[InstalledComponent, ...]:
+        # The cell's interpreter first: a machine without it fetches nothing for the cell (EnvironmentProblem).
+        progress(f"python {cell['python']}")
+        self.pythons.python(cell["python"], progress)
         installed = []
         for comp in cell.components:
             art = artifacts[comp]
@@ -67,12 +79,28 @@ class LocalBackend:
     def installed_pins(self) -> None:
         return None  # the stack is made from wheels: the plan reads sglang's pins from the index
 
+    def interpreter(self, cell: Cell) -> Interpreter:
+        """The interpreter of the cell's python axis (EnvironmentProblem where this machine has none)."""
+        return self.pythons.interpreter(cell["python"])
+
     def properties(self, cell: Cell) -> dict[str, str]:
-        del cell  # nothing beyond the components, which the runner records
-        return {}
+        """The interpreter the cell's suites really ran under: `local.python` (its full version, e.g. 3.11.7),
+        `local.python_path` (the executable) and `local.python_source` (running, PATH, uv or pyenv)."""
+        interp = self.interpreter(cell)
+        return {
+            "local.python": interp.version,
+            "local.python_path": self.pythons.python(cell["python"]),
+            "local.python_source": interp.source,
+        }
+
+    def suite_python(self, spec: Path) -> str:
+        """The executable a suite of the cell described by `spec` runs under (run_suite is given no cell): its
+        python axis value's; the running one for a cell record without that axis."""
+        wanted = load(spec).values.get("python")
+        return self.pythons.python(wanted) if wanted else sys.executable
 
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
-        argv = pytest_argv(sys.executable, str(suite_dir), str(junit))
+        argv = pytest_argv(self.suite_python(spec), str(suite_dir), str(junit))
         if self.lazy and suite_dir.name not in STATIC_SUITES:
             # Its trees hold only what the static suites read: a suite that imports the stack would load sparse
             # copies. Not run, so its result is an error of the run, never a verdict on the stack.
