@@ -17,7 +17,8 @@ counts only when it verifies under a key the verifier trusts.
 
 Keys are configured by path (PEM, PKCS#8 or SubjectPublicKeyInfo; OpenSSH ``ssh-ed25519`` keys work too):
 
-- the private key from ``--key PATH`` or ``$STACKFARM_SIGNING_KEY``;
+- the private key from ``--key PATH`` or ``$STACKFARM_SIGNING_KEY``; like ssh, a key file that group or others
+  may read or write (``mode & 0o077``) is refused (``chmod 600 PATH``), except where files have no modes (Windows);
 - the trusted public keys from ``--public-key PATH`` (repeatable) or ``$STACKFARM_TRUSTED_KEYS``
   (paths separated by ``os.pathsep``); a folder stands for every public key file in it.
 
@@ -32,6 +33,8 @@ import binascii
 import hashlib
 import json
 import os
+import shlex
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -230,8 +233,37 @@ def _read(path: Path, flag: str) -> bytes:
         raise ConfigError(path, f"cannot read the key ({exc.strerror or exc})", fix=f"check {flag}") from None
 
 
+def _has_modes() -> bool:
+    """Whether file modes say who may read a file here (POSIX); Windows keeps that in ACLs instead."""
+    return os.name != "nt"
+
+
+def _read_private(path: Path, flag: str) -> tuple[bytes, int]:
+    """The key file's bytes and its permission bits, both of the one file opened (not a path re-resolved)."""
+    try:
+        with path.open("rb") as fh:
+            mode = stat.S_IMODE(os.fstat(fh.fileno()).st_mode)
+            return fh.read(), mode
+    except OSError as exc:
+        raise ConfigError(path, f"cannot read the key ({exc.strerror or exc})", fix=f"check {flag}") from None
+
+
+def _exposed(path: Path, mode: int) -> ConfigError | None:
+    """A private key that group or others may read or write is refused, as ssh refuses one: whoever else
+    reads it can sign sign-offs in the approver's name. Not checked where files have no modes."""
+    if not _has_modes() or not mode & 0o077:
+        return None
+    return ConfigError(
+        path,
+        f"the private key is accessible by group or others (mode {mode:04o}): a signing key must be "
+        "readable by its owner alone; anyone else who can read it can sign in the approver's name",
+        fix=f"chmod 600 {shlex.quote(str(path))}",
+    )
+
+
 def load_signing_key(path: Path | None = None) -> SigningKey:
-    """The private key from `path`, else from $STACKFARM_SIGNING_KEY; ConfigError (exit 2) when neither."""
+    """The private key from `path`, else from $STACKFARM_SIGNING_KEY; ConfigError (exit 2) when neither, and
+    when group or others may read or write the key file (``chmod 600`` it; not checked on Windows)."""
     if path is None:
         env = os.environ.get(SIGNING_KEY_ENV, "").strip()
         if not env:
@@ -241,7 +273,7 @@ def load_signing_key(path: Path | None = None) -> SigningKey:
                 fix=_KEYGEN_HINT,
             )
         path = Path(env).expanduser()
-    data = _read(path, f"--key / {SIGNING_KEY_ENV}")
+    data, mode = _read_private(path, f"--key / {SIGNING_KEY_ENV}")
     try:
         if b"OPENSSH PRIVATE KEY" in data:
             key: object = serialization.load_ssh_private_key(data, password=None)
@@ -255,6 +287,9 @@ def load_signing_key(path: Path | None = None) -> SigningKey:
         raise ConfigError(path, f"not a PEM private key ({exc})", fix=_KEYGEN_HINT) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise ConfigError(path, f"a {type(key).__name__}, not an Ed25519 private key", fix=_KEYGEN_HINT)
+    exposed = _exposed(path, mode)
+    if exposed is not None:
+        raise exposed
     return SigningKey(private=key, key_id=key_id(key.public_key()), path=path)
 
 

@@ -1,11 +1,14 @@
 """Release qualification: a signed sign-off bound to the hashes of what was tested, and its verification.
 
     stackfarm qualify --cell ID --release NAME --approver NAME [--key PEM] [--reports DIR] [--matrix PATH]
-    stackfarm qualify --verify reports/qualifications/NAME.json [--public-key PEM ...] [--matrix PATH]
+    stackfarm qualify --verify reports/qualifications/NAME.json [--release NAME] [--public-key PEM ...] [--matrix PATH]
     stackfarm qualify --keygen DIR
 
 Qualifying refuses unless the cell's latest run (``reports/<cell>/verdict.json``) passed every suite the matrix
-requires and every step the runner reported, and was made from the inputs the matrix gives now. A skip is not a
+requires and every step the runner reported, and was made from the inputs the matrix gives now. Its status is
+re-judged from the JUnit files beside verdict.json (``verdict.cell_status``): it must be passed, and be what
+verdict.json says; and the run must have asked the cell something (zero suites, only the runner's own
+``00-patches`` step, or only suites that did not apply is no sign-off). A skip is not a
 pass, down to single testcases: a skipped testcase refuses too, unless the approver accepts it by name with
 ``--allow-skip 'SUITE::TESTCASE-GLOB'`` — and then the record lists it, with its reason, as not verified. It
 refuses a run that cannot be genuine as well: a JUnit file that is not the one the verdict summarised, a verdict
@@ -19,8 +22,9 @@ included), the GPU facts, the run id, the suite verdicts with their testcases' p
 characters kept as their sha256), the approver, the time, the git commit of matrix.toml, and the inputs dict
 whose hash is the cell's input hash. ``.md`` beside it renders the predicate for people.
 
-``--verify`` checks the signature against the trusted public keys, refuses a needs-GPU suite passed without a
-GPU, re-hashes the reports on disk that the subject names, then plans the cell afresh and compares its inputs
+``--verify`` checks the signature against the trusted public keys, that the signed release is the record's file
+name (``<release>.json``) and ``--release`` when given, that the file holds nothing beside the envelope's own
+keys (nothing else is signed), refuses a needs-GPU suite passed without a GPU, re-hashes the reports on disk that the subject names, then plans the cell afresh and compares its inputs
 with the recorded ones key by key, naming every input (and every patch file) that changed.
 """
 
@@ -41,11 +45,12 @@ from .artifacts import Artifact, Cache
 from .attest import SignatureProblem, SigningKey, TrustedKey
 from .errors import ConfigError, StackfarmError, did_you_mean
 from .files import write_atomic
-from .history import CellRun, Difference, diff_inputs, read_run
+from .history import CellRun, Difference, cell_run, diff_inputs
 from .junit import NOT_APPLICABLE
 from .matrix import Matrix, load
 from .plan import Cell, Component, input_hash
 from .qualrecord import (
+    ENVELOPE_KEYS,
     PREDICATE_TYPE,
     SCHEMA,
     changed_reports,
@@ -53,18 +58,29 @@ from .qualrecord import (
     matrix_provenance,
     read_json,
     record_markdown,
+    release_refusals,
     report_files,
     statement_predicate,
     suite_records,
+    unsigned_fields,
     unverified_predicate,
     verified_predicate,
 )
 from .resolve import Resolver, plan_matrix
-from .runner import cell_inputs, gpu_unavailable_reason
+from .runner import PATCH_STEP, cell_inputs, gpu_unavailable_reason
+from .verdict import SuiteResult
 
 _RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
 #: Suite outcomes that count as a pass.
 _PASSING = ("passed", "not_applicable")
+
+
+def check_release(release: str) -> None:
+    """ConfigError (exit 2) unless `release` is a release name (a record's file name stem)."""
+    if not _RELEASE.match(release):
+        raise ConfigError(
+            "--release", f"{release!r} is not a release name", fix="letters, digits and ._+- only"
+        )
 
 
 # --------------------------------------------------------------------------- the latest run, judged
@@ -226,6 +242,104 @@ def run_forgeries(cell: CellRun, needs_gpu: set[str], gpu_input: object) -> list
     return found
 
 
+def stored_run(reports: Path, cell_id: str) -> tuple[CellRun, str | None]:
+    """The cell's latest run as its verdict.json records it, NOT re-judged (qualify judges it itself, to
+    name every way it cannot be genuine), and the verdict store's own objection to it (`verdict.read`'s
+    ValueError; None when it reads the verdict). Raises StackfarmError when verdict.json is unreadable."""
+    path = verdict.path_of(reports, cell_id)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        report = verdict.from_json(data["report"])
+    except (OSError, ValueError, LookupError, TypeError) as exc:
+        raise StackfarmError(f"refused: {path} is unreadable: {type(exc).__name__}: {exc}") from None
+    try:
+        verdict.read(path)
+    except ValueError as exc:
+        objection: str | None = str(exc)
+    else:
+        objection = None
+    if report.cell != cell_id:
+        raise StackfarmError(f"refused: {path} is the verdict of cell {report.cell}, not of {cell_id}")
+    inputs = data.get("inputs")
+    return cell_run(reports, report, inputs if isinstance(inputs, Mapping) else None), objection
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejudged:
+    """A cell's status as the rule gives it for the JUnit files beside its verdict.json (not the stored one)."""
+
+    status: verdict.Status
+    reason: str
+    #: Every suite of the stored verdict, re-read from ``<verdict's folder>/<suite>.xml``.
+    suites: tuple[SuiteResult, ...]
+    #: suite -> the line naming its JUnit file, where the stored outcome is not what that file says.
+    suite_disagreements: Mapping[str, str]
+    #: The line naming verdict.json, where its stored status is not the re-judged one (None when it is).
+    status_disagreement: str | None
+
+    @property
+    def disagreements(self) -> tuple[str, ...]:
+        """Every way the stored verdict says otherwise than the JUnit files beside it: suites, then the cell."""
+        status = (self.status_disagreement,) if self.status_disagreement else ()
+        return (*self.suite_disagreements.values(), *status)
+
+
+def rejudge(verdict_path: Path, cell: CellRun) -> Rejudged:
+    """Re-read every suite of `cell` from its JUnit file beside `verdict_path` (whatever path the verdict
+    records) and apply the rule (`verdict.cell_status`); name each stored outcome and the stored status
+    that disagree with it."""
+    folder = verdict_path.parent
+    suites = tuple(
+        verdict.read_suite(folder / f"{s.result.suite}.xml", cell=cell.cell, suite=s.result.suite)
+        for s in cell.suites
+    )
+    differ = {
+        new.suite: f"{folder / f'{new.suite}.xml'}: verdict.json says {new.suite} {old.result.outcome}, "
+        f"its JUnit file says {new.outcome}" + (f" ({new.first_failure})" if new.first_failure else "")
+        for old, new in zip(cell.suites, suites, strict=True)
+        if old.result.outcome != new.outcome
+    }
+    status, reason = verdict.cell_status(suites)
+    moved = None
+    if cell.report.ran and status is not cell.report.status:
+        moved = (
+            f"{verdict_path}: verdict.json says the cell {cell.report.status}, re-judged from its JUnit files "
+            f"it is {status}" + (f" ({reason})" if reason else "")
+        )
+    return Rejudged(
+        status=status, reason=reason, suites=suites, suite_disagreements=differ, status_disagreement=moved
+    )
+
+
+def coverage_problem(suites: Sequence[SuiteResult]) -> str | None:
+    """Why these suites test nothing a release could rest on (None when some suite other than the runner's
+    own patch step ran and answered): zero suites, only the patch step, or every suite not applicable."""
+    ran = [s for s in suites if s.suite != PATCH_STEP]
+    if not suites:
+        return "it ran zero suites"
+    if not ran:
+        return f"only the runner's own {PATCH_STEP} step ran, no suite of the matrix"
+    if all(s.outcome == "not_applicable" for s in ran):
+        names = ", ".join(s.suite for s in ran)
+        return f"every suite it ran is not_applicable ({names}): none asked the cell anything"
+    return None
+
+
+def status_refusals(cell_id: str, rejudged: Rejudged) -> list[str]:
+    """What keeps a cell whose stored verdict is genuine from qualifying, by its re-judged suites: a status
+    other than passed, and no required suite run."""
+    found = []
+    if rejudged.status is not verdict.Status.PASSED:
+        found.append(
+            f"cell {cell_id} is {rejudged.status}, re-judged from its JUnit files"
+            + (f" ({rejudged.reason})" if rejudged.reason else "")
+        )
+    coverage = coverage_problem(rejudged.suites)
+    if coverage is not None:
+        found.append(f"cell {cell_id} ran no required suite: {coverage}")
+    return found
+
+
 # --------------------------------------------------------------------------- the record
 
 
@@ -322,10 +436,7 @@ def qualify(
 ) -> Qualified:
     """Write the signed record of `cell_id` as `release`; raise StackfarmError listing everything that
     refuses it. Without `key`, the key $STACKFARM_SIGNING_KEY names (ConfigError when none is set)."""
-    if not _RELEASE.match(release):
-        raise ConfigError(
-            "--release", f"{release!r} is not a release name", fix="letters, digits and ._+- only"
-        )
+    check_release(release)
     if not approver.strip():
         raise ConfigError("--approver", "the approver is empty", fix="name the person who signs off")
     key = key or attest.load_signing_key()
@@ -348,20 +459,26 @@ def qualify(
             f"refused: cell {cell_id} has no run in {reports}/ ({verdict_path} is missing); "
             f"run `stackfarm run --cells {cell_id}` first"
         )
-    run = read_run(reports)
-    cell = run.cells.get(cell_id)
-    if cell is None:
-        raise StackfarmError(f"refused: {verdict_path} is unreadable: {'; '.join(run.problems)}")
+    cell, objection = stored_run(reports, cell_id)
     planned = plan_cell(
         matrix_path, cell_id, backend=backend, gpu=gpu_unavailable_reason() is None if gpu is None else gpu
     )
     needs_gpu = needs_gpu_suites(planned.matrix, cell.inputs)
     forged = run_forgeries(cell, needs_gpu, (cell.inputs or planned.inputs).get("gpu"))
+    rejudged = rejudge(verdict_path, cell)
+    # run_forgeries re-read the suites from the files the run names; say a suite again only where that is
+    # not the file beside verdict.json (the one that counts).
+    beside = {
+        s.result.suite for s in cell.suites if s.result.xml == verdict_path.parent / f"{s.result.suite}.xml"
+    }
+    forged += [line for name, line in rejudged.suite_disagreements.items() if name not in beside]
+    forged += [rejudged.status_disagreement] if rejudged.status_disagreement else []
+    forged += [f"the verdict store refuses it: {objection}"] if objection else []
     if forged:
         listing = "\n".join(f"  - {m}" for m in forged)
         raise StackfarmError(f"refused: the latest run of {cell_id} cannot be genuine:\n{listing}")
     judgement = judge(cell, [s.name for s in planned.matrix.suites], allow_skips)
-    missing = list(judgement.missing)
+    missing = [*judgement.missing, *status_refusals(cell_id, rejudged)]
     if cell.input_hash != planned.input_hash:
         why = ""
         if cell.inputs is not None:
@@ -424,15 +541,41 @@ def record_refusals(predicate: Mapping[str, Any], needs_gpu: set[str]) -> list[s
     return found
 
 
+def identity_refusals(
+    record: Mapping[str, Any], doc: Mapping[str, Any], record_path: Path, release: str | None
+) -> tuple[list[str], list[str]]:
+    """Whether the record file is the record of its release, and only that: the signed release is its file's
+    name (and `release`, when given), and nothing unsigned lies beside the envelope. (REFUSED lines, the
+    short reasons the record no longer holds.)"""
+    signed = record.get("release")
+    lines = release_refusals(signed, record_path, release)
+    reasons = []
+    if lines:
+        names = dict.fromkeys(n for n in (record_path.stem, release) if n is not None and n != signed)
+        reasons.append(f"it is not the record of release {' or '.join(names)}")
+    unsigned = unsigned_fields(doc)
+    if unsigned:
+        lines.append(
+            f"unsigned field(s) beside the signed envelope: {', '.join(unsigned)} (a record holds only "
+            f"{', '.join(ENVELOPE_KEYS[:-1])} and {ENVELOPE_KEYS[-1]}; nothing else is vouched for)"
+        )
+        reasons.append(f"it carries unsigned fields ({', '.join(unsigned)})")
+    return lines, reasons
+
+
 def verify(
     record_path: Path,
     trusted: Sequence[TrustedKey],
     matrix_path: Path | None = None,
     reports: Path | None = None,
+    release: str | None = None,
 ) -> Verification:
-    """Check a record: its signature under `trusted`, what no signature makes true, the signed reports
-    still on disk under `reports` (default: the folder above the record's qualifications/), and the inputs
-    of a fresh plan."""
+    """Check a record: its signature under `trusted`, that it is the record of its release (its file's
+    name, and `release` when given) with nothing unsigned beside the envelope, what no signature makes
+    true, the signed reports still on disk under `reports` (default: the folder above the record's
+    qualifications/), and the inputs of a fresh plan."""
+    if release is not None:
+        check_release(release)
     doc = read_json(record_path)
     if not attest.is_envelope(doc):
         if isinstance(doc, dict) and "record_sha256" in doc:
@@ -453,6 +596,8 @@ def verify(
         f"signature ok: key {opened.key.key_id[:16]}… ({opened.key.path}); {record['release']} = cell "
         f"{record['cell']}, approved by {record['approver']} at {record['approved_at']}"
     ]
+    not_this, named = identity_refusals(record, doc, record_path, release)
+    lines += [f"REFUSED: {r}" for r in not_this]
     recorded = record.get("inputs")
     if not isinstance(recorded, dict):
         lines += [
@@ -492,7 +637,7 @@ def verify(
         for name in sorted(set(files) | set(planned.patch_files))
         if files.get(name) != planned.patch_files.get(name)
     ]
-    problems = []
+    problems = list(named)
     if refused or extra:
         problems.append("it records a verdict that cannot be genuine")
     if changed_files:
@@ -520,11 +665,15 @@ __all__ = [
     "Judgement",
     "Planned",
     "Qualified",
+    "Rejudged",
     "Verification",
     "build_predicate",
     "build_statement",
     "changed_reports",
+    "check_release",
+    "coverage_problem",
     "gpu_forgeries",
+    "identity_refusals",
     "judge",
     "matrix_provenance",
     "needs_gpu_suites",
@@ -532,8 +681,13 @@ __all__ = [
     "qualify",
     "record_markdown",
     "record_refusals",
+    "rejudge",
+    "release_refusals",
     "report_files",
     "run_forgeries",
+    "status_refusals",
+    "stored_run",
+    "unsigned_fields",
     "unverified_predicate",
     "verified_predicate",
     "verify",

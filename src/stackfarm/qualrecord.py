@@ -24,6 +24,8 @@ from .proc import call
 SCHEMA = 2
 #: The statement's predicateType: an identifier (RFC 2606's .invalid never resolves), not a document.
 PREDICATE_TYPE = "https://stackfarm.invalid/qualification/v1"
+#: The keys of a DSSE envelope: a record file holds these and nothing else (nothing else is signed).
+ENVELOPE_KEYS = ("payloadType", "payload", "signatures")
 #: Property values longer than this are recorded as their sha256: contracts and logs would swamp the record.
 MAX_VALUE = 200
 
@@ -235,6 +237,25 @@ def verified_predicate(path: Path, trusted: Sequence[TrustedKey]) -> dict[str, A
     return statement_predicate(attest.open_envelope(read_json(path), trusted).statement, path)
 
 
+def release_refusals(signed: object, record_path: Path, release: str | None = None) -> list[str]:
+    """The signed release must be the record's name: its file's (``<release>.json``) and `release`, the
+    one the verifier expects, when given. A valid record copied under another name vouches for nothing."""
+    found = []
+    if signed != record_path.stem:
+        found.append(
+            f"the record signs release {signed}, but its file {record_path} names release {record_path.stem}: "
+            "a record copied or renamed under another release name"
+        )
+    if release is not None and signed != release:
+        found.append(f"the record signs release {signed}, but --release names {release}")
+    return found
+
+
+def unsigned_fields(doc: Mapping[str, Any]) -> list[str]:
+    """The record file's top-level keys that are not the envelope's own: nothing signs them."""
+    return sorted(str(k) for k in doc if k not in ENVELOPE_KEYS)
+
+
 def changed_reports(predicate: Mapping[str, Any], reports: Path) -> tuple[list[str], list[str], int]:
     """(lines naming each signed report file whose bytes changed, names not on disk, files re-hashed)."""
     files = [predicate["reports"]["verdict"], *predicate["reports"]["junit"]]
@@ -251,6 +272,7 @@ def changed_reports(predicate: Mapping[str, Any], reports: Path) -> tuple[list[s
 
 
 __all__ = [
+    "ENVELOPE_KEYS",
     "MAX_VALUE",
     "PREDICATE_TYPE",
     "SCHEMA",
@@ -259,9 +281,11 @@ __all__ = [
     "matrix_provenance",
     "read_json",
     "record_markdown",
+    "release_refusals",
     "report_files",
     "statement_predicate",
     "suite_records",
+    "unsigned_fields",
     "unverified_predicate",
     "verified_predicate",
 ]

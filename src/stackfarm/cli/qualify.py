@@ -1,5 +1,5 @@
 """`stackfarm qualify`: release sign-off (`--cell --release --approver`, signed with `--key`), its check
-(`--verify RECORD` against `--public-key`), and a new signing key pair (`--keygen DIR`)."""
+(`--verify RECORD [--release NAME]` against `--public-key`), and a new signing key pair (`--keygen DIR`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ..attest import (
     load_trusted_keys,
 )
 from ..errors import ConfigError, ExitCode
-from ..qualify import qualify, verify
+from ..qualify import check_release, qualify, verify
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "qualify", help="sign a cell off as a release, --verify a record, or --keygen a key pair"
     )
     p.add_argument("--cell", help="the cell id to qualify")
-    p.add_argument("--release", help="the release name (the record's file name)")
+    p.add_argument("--release",
+                   help="the release name (the record's file name); with --verify, the release the record must be")  # fmt: skip
     p.add_argument("--approver", help="who signs off")
     p.add_argument("--reports", type=Path, default=None,
                    help="the reports folder (reports/; for --verify, the folder above the record's qualifications/)")  # fmt: skip
@@ -94,7 +95,10 @@ def _qualify(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    result = verify(args.verify, load_trusted_keys(args.public_key), args.matrix, args.reports)
+    if args.release is not None:
+        check_release(args.release)
+    trusted = load_trusted_keys(args.public_key)
+    result = verify(args.verify, trusted, args.matrix, args.reports, release=args.release)
     print("\n".join(result.lines))
     return int(ExitCode.OK if result.holds else ExitCode.CELLS_FAILED)
 
