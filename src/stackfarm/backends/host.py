@@ -44,6 +44,18 @@ class HostBackend:
 
     def __init__(self, python: str) -> None:
         self.python = python
+        self._version: str | None = None
+
+    def python_version(self) -> str:
+        """The host Python's full version, as it says when run (e.g. 3.11.7): what the suites really ran on."""
+        if self._version is None:
+            outcome = call(
+                [self.python, "-c", "import platform; print(platform.python_version())"], timeout=120
+            )
+            if outcome.returncode != 0:
+                raise CellError(f"{self.python} could not be probed: {outcome.output.strip()[-300:]}")
+            self._version = outcome.output.strip().splitlines()[-1]
+        return self._version
 
     def installed_pins(self) -> dict[str, list[Requirement]]:
         """The installed sglang's own Requires-Dist (marker-filtered for this host), keyed by its version."""
@@ -88,8 +100,10 @@ class HostBackend:
         )
 
     def properties(self, cell: Cell) -> dict[str, str]:
-        del cell  # nothing beyond the components, which the runner records
-        return {}
+        """The Python the suites ran under (`host.python`: its full version, `host.python_path`); the cell's
+        python axis is a claim about it, like its component versions."""
+        del cell
+        return {"host.python": self.python_version(), "host.python_path": self.python}
 
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
         argv = pytest_argv(self.python, str(suite_dir), str(junit))

@@ -34,9 +34,11 @@ from .base import (
     DEFAULT_BASE,
     BaseImages,
     base_for,
+    check_base_python,
     cuda_image_version,
     hash_listing,
     is_base_path,
+    rootfs_pythons,
 )
 from .bundling import bundle
 from .commands import (
@@ -137,6 +139,7 @@ __all__ = [
     "base_for",
     "build_argv",
     "bundle",
+    "check_base_python",
     "context_digest",
     "context_wheels",
     "create_options",
@@ -152,6 +155,7 @@ __all__ = [
     "prune_images",
     "read_records",
     "requirement_line",
+    "rootfs_pythons",
     "run_as",
     "site_packages",
     "stage_wheels",

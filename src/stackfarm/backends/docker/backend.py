@@ -31,7 +31,7 @@ from ...files import write_atomic
 from ...plan import Cell, Component
 from ...proc import Outcome
 from .. import PATCHED_SGLANG, SUITE_OUT_ENV, Progress, pytest_argv
-from .base import DEFAULT_BASE, BaseImages, base_for
+from .base import DEFAULT_BASE, BaseImages, base_for, check_base_python
 from .commands import ContainerSpec, Mount
 from .common import (
     CACHE_TAG,
@@ -193,7 +193,9 @@ class DockerBackend:
         info = self.engine.check()
         installed = self._installed(cell, artifacts)
         progress("docker: base image")
-        base, base_id = self._base(base_for(self.base, cell.as_dict()))
+        wanted = base_for(self.base, cell.as_dict())
+        check_base_python(wanted, cell["python"])  # the image's Python is the cell's, or nothing is built
+        base, base_id = self._base(wanted)
         wheels = context_wheels(self._tools(cell["python"]), cell.as_dict(), artifacts)
         context = self._context(
             cell, artifacts=artifacts, installed=installed, wheels=wheels, workdir=workdir, progress=progress

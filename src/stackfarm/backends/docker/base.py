@@ -1,13 +1,19 @@
 """The base image a cell image is built FROM: a name in a registry, a tarball (`docker load`) or a root
 filesystem folder (`docker import`), for runners with and without a registry.
 
-`base_for` turns matrix.toml's [docker] base (a template with `{cuda}`) into the cell's base; `BaseImages`
-makes it exist in the engine, once per process, and says its content id (part of the cell image's input hash).
+`base_for` turns matrix.toml's [docker] base (a template with `{cuda}` and `{python}`: the cell's CUDA and python
+axis values) into the cell's base; `check_base_python` refuses, before any build, a rootfs base that lacks the
+cell's python and could not install it; `BaseImages` makes the base exist in the engine, once per process, and says
+its content id (part of the cell image's input hash). The image's Python is always the cell's (docker/Dockerfile's
+PYTHON build argument): a base without it gets it from apt (on Ubuntu, the deadsnakes PPA), or the build fails
+saying so.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
+import string
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,15 +52,80 @@ def cuda_image_version(cuda: str) -> str:
     return CUDA_IMAGE_VERSIONS[key]
 
 
+_PLACEHOLDERS = ("cuda", "python")
+_PYTHON_AXIS = re.compile(r"^\d+\.\d+$")
+
+
 def base_for(template: str, cell_values: Mapping[str, str]) -> str:
-    """The base for a cell: the template with `{cuda}` filled in (a tarball or rootfs path stays as is)."""
+    """The base for a cell: the template with `{cuda}` (the nvidia/cuda tag version of the cell's CUDA) and
+    `{python}` (the cell's python axis value, e.g. `python:{python}-slim-bookworm`) filled in; a tarball or
+    rootfs path stays as is."""
     if is_base_path(template):
         return template
+    wrong = DockerError(
+        f"[docker] base = {template!r}: the only placeholders allowed are {{cuda}} and {{python}}"
+    )
     try:
-        ref = template.format(cuda=cuda_image_version(cell_values["cuda"]))
+        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as exc:
+        raise wrong from exc
+    if not fields <= set(_PLACEHOLDERS):
+        raise wrong
+    values = {}
+    if "cuda" in fields:
+        values["cuda"] = cuda_image_version(cell_values.get("cuda", ""))
+    if "python" in fields:
+        python = cell_values.get("python", "")
+        if not _PYTHON_AXIS.fullmatch(python):
+            raise DockerError(f"[docker] base = {template!r}: python axis value {python!r} is not like 3.11")
+        values["python"] = python
+    try:
+        ref = template.format(**values)
     except (KeyError, IndexError, ValueError) as exc:
-        raise DockerError(f"[docker] base = {template!r}: the only placeholder allowed is {{cuda}}") from exc
+        raise wrong from exc
     return validate_image_ref(ref)
+
+
+def rootfs_pythons(rootfs: Path) -> list[str]:
+    """The `pythonX.Y` versions a root filesystem folder has in its bin folders."""
+    found = set()
+    for folder in ("usr/bin", "usr/local/bin", "bin"):
+        for exe in (rootfs / folder).glob("python3.*") if (rootfs / folder).is_dir() else ():
+            if m := re.fullmatch(r"python(\d+\.\d+)", exe.name):
+                found.add(m[1])
+    return sorted(found, key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+def _os_id(rootfs: Path) -> str:
+    for name in ("etc/os-release", "usr/lib/os-release"):
+        try:
+            text = (rootfs / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if m := re.search(r"^ID=\"?([^\"\n]*)", text, re.MULTILINE):
+            return m[1].strip().lower()
+    return ""
+
+
+def check_base_python(base: str, python: str) -> None:
+    """Refuse, before any build, a rootfs-folder base without python`python` that the Dockerfile could not
+    install it into: only Ubuntu gets another Python from apt (the deadsnakes PPA); a Debian rootfs (what
+    docker/make-base.sh makes) has the one python3 of its suite. Bases given by name or as a tarball are not
+    looked into here (that needs the engine): docker/Dockerfile fails their build naming the missing Python."""
+    if not is_base_path(base):
+        return
+    root = Path(base).expanduser()
+    if not root.is_dir():
+        return
+    have = rootfs_pythons(root)
+    if python in have or _os_id(root) == "ubuntu":
+        return
+    raise DockerError(
+        f"the base image {base} has no python{python} (it has {', '.join(f'python{v}' for v in have) or 'no python3'}"
+        f"), and the cell's python axis is {python}: the image's Python would not be the cell's\n  fix: a base "
+        f'with python{python} ([docker] base, e.g. "python:{{python}}-slim-bookworm", or docker/make-base.sh '
+        f"with a Debian suite whose python3 is {python}), or leave {python} out of [axes] python"
+    )
 
 
 def is_base_path(base: str) -> bool:
@@ -116,7 +187,9 @@ __all__ = [
     "DEFAULT_BASE",
     "BaseImages",
     "base_for",
+    "check_base_python",
     "cuda_image_version",
     "hash_listing",
     "is_base_path",
+    "rootfs_pythons",
 ]
