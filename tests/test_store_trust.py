@@ -270,17 +270,26 @@ def test_a_stored_status_edited_in_reports_is_named_and_the_cell_runs_again(
     assert len(fake_project.runs()) == 2
 
 
-def test_a_verdict_whose_inputs_do_not_hash_to_its_key_is_refused(fake_project: FakeProject) -> None:
+def test_a_verdict_whose_inputs_do_not_hash_to_its_key_is_refused(
+    fake_project: FakeProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An edited "inputs" (here: "this verdict was computed with a GPU") no longer hashes to the key it is
+    stored under: never reused, named; a suite of the inputs dropped from the verdict is named on every read."""
     fake_project.suite("00-ok", "pass")
     fake_project.write_matrix()
     assert fake_project.run() == ExitCode.OK
     path = verdict.path_of(fake_project.reports, CELL)
     record = json.loads(path.read_text())
-    record["inputs"]["gpu"] = True  # "this verdict was computed with a GPU"
+    record["inputs"]["gpu"] = True
     path.write_text(json.dumps(record))
-    with pytest.raises(ValueError, match=r"its inputs hash to .*, not to the key it is stored under"):
-        verdict.read(path)
-    record["inputs"]["gpu"] = False
+    stored = verdict.read(path)
+    why = verdict.reusable(stored, stored.input_hash)
+    assert why is not None
+    assert "not to the key it is stored under" in why
+    capsys.readouterr()
+    assert fake_project.run() == ExitCode.OK
+    assert len(fake_project.runs()) == 2, "run again, not reused"
+    record = json.loads(path.read_text())
     del record["report"]["suites"][0]
     path.write_text(json.dumps(record))
     with pytest.raises(ValueError, match="no result for suite"):

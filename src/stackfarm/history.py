@@ -175,7 +175,7 @@ def cell_run(folder: Path, report: CellReport, inputs: Mapping[str, Any] | None 
 def read_run(folder: Path, reports: Sequence[CellReport] | None = None, *, name: str | None = None) -> Run:
     """Read a reports/ folder through the verdict store. `reports` (the runner's list) replaces the stored
     verdicts when given."""
-    stored, problems = verdict.read_all(folder)
+    stored, problems = verdict.read_all(folder, shown=True)  # re-judged: a stored claim is never shown
     by_cell = {s.report.cell: s for s in stored}
     cells: dict[str, CellRun] = {}
     for report in reports if reports is not None else [s.report for s in stored]:

@@ -397,17 +397,23 @@ def parse(raw: bytes | str, where: Path) -> Stored:
 def read(path: Path) -> Stored:
     """One stored verdict, re-judged; raises ValueError (with the file named) when it cannot be used.
 
-    Nothing stored is believed: the key must be the hash of the inputs the record holds, and the status of a
-    cell that ran must be what the rule gives for the JUnit files beside it (see `rejudge`)."""
+    Nothing stored is believed: the status of a cell that ran must be what the rule gives for the JUnit files
+    beside it (`rejudge_problem`). Whether it may stand for a new run (its key recomputed from its inputs, its
+    JUnit files the ones it summarised) is `reusable`'s question."""
+    stored, problem = _read_judged(path)
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}")
+    return stored
+
+
+def _read_judged(path: Path) -> tuple[Stored, str | None]:
+    """The verdict re-judged from its JUnit files, and why its stored status cannot stand (None: it can)."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the verdict ({exc.strerror or exc})") from None
     stored = parse(raw, path)
-    problem = key_problem(stored) or rejudge_problem(stored)
-    if problem is not None:
-        raise ValueError(f"{path}: {problem}")
-    return replace(stored, report=rejudged(stored))
+    return replace(stored, report=rejudged(stored)), rejudge_problem(stored)
 
 
 def key_problem(stored: Stored) -> str | None:
@@ -449,10 +455,14 @@ def rejudged(stored: Stored) -> CellReport:
 
 
 def _kept_texts(stored: SuiteResult, fresh: SuiteResult) -> SuiteResult:
-    """The fresh result, with the stored explanation where both say the same (the runner's wording stays)."""
+    """The fresh counts and outcome, with what the record binds kept: the JUnit hash it was computed from (so
+    `reusable` still sees a file that changed), its time, and its explanation where both say the same."""
+    kept = replace(
+        fresh, sha256=stored.sha256 if stored.sha256 is not None else fresh.sha256, time=stored.time
+    )
     if fresh.outcome == stored.outcome and stored.first_failure:
-        return replace(fresh, first_failure=stored.first_failure)
-    return fresh
+        return replace(kept, first_failure=stored.first_failure)
+    return kept
 
 
 def rejudge_problem(stored: Stored) -> str | None:
@@ -481,31 +491,46 @@ def rejudge_problem(stored: Stored) -> str | None:
     return None
 
 
-def read_all(reports_dir: Path, *, judge: bool = True) -> tuple[list[Stored], list[str]]:
+def read_all(reports_dir: Path, *, judge: bool = True, shown: bool = False) -> tuple[list[Stored], list[str]]:
     """Every stored verdict under a reports folder, sorted by cell, and one line per file that is unusable.
 
-    `judge=False` gives the records as written, not re-judged: only for estimates (a cell's past duration
-    orders a fan-out), never for a verdict, a report or a gate."""
+    Each is re-judged (`read`): one whose stored status is not what its JUnit files give is left out, named.
+    `shown=True` (reports and histories people read) keeps it with the re-judged status instead, still named:
+    the truth is shown, never the stored claim. `judge=False` gives the records as written, not re-judged:
+    only for estimates (a cell's past duration orders a fan-out), never for a verdict, a report or a gate."""
     found: list[Stored] = []
     problems: list[str] = []
     for path in sorted(reports_dir.glob(f"*/{VERDICT}")):
         try:
-            found.append(read(path) if judge else parse(path.read_bytes(), path))
+            if not judge:
+                found.append(parse(path.read_bytes(), path))
+                continue
+            stored, problem = _read_judged(path)
         except (ValueError, OSError) as exc:
             problems.append(str(exc))
+            continue
+        if problem is not None:
+            problems.append(f"{path}: {problem}" + ("; shown as re-judged" if shown else "; left out"))
+            if not shown:
+                continue
+        found.append(stored)
     return sorted(found, key=lambda s: s.report.cell), problems
 
 
 def reusable(stored: Stored, input_hash: str) -> str | None:
     """None when a stored verdict may stand for a new run with these inputs, else why not.
 
-    Only a verdict of a cell that ran (passed, failed, incomplete) is reused, and only while every JUnit
-    file it summarises is on disk with the bytes it was computed from."""
+    Only a verdict of a cell that ran (passed, failed, incomplete) is reused, only when its inputs hash to its
+    key (`key_problem`), and only while every JUnit file it summarises is on disk with the bytes it was
+    computed from."""
     report = stored.report
     if stored.input_hash != input_hash:
         return "inputs changed"
     if not report.ran:
         return f"the last run ended in {report.status}"
+    wrong_key = key_problem(stored)
+    if wrong_key is not None:
+        return wrong_key
     for s in report.suites:
         xml = stored.path.parent / f"{s.suite}.xml"
         if s.sha256 is None:
