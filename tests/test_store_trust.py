@@ -338,3 +338,31 @@ def test_a_pytest_usage_error_is_a_harness_error_never_reused(fake_project: Fake
     assert fake_project.run() == ExitCode.CELLS_FAILED
     again = verdict.read(verdict.path_of(fake_project.reports, CELL)).report
     assert again.run_id != stored.report.run_id, "never reused: the second run asked pytest again"
+
+
+def test_a_runner_key_given_as_its_pem_text_signs_like_a_key_file(
+    fake_project: FakeProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    keys: dict[str, tuple[Path, Path]], capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A CI secret holds the key itself: STACKFARM_RUNNER_KEY may be the PEM text, which never touches a disk."""
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix()
+    store = tmp_path / "store"
+    as_runner(monkeypatch, None, [])
+    monkeypatch.setenv(storekeys.RUNNER_KEY_ENV, keys["a"][0].read_text())
+    assert fake_project.run("--store", str(store)) == ExitCode.OK
+    assert "verdict pushed" in capsys.readouterr().err
+    assert runner_b(fake_project, tmp_path, monkeypatch, keys, store) == (ExitCode.OK, "passed")
+    assert len(fake_project.runs()) == 1, "B trusted A's key and reused the entry"
+
+
+def test_a_runner_key_others_can_read_is_refused(
+    fake_project: FakeProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    keys: dict[str, tuple[Path, Path]], capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix()
+    keys["a"][0].chmod(0o644)
+    as_runner(monkeypatch, keys["a"][0], [])
+    assert fake_project.run("--store", str(tmp_path / "store")) == ExitCode.CONFIG
+    assert "chmod 600" in capsys.readouterr().err

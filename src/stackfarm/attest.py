@@ -274,6 +274,22 @@ def load_signing_key(path: Path | None = None) -> SigningKey:
             )
         path = Path(env).expanduser()
     data, mode = _read_private(path, f"--key / {SIGNING_KEY_ENV}")
+    key = _private_key(data, path)
+    exposed = _exposed(path, mode)
+    if exposed is not None:
+        raise exposed
+    return SigningKey(private=key, key_id=key_id(key.public_key()), path=path)
+
+
+def signing_key_from_text(text: str, where: str) -> SigningKey:
+    """A private key given as its PEM (or OpenSSH) text, e.g. a CI secret in an environment variable named
+    `where` (which stands for the key's path in messages): it never touches a disk."""
+    origin = Path(where)
+    key = _private_key(text.encode("utf-8"), origin)
+    return SigningKey(private=key, key_id=key_id(key.public_key()), path=origin)
+
+
+def _private_key(data: bytes, path: Path) -> Ed25519PrivateKey:
     try:
         if b"OPENSSH PRIVATE KEY" in data:
             key: object = serialization.load_ssh_private_key(data, password=None)
@@ -287,10 +303,7 @@ def load_signing_key(path: Path | None = None) -> SigningKey:
         raise ConfigError(path, f"not a PEM private key ({exc})", fix=_KEYGEN_HINT) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise ConfigError(path, f"a {type(key).__name__}, not an Ed25519 private key", fix=_KEYGEN_HINT)
-    exposed = _exposed(path, mode)
-    if exposed is not None:
-        raise exposed
-    return SigningKey(private=key, key_id=key_id(key.public_key()), path=path)
+    return key
 
 
 def _public(path: Path, data: bytes) -> TrustedKey:
@@ -353,6 +366,7 @@ __all__ = [
     "open_envelope",
     "pae",
     "sign",
+    "signing_key_from_text",
     "statement",
     "unverified_payload",
 ]

@@ -11,7 +11,8 @@ refused, named, and counts as missing.
 
 Keys, by path (PEM or OpenSSH; `stackfarm qualify --keygen DIR` makes a pair):
 
-- the runner's private key: ``$STACKFARM_RUNNER_KEY`` (a run that pushes needs one);
+- the runner's private key: ``$STACKFARM_RUNNER_KEY``, a path or the PEM text itself (a CI secret; a run that
+  pushes needs one);
 - the trusted runner public keys: ``$STACKFARM_TRUSTED_RUNNER_KEYS`` (files or folders, separated by
   ``os.pathsep``), plus the public half of the runner's own key (a runner trusts what it signed itself).
 """
@@ -69,9 +70,11 @@ def _paths(env: str) -> list[Path]:
 def load(extra_trusted: Sequence[Path] = ()) -> StoreKeys:
     """The keys from the environment (and `extra_trusted` public keys); ConfigError naming a bad key file."""
     signer = None
-    key_path = os.environ.get(RUNNER_KEY_ENV, "").strip()
-    if key_path:
-        signer = attest.load_signing_key(Path(key_path).expanduser())
+    given = os.environ.get(RUNNER_KEY_ENV, "").strip()
+    if "PRIVATE KEY-----" in given:  # the key itself (a CI secret), not a path
+        signer = attest.signing_key_from_text(given, f"${RUNNER_KEY_ENV}")
+    elif given:
+        signer = attest.load_signing_key(Path(given).expanduser())
     trusted: list[TrustedKey] = []
     paths = [*_paths(TRUSTED_RUNNER_KEYS_ENV), *extra_trusted]
     if paths:
