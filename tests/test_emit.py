@@ -413,6 +413,15 @@ def test_every_worker_pushes_to_the_store_the_plan_looked_in(plan300: dict[str, 
     assert '${STORE:+--store "${STORE}"}' in CELLS_YML.read_text()
     plain = [s for part in buildkite.pipelines(plan300) for g in part["steps"] for s in g.get("steps", [])]
     assert not any("--store" in s.get("command", "") for s in plain)
+    # Each worker signs what it pushes: the runner key reaches it from a secret, never from the document.
+    assert all(j["secrets"] == {"STACKFARM_RUNNER_KEY": "${{ secrets.STACKFARM_RUNNER_KEY }}"} for j in calls)
+    assert "STACKFARM_RUNNER_KEY: ${{ secrets.STACKFARM_RUNNER_KEY }}" in CELLS_YML.read_text()
+    for job in jobs:
+        env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["STACKFARM_RUNNER_KEY"]["valueFrom"] == {
+            "secretKeyRef": {"name": "stackfarm-runner-key", "key": "key.pem"}
+        }
+    assert not any("secrets" in j for j in gha.workflow(plan300)["jobs"].values()), "no store: no key"
 
 
 def test_stored_cells_and_conflicts_still_reach_the_gate(plan300: dict[str, Any], tmp_path: Path) -> None:

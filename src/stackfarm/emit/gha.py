@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import storekeys
 from . import CellDoc, check_chunk, chunks, conflict_lines, merge_command, pending, store_of
 
 #: Jobs one matrix may start (docs.github.com: Actions limits).
@@ -27,6 +28,8 @@ DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
 UPLOAD = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02"
 
 _READ = {"contents": "read"}
+#: The secret (and environment variable) holding the runner's signing key.
+RUNNER_KEY = storekeys.RUNNER_KEY_ENV
 
 
 def entry(cell: CellDoc) -> dict[str, Any]:
@@ -93,6 +96,8 @@ def workflow(
                 "cells": json.dumps([entry(c) for c in part], separators=(",", ":")),
                 "store": store_of(doc) or "",
             },
+            # What a worker pushes is signed with the runner key (stackfarm.storekeys), a repository secret.
+            **({"secrets": {RUNNER_KEY: f"${{{{ secrets.{RUNNER_KEY} }}}}"}} if store_of(doc) else {}),
         }
     conflicts = conflict_lines(doc)
     if conflicts:  # cells no job runs: the workflow says they are not green (a `run` exits 1 for them)

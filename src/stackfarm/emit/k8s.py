@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import storekeys
 from . import CellDoc, EmitError, chunks, pending, store_of
 
 #: What a ConfigMap may hold (etcd's object limit).
@@ -81,6 +82,8 @@ def _job(name: str, kind: str, cells: Sequence[CellDoc], *, image: str, parallel
                 },
             },
             {"name": "STACKFARM_RUNNER_KIND", "value": kind},
+            # What a pod pushes is signed with the runner key (stackfarm.storekeys), from a Secret.
+            *([_runner_key()] if store else []),
         ],
         "volumeMounts": [
             {"name": "plan", "mountPath": "/plan", "readOnly": True},
@@ -114,6 +117,16 @@ def _job(name: str, kind: str, cells: Sequence[CellDoc], *, image: str, parallel
             "template": {"metadata": {"labels": labels}, "spec": pod},
         },
     }
+
+
+#: The Secret holding the runner's signing key: `kubectl create secret generic stackfarm-runner-key
+#: --from-file=key.pem=PATH`.
+RUNNER_KEY_SECRET = ("stackfarm-runner-key", "key.pem")
+
+
+def _runner_key() -> dict[str, Any]:
+    name, key = RUNNER_KEY_SECRET
+    return {"name": storekeys.RUNNER_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}}
 
 
 def manifests(
