@@ -1,4 +1,6 @@
-"""Shared fixtures for every suite: the cell under test, described by the file $STACKFARM_CELL."""
+"""Shared fixtures for every suite: the cell under test, described by the file $STACKFARM_CELL; and the hook
+that marks a testcase skipped by ``suitekit.not_applicable(NA.<class>, text)`` in the JUnit file (the only
+way a skip counts as "does not apply to this cell")."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import os
 import pytest
 
 from stackfarm.cellspec import CellSpec, load
+from stackfarm.suitekit import pytest_runtest_makereport  # noqa: F401  # a hook: pytest finds it here
 
 
 @pytest.fixture(scope="session")

@@ -226,9 +226,10 @@ SUITES: dict[str, str] = {
         def test_needs_a_gpu():
             pytest.skip("needs GPU: the fake stack has none")
     """,
-    # A testcase that has no question for this cell: suitekit's "n/a: " skip, which does not count.
+    # A testcase that has no question for this cell: suitekit.not_applicable with a reason class, which does
+    # not count.
     "not-applicable": """
-        from stackfarm.suitekit import not_applicable
+        from stackfarm.suitekit import NA, not_applicable
 
 
         def test_passes(cell):
@@ -236,7 +237,40 @@ SUITES: dict[str, str] = {
 
 
         def test_does_not_apply():
-            not_applicable("the fake cell has no such component")
+            not_applicable(NA.COMPONENT_ABSENT, "the fake cell has no such component")
+    """,
+    # Claims "does not apply" without earning it: a bare "n/a: " skip text, and a suite recording the mark
+    # itself. Both are unanswered: the cell stays incomplete.
+    "claims-na": """
+        import pytest
+
+
+        def test_passes(cell):
+            assert cell.values["sglang"], "the cell names its sglang"
+
+
+        def test_says_na():
+            pytest.skip("n/a: whatever")
+
+
+        def test_forges_the_mark(record_property):
+            record_property("stackfarm.not_applicable", "component-absent")
+            pytest.skip("n/a: forged")
+    """,
+    # Asks a 2-GPU question on a machine that reports FAKESTACK_GPUS GPUs (0 unless set): n/a only where the
+    # cell's [runners.<kind>] has fewer GPUs and this machine is that kind.
+    "two-gpus": """
+        import os
+
+        from stackfarm.suitekit import need_gpus
+
+
+        def test_passes(cell):
+            assert cell.values["sglang"], "the cell names its sglang"
+
+
+        def test_two_gpus(cell):
+            need_gpus(cell, 2, int(os.environ.get("FAKESTACK_GPUS", "0")), "tensor parallelism")
     """,
     # Collects nothing: pytest exits 5.
     "empty": """

@@ -475,6 +475,79 @@ def test_ctrl_c_is_interrupted_and_keeps_no_half_verdict(fake_project: FakeProje
     assert ran(fake_project) == ["00-slow", "00-slow"]
 
 
+# --------------------------------------------------------------------------- n/a is earned
+
+
+def _suite_result(project: FakeProject, suite: str, cell: str = CELL) -> verdict.SuiteResult:
+    stored = verdict.read(verdict.path_of(project.reports, cell))
+    return next(s for s in stored.report.suites if s.suite == suite)
+
+
+def test_a_skip_that_only_says_n_a_leaves_the_cell_incomplete(fake_project: FakeProject) -> None:
+    """`pytest.skip("n/a: ...")`, or a suite recording the stackfarm.not_applicable property itself, is not
+    suitekit.not_applicable with a reason class: both are unanswered questions, and the cell's reason says so."""
+    fake_project.suite("00-ok", "pass")
+    fake_project.suite("10-claims", "claims-na")
+    fake_project.write_matrix()
+    assert fake_project.run() == ExitCode.INCOMPLETE
+    stored = verdict.read(verdict.path_of(fake_project.reports, CELL)).report
+    assert str(stored.status) == "incomplete"
+    result = _suite_result(fake_project, "10-claims")
+    assert (result.outcome, result.skipped, result.not_applicable) == ("incomplete", 2, 0)
+    assert stored.reason == (
+        "10-claims: test_says_na: n/a: whatever "
+        "(says n/a, but not through suitekit.not_applicable with a reason class: unanswered)"
+    )
+
+
+def test_a_not_applicable_skip_is_marked_with_its_class(fake_project: FakeProject) -> None:
+    fake_project.suite("10-partly-na", "not-applicable")
+    fake_project.write_matrix()
+    assert fake_project.run() == ExitCode.OK
+    result = _suite_result(fake_project, "10-partly-na")
+    assert (result.outcome, result.skipped, result.not_applicable) == ("passed", 0, 1)
+    (per_suite,) = (fake_project.reports / CELL).glob("10-partly-na*.xml")
+    case = next(
+        c for c in ET.parse(per_suite).getroot().iter("testcase") if c.get("name") == "test_does_not_apply"
+    )
+    assert [(p.get("name"), p.get("value")) for p in case.iter("property")] == [
+        ("stackfarm.not_applicable", "component-absent")
+    ]
+
+
+_CPU_BOX = """
+[runners.cpu-box]
+labels = ["self-hosted", "linux", "x64"]
+gpus = 1
+cells = ["*"]
+"""
+
+
+def test_a_machine_that_is_not_the_runner_kind_leaves_a_gpu_question_unanswered(
+    fake_project: FakeProject,
+) -> None:
+    """[runners.cpu-box] gpus = 1, the fake machine has 0 GPUs: a 2-GPU question is not "does not apply"
+    (this machine is not the kind the cell is routed to), it is unanswered."""
+    fake_project.suite("10-tp", "two-gpus")
+    fake_project.write_matrix(extra=_CPU_BOX)
+    assert fake_project.run() == ExitCode.INCOMPLETE
+    result = _suite_result(fake_project, "10-tp")
+    assert (result.outcome, result.skipped, result.not_applicable) == ("incomplete", 1, 0)
+    assert "this machine (0 GPU(s)) is not that kind" in (result.first_failure or "")
+    assert "[runners.cpu-box] has 1 GPU(s)" in (result.first_failure or "")
+
+
+def test_a_machine_of_the_runner_kind_is_not_asked_a_question_it_lacks_gpus_for(
+    fake_project: FakeProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_project.suite("10-tp", "two-gpus")
+    fake_project.write_matrix(extra=_CPU_BOX)
+    monkeypatch.setenv("FAKESTACK_GPUS", "1")  # what the suite detects: the kind's count
+    assert fake_project.run() == ExitCode.OK
+    result = _suite_result(fake_project, "10-tp")
+    assert (result.outcome, result.skipped, result.not_applicable) == ("passed", 0, 1)
+
+
 # --------------------------------------------------------------------------- the python axis (local backend)
 # The local backend runs a cell's suites under the cell's own Python (stackfarm.interpreters).
 

@@ -8,11 +8,18 @@ name, tests, failures, errors, skipped, time, timestamp and hostname, each testc
 no attribute the schema lacks (no ``skipped`` on <testsuites>, no ``file``/``line`` on a testcase: a
 location goes into the failure message as ``path:line: ...``, see `with_location`).
 
+A skipped testcase counts as "does not apply to this cell" (`Counts.not_applicable`) only when it carries the
+testcase property `NA_PROPERTY` with a value of `NA`: the hook of `stackfarm.suitekit` (loaded by
+suites/conftest.py) writes it, and only for a skip raised by ``suitekit.not_applicable(NA.<class>, text)``. pytest
+writes testcase properties into its per-suite files (xunit2 as well: the family lacks them, pytest writes them
+anyway, and those files are what `count` reads). A skip whose text merely starts ``n/a: `` is an unanswered one.
+
 What the counts *mean* (passed, incomplete, ...) is not decided here: stackfarm.verdict owns that rule.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import io
 import re
@@ -27,8 +34,42 @@ from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Skipped, TestCa
 
 from .files import write_bytes_atomic
 
-#: The prefix of a skip message that means "this testcase does not apply to this cell" (suitekit.not_applicable).
+#: How suitekit.not_applicable's skip message starts. Only a reader's hint: the text alone never makes a skip
+#: "does not apply" (see `NA_PROPERTY`).
 NOT_APPLICABLE = "n/a: "
+#: The testcase property that marks a skip "does not apply to this cell"; its value is one of `NA`.
+NA_PROPERTY = "stackfarm.not_applicable"
+
+
+class NA(str, enum.Enum):
+    """Why a testcase has no question to answer for this cell: the reason classes of suitekit.not_applicable."""
+
+    #: The cell has no such component (no flashinfer, no sglang, ...): nothing of it to check.
+    COMPONENT_ABSENT = "component-absent"
+    #: The component's release does not have the feature, module or gate the testcase is about (and what the
+    #: testcase would check is decided elsewhere in that release).
+    FEATURE_ABSENT = "feature-absent"
+    #: The component is not built for this arch, by design (a flashinfer cubin family ships for the GPUs it
+    #: targets only): no code of it is ever loaded there.
+    ARCH_NOT_TARGETED = "arch-not-targeted"
+    #: The cell's runner kind ([runners.<kind>] gpus) has fewer GPUs than the testcase needs, and this machine
+    #: is that kind: no run of this cell is asked the question.
+    RUNNER_GPUS = "runner-gpus"
+    #: The matrix does not ask the question: the suite's settings leave it unset (no baseline to compare with,
+    #: no planted acceptance, no bench tool).
+    NOT_CONFIGURED = "not-configured"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def na_class(value: object) -> NA | None:
+    """The reason class `value` names, None when it names none."""
+    try:
+        return NA(value)
+    except ValueError:
+        return None
+
 
 # junitparser ships py.typed but leaves most methods and its attribute descriptors unannotated.
 
@@ -243,7 +284,7 @@ class Counts:
     errors: int
     #: Skipped testcases that still owed an answer (no GPU, undecidable, gated, ...).
     skipped: int
-    #: Skipped testcases whose message says they do not apply to this cell (suitekit.not_applicable).
+    #: Skipped testcases marked as not applying to this cell (`NA_PROPERTY` of a known `NA` class).
     not_applicable: int
     time: float
     #: "testname: first line of the message" of the first failure or error, else None.
@@ -252,6 +293,27 @@ class Counts:
     first_skip: str | None
     #: sha256 of the file's bytes: a verdict binds the exact report it summarises.
     sha256: str
+
+
+def na_mark(case: TestCase) -> str | None:
+    """The value of the testcase's `NA_PROPERTY` (the last one), None when it has none."""
+    elem: Any = case._elem
+    found = [
+        p.get("value") for props in elem.findall("properties") for p in props if p.get("name") == NA_PROPERTY
+    ]
+    return str(found[-1] or "") if found else None
+
+
+def unearned(mark: str | None, skip: Skipped) -> str:
+    """What to add to an unanswered skip's explanation when it claims "does not apply" without earning it."""
+    if mark is not None:
+        return (
+            f" (marked {NA_PROPERTY}={mark!r}, not a reason class of suitekit.NA "
+            f"({', '.join(c.value for c in NA)}): unanswered)"
+        )
+    if first_line(skip).startswith(NOT_APPLICABLE.strip()):
+        return " (says n/a, but not through suitekit.not_applicable with a reason class: unanswered)"
+    return ""
 
 
 def count(path: Path) -> Counts:
@@ -276,11 +338,12 @@ def count(path: Path) -> Counts:
             skips = [r for r in found if isinstance(r, Skipped)]
             if not skips:
                 continue
-            if first_line(skips[0]).startswith(NOT_APPLICABLE.strip()):
+            mark = na_mark(case)
+            if na_class(mark) is not None:
                 na += 1
             else:
                 skipped += 1
-                first_skip = first_skip or message(case, skips[0])
+                first_skip = first_skip or message(case, skips[0]) + unearned(mark, skips[0])
     return Counts(
         tests=tests, failures=failures, errors=errors, skipped=skipped, not_applicable=na,
         time=round(time, 3), first_failure=first, first_skip=first_skip,
@@ -290,6 +353,8 @@ def count(path: Path) -> Counts:
 
 __all__ = [
     "ALLOWED",
+    "NA",
+    "NA_PROPERTY",
     "NOT_APPLICABLE",
     "REQUIRED",
     "UNREADABLE",
@@ -301,9 +366,12 @@ __all__ = [
     "load",
     "location",
     "message",
+    "na_class",
+    "na_mark",
     "now",
     "one_case",
     "results",
+    "unearned",
     "with_location",
     "write_skipped_suite",
     "write_steps",
