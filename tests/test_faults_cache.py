@@ -653,6 +653,7 @@ def test_cache_prune_keeps_what_the_last_runs_used(
         data = json.loads(run.read_text())
         data["time"] = 1000.0 + n  # run0 is the oldest
         run.write_text(json.dumps(data))
+    cache.close()  # the three runs have finished: their leases are given back (a live run's are kept)
     for area in ("blobs/sha256", "trees", "cells"):
         for entry in (fake_project.cache / area).iterdir():
             _aged(entry)

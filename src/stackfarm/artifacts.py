@@ -20,13 +20,14 @@ import re
 import threading
 import urllib.error
 import urllib.request
+import weakref
 import zipfile
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from email.parser import BytesParser
 from pathlib import Path, PurePosixPath
-from typing import TypeVar
+from typing import IO, TypeVar
 from urllib.parse import urlparse
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
@@ -331,6 +332,11 @@ class Cache:
         self._metadata: dict[str, email.message.Message] = {}
         self._trees_ok: set[Path] = set()  # trees whose files were all seen once in this process
         self._locks = cachekeep.Locks(self.root)
+        # The leases of the runs this Cache recorded (cachekeep.take_lease), held until close() or until the
+        # Cache is collected; a process that ends gives them back too.
+        self._leases: dict[str, IO[bytes]] = {}
+        self._leases_guard = threading.Lock()
+        self._release = weakref.finalize(self, _close_leases, self._leases, self._leases_guard)
 
     #: The cache's folders and what each holds (`stackfarm cache info` lists them in this order).
     AREAS = (
@@ -387,8 +393,28 @@ class Cache:
 
     def record_use(self, run_id: str, paths: Iterable[Path]) -> Path:
         """Add the cache entries ``paths`` lie in (blobs, trees, cells work dirs) to ``runs/<run_id>.json``;
-        call it as often as wanted (once per cell), `stackfarm cache prune --keep-runs N` keeps their union."""
-        return cachekeep.record_use(self.root, run_id, paths)
+        call it as often as wanted (once per cell), `stackfarm cache prune --keep-runs N` keeps their union.
+
+        The first call for a run id takes the run's lease (cachekeep.take_lease) and holds it until ``close()``
+        (or until this Cache is collected, or the process ends): while it is held, `cache prune` and
+        `cache verify --repair` in any process keep everything the run recorded, whatever --keep-runs says."""
+        return cachekeep.record_use(self.root, run_id, paths, lease=self._lease)
+
+    def _lease(self, run_id: str) -> None:
+        with self._leases_guard:
+            if run_id not in self._leases:
+                self._leases[run_id] = cachekeep.take_lease(self.root, run_id)
+
+    def close(self) -> None:
+        """Give back the leases of the runs this Cache recorded: they count as finished (prunable) from now on.
+        The Cache stays usable; a later record_use takes a lease again."""
+        _close_leases(self._leases, self._leases_guard)
+
+    def __enter__(self) -> Cache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _locked(self, key: str) -> contextlib.AbstractContextManager[None]:
         # flock locks belong to an open file description, so this excludes threads and processes.
@@ -635,6 +661,17 @@ class Cache:
             raise ShaMismatchError(text, artifact=artifact, actual=actual)
         write_bytes_atomic(path, raw)
         return raw
+
+
+def _close_leases(leases: dict[str, IO[bytes]], guard: threading.Lock) -> None:
+    """Close every lease file: the flock goes with the last open copy of it (never LOCK_UN: a forked child's
+    copy must not give back its parent's lease)."""
+    with guard:
+        files = list(leases.values())
+        leases.clear()
+    for fh in files:
+        with contextlib.suppress(OSError):
+            fh.close()
 
 
 def _get(url: str, timeout: float) -> bytes:

@@ -6,7 +6,12 @@ holds a manifest (every file's size and sha256) written while it was unpacked: `
 (older trees: against the wheel's RECORD), and a cheap look (every file there, with its size) runs before a
 process first hands a tree out. Removing a tree makes its folders writable again first.
 
-Runs record what they used (``runs/<run_id>.json``); ``prune`` keeps what the last N runs used.
+Runs record what they used (``runs/<run_id>.json``); ``prune`` keeps what the last N runs used. A run that is
+still going holds a lease on its record (a shared flock on ``locks/leases/<run>.lease``, taken by its first
+``record_use`` and held until its process exits or its Cache is closed): ``prune`` and ``verify --repair`` keep
+everything a leased run recorded, whatever ``--keep-runs`` says, skip any entry whose lock a run holds (a work
+dir being built, a download, an unpack), and say so. Both hold the cache's maintenance lock (exclusive) while
+they decide and remove; ``record_use`` holds it shared, so a run that starts meanwhile waits for them to end.
 """
 
 from __future__ import annotations
@@ -27,9 +32,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from .errors import ArtifactError, EnvironmentProblem
 
@@ -46,7 +51,10 @@ LOCK_TIMEOUT = float(os.environ.get("STACKFARM_LOCK_TIMEOUT", "300"))
 RECENT = 600.0
 _CHUNK = 1 << 20
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _AREAS = ("blobs", "trees", "lazy", "cells", "tmp")
+#: The lock prune and verify --repair hold exclusively, and record_use shared (under ``locks/``).
+MAINTENANCE = "maintenance.lock"
 
 
 def sha256_file(path: Path) -> str:
@@ -192,13 +200,46 @@ def tree_problems(tree: Path) -> list[str]:
 class Damage:
     path: Path
     problems: tuple[str, ...]
+    #: Why ``repair`` left it in place ("of live run <id>", "whose lock a running stackfarm holds"); "" when
+    #: it was removed (or when nothing was repaired).
+    kept: str = ""
 
 
 def verify(
     root: Path, *, repair: bool = False, progress: Callable[[str], None] | None = None
 ) -> list[Damage]:
     """Every blob against its sha256, every tree against its manifest, every index answer readable.
-    ``repair`` removes what is damaged (the next run fetches or unpacks it again)."""
+    ``repair`` removes what is damaged (the next run fetches or unpacks it again), except what a live run
+    recorded or a run holds the lock of: those come back with ``kept`` saying why."""
+    found = _damage(root, progress)
+    if not repair or not found:
+        return found
+    out = []
+    with flocked(root / "locks" / MAINTENANCE):  # a run starting now waits: nothing it records is removed
+        live = _live_entries(root)
+        for entry in found:
+            rel = entry_of(root, entry.path) or _relative(root, entry.path)
+            owner = next((run_id for run_id, used in live if rel in used), None)
+            if owner is not None:
+                out.append(replace(entry, kept=f"of live run {owner}"))
+                continue
+            with _holding(_locks_of(root, entry.path)) as free:
+                if not free:
+                    out.append(replace(entry, kept="whose lock a running stackfarm holds"))
+                    continue
+                remove_tree(entry.path)
+            out.append(entry)
+    return out
+
+
+def _relative(root: Path, path: Path) -> str:
+    try:
+        return path.absolute().relative_to(root.absolute()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _damage(root: Path, progress: Callable[[str], None] | None) -> list[Damage]:
     found: list[Damage] = []
     blobs = root / "blobs" / "sha256"
     for blob in sorted(blobs.iterdir()) if blobs.is_dir() else ():
@@ -223,9 +264,6 @@ def verify(
             json.loads(answer.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             found.append(Damage(answer, (f"an unreadable index answer: {exc}",)))
-    if repair:
-        for entry in found:
-            remove_tree(entry.path)
     return found
 
 
@@ -252,22 +290,106 @@ def _run_file(root: Path, run_id: str) -> Path:
 
 
 @contextlib.contextmanager
-def flocked(path: Path) -> Iterator[None]:
-    """Hold an flock on `path` (made if absent): it excludes threads and processes alike."""
+def flocked(path: Path, *, shared: bool = False) -> Iterator[None]:
+    """Hold an flock on `path` (made if absent): it excludes threads and processes alike (``shared``: only
+    those that want it exclusively)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "ab") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        fcntl.flock(fh, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def record_use(root: Path, run_id: str, paths: Iterable[Path]) -> Path:
-    """Add ``paths`` (blobs, trees, cell work dirs; anything inside them) to ``runs/<run_id>.json``."""
+def lease_path(root: Path, run_id: str) -> Path:
+    """The lease file of a run: a run holds a shared flock on it while it is going."""
+    return root / "locks" / "leases" / f"{_run_file(root, run_id).stem}.lease"
+
+
+def take_lease(root: Path, run_id: str) -> IO[bytes]:
+    """Hold ``run_id``'s lease (a shared flock, so several processes of one run may hold it) for as long as the
+    returned file stays open; closing it, or the process ending, gives it back. Not inherited by children that
+    exec (Python opens files non-inheritable): a suite's pytest holds no lease of its own."""
+    path = lease_path(root, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "ab")  # noqa: SIM115 - held open on purpose: the lease lasts as long as the file is open
+    try:
+        fcntl.flock(fh, fcntl.LOCK_SH)
+    except BaseException:
+        fh.close()
+        raise
+    return fh
+
+
+def _held(path: Path) -> bool:
+    """Whether another open file (of this or another process) holds an flock on ``path``; absent: no."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return False
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                return True
+            raise
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    return False
+
+
+@contextlib.contextmanager
+def _holding(paths: Iterable[Path]) -> Iterator[bool]:
+    """Hold every existing lock file of ``paths`` exclusively, without waiting; yields False (holding none)
+    when a run holds one of them. A lock file that does not exist is held by nobody."""
+    with contextlib.ExitStack() as stack:
+        for path in paths:
+            try:
+                fh = stack.enter_context(open(path, "rb"))
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EACCES):
+                    yield False
+                    return
+                raise
+            stack.callback(fcntl.flock, fh, fcntl.LOCK_UN)
+        yield True
+
+
+def _locks_of(root: Path, path: Path) -> list[Path]:
+    """The lock files a run holds while it writes or uses ``path``: Cache.lock's (a cell's work dir), and the
+    download / unpack / lazy-tree locks of a blob or tree."""
+    found = [Locks(root).path_for(path)]
+    name = path.name.removesuffix(".whl")
+    area = entry_of(root, path) or ""
+    if _SHA256.fullmatch(name):
+        if area.startswith("blobs/"):
+            found.append(root / "locks" / f"{name}.lock")
+        elif area.startswith("trees/"):
+            found.append(root / "locks" / f"{name}.unpack.lock")
+        elif area.startswith("lazy/"):
+            found.append(root / "locks" / f"{name}.lazy.lock")
+    return found
+
+
+def record_use(
+    root: Path, run_id: str, paths: Iterable[Path], *, lease: Callable[[str], object] | None = None
+) -> Path:
+    """Add ``paths`` (blobs, trees, cell work dirs; anything inside them) to ``runs/<run_id>.json``.
+    ``lease(run_id)`` is called first (Cache.record_use takes the run's lease there), under the maintenance
+    lock: a prune or repair going on finishes before anything is recorded, and sees the run as live after."""
     target = _run_file(root, run_id)
     entries = {e for p in paths if (e := entry_of(root, Path(p))) is not None}
-    with flocked(root / "locks" / f"run-{target.stem}.lock"):
+    with (
+        flocked(root / "locks" / MAINTENANCE, shared=True),
+        flocked(root / "locks" / f"run-{target.stem}.lock"),
+    ):
+        if lease is not None:
+            lease(run_id)
         try:
             old = json.loads(target.read_text(encoding="utf-8"))
             started = float(old["time"])
@@ -284,34 +406,42 @@ def record_use(root: Path, run_id: str, paths: Iterable[Path]) -> Path:
     return target
 
 
-def _runs(root: Path) -> list[tuple[float, Path, set[str]]]:
-    """(started, file, entries) of every recorded run, newest first; unreadable records count as oldest."""
+@dataclass(frozen=True)
+class _Run:
+    started: float
+    path: Path
+    entries: set[str]
+    run_id: str
+
+
+def _runs(root: Path) -> list[_Run]:
+    """Every recorded run, newest first; unreadable records count as oldest."""
     out = []
     for path in (root / "runs").glob("*.json") if (root / "runs").is_dir() else ():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            out.append((float(data["time"]), path, {str(p) for p in data["paths"]}))
-        except (OSError, ValueError, KeyError, TypeError):
-            out.append((0.0, path, set()))
-    return sorted(out, key=lambda r: r[0], reverse=True)
+            entries = {str(p) for p in data["paths"]}
+            out.append(_Run(float(data["time"]), path, entries, str(data.get("run_id") or path.stem)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            out.append(_Run(0.0, path, set(), path.stem))
+    return sorted(out, key=lambda r: r.started, reverse=True)
+
+
+def _live(root: Path, run: _Run) -> bool:
+    """Whether the run is still going: some process holds its lease."""
+    return _held(root / "locks" / "leases" / f"{run.path.stem}.lease")
+
+
+def _live_entries(root: Path) -> list[tuple[str, set[str]]]:
+    """(run id, entries it recorded) of every live run, newest first."""
+    return [(run.run_id, run.entries) for run in _runs(root) if _live(root, run)]
 
 
 def _busy(root: Path, entry: Path) -> bool:
     """Whether a download or unpack holds this tmp/ entry right now (artifacts.Cache's per-sha locks)."""
     name = entry.name
     key = name.removesuffix(".part") if name.endswith(".part") else name.split(".unpack-")[0] + ".unpack"
-    lock = root / "locks" / f"{key}.lock"
-    if not lock.is_file():
-        return False
-    with open(lock, "ab") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EAGAIN, errno.EACCES):
-                return True
-            raise
-        fcntl.flock(fh, fcntl.LOCK_UN)
-    return False
+    return _held(root / "locks" / f"{key}.lock")
 
 
 @dataclass(frozen=True)
@@ -320,6 +450,10 @@ class Pruned:
     freed: int
     kept_runs: tuple[str, ...]
     note: str = ""
+    #: (run id, how many of its entries are in the cache) of every live run: all of them were kept.
+    live: tuple[tuple[str, int], ...] = ()
+    #: Entries that would have gone but a run holds their lock (a work dir being built, a download): kept.
+    busy: tuple[Path, ...] = ()
 
 
 def _size(path: Path) -> int:
@@ -329,12 +463,21 @@ def _size(path: Path) -> int:
 
 
 def prune(root: Path, *, keep_runs: int, dry_run: bool = False) -> Pruned:
-    """Remove the blobs, trees, lazy trees, cells and tmp/ entries none of the last ``keep_runs`` runs used."""
+    """Remove the blobs, trees, lazy trees, cells and tmp/ entries none of the last ``keep_runs`` runs used,
+    nor any live run (one whose lease is held), nor any whose lock a run holds."""
+    if not (root / "runs").is_dir() or not any((root / "runs").glob("*.json")):
+        return Pruned((), 0, (), note="no run has recorded what it used yet: nothing removed")
+    with flocked(root / "locks" / MAINTENANCE):  # a run starting now waits in record_use until this is done
+        return _prune(root, keep_runs=keep_runs, dry_run=dry_run)
+
+
+def _prune(root: Path, *, keep_runs: int, dry_run: bool) -> Pruned:
     runs = _runs(root)
     if not runs:
         return Pruned((), 0, (), note="no run has recorded what it used yet: nothing removed")
     kept, dropped = runs[:keep_runs], runs[keep_runs:]
-    keep = set().union(*(entries for _t, _p, entries in kept))
+    live = [run for run in runs if _live(root, run)]
+    keep = set().union(*(run.entries for run in [*kept, *live]))
     # A lazy tree (stackfarm.lazytree) stands for the wheel of the same sha256: runs record its blob and tree.
     keep |= {f"lazy/{Path(e).name.removesuffix('.whl')}" for e in keep if e.startswith(("blobs/", "trees/"))}
     now = time.time()
@@ -347,15 +490,41 @@ def prune(root: Path, *, keep_runs: int, dry_run: bool = False) -> Pruned:
                     doomed.append(entry)
             elif entry_of(root, entry) not in keep and now - entry.lstat().st_mtime > RECENT:
                 doomed.append(entry)
+    removed: list[Path] = []
+    busy: list[Path] = []
     freed = 0
     for entry in doomed:
-        freed += _size(entry)
-        if not dry_run:
-            remove_tree(entry)
+        # Its locks are held while it goes: a run that wants it meanwhile waits, then makes it again.
+        locks = [] if entry.parent.name == "tmp" else _locks_of(root, entry)
+        with _holding(locks) as free:
+            if not free:
+                busy.append(entry)
+                continue
+            freed += _size(entry)
+            removed.append(entry)
+            if not dry_run:
+                remove_tree(entry)
     if not dry_run:
-        for _t, path, _e in dropped:
-            path.unlink(missing_ok=True)
-    return Pruned(tuple(doomed), freed, tuple(p.stem for _t, p, _e in kept))
+        for run in dropped:
+            if run not in live:
+                run.path.unlink(missing_ok=True)
+                (root / "locks" / "leases" / f"{run.path.stem}.lease").unlink(missing_ok=True)
+    present = {e for e in (entry_of(root, p) for p in _entries(root)) if e is not None}
+    return Pruned(
+        tuple(removed),
+        freed,
+        tuple(run.path.stem for run in kept),
+        live=tuple((run.run_id, len(run.entries & present)) for run in live),
+        busy=tuple(busy),
+    )
+
+
+def _entries(root: Path) -> Iterator[Path]:
+    """Every entry of the areas a run records (what is there now)."""
+    for area in _AREAS:
+        folder = root / area / ("sha256" if area == "blobs" else "")
+        if area != "tmp" and folder.is_dir():
+            yield from folder.iterdir()
 
 
 def forget_answers(root: Path, sha256: str) -> list[Path]:
@@ -434,6 +603,7 @@ class Locks:
 
 __all__ = [
     "LOCK_TIMEOUT",
+    "MAINTENANCE",
     "MARKER",
     "REPAIR",
     "Damage",
@@ -442,6 +612,7 @@ __all__ = [
     "damaged",
     "entry_of",
     "forget_answers",
+    "lease_path",
     "make_read_only",
     "manifest_text",
     "prune",
@@ -450,6 +621,7 @@ __all__ = [
     "record_use",
     "remove_tree",
     "sha256_file",
+    "take_lease",
     "tree_problems",
     "verify",
 ]

@@ -4,6 +4,7 @@ also removes the Docker cell images that only pruned runs used)."""
 from __future__ import annotations
 
 import argparse
+import gc
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,9 +69,22 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _entries(n: int) -> str:
+    return f"{n} damaged entr{'y' if n == 1 else 'ies'}"
+
+
+def _collect_finished_runs() -> None:
+    """A Cache of a run that finished in this process gives its lease back when it is collected: collect what
+    only reference cycles keep alive, so that such a run does not count as live (cachekeep's leases)."""
+    gc.collect()
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    """0 when nothing is damaged (or all of it was removed with --repair), 4 (environment) otherwise."""
+    """0 when nothing is damaged (or all of it was removed with --repair), 4 (environment) otherwise: also
+    when --repair left damage in place that a live run uses (it says which, and why)."""
     cache = Cache()
+    if args.repair:
+        _collect_finished_runs()
     found = cachekeep.verify(cache.root, repair=args.repair)
     if not found:
         print(f"cache: {cache.root}: every wheel and tree is intact")
@@ -80,9 +94,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
         more = f" (and {len(damage.problems) - 5} more)" if len(damage.problems) > 5 else ""
         print(f"damaged: {damage.path.relative_to(cache.root)}: {'; '.join(shown)}{more}")
     if args.repair:
-        print(
-            f"removed {len(found)} damaged entr{'y' if len(found) == 1 else 'ies'}: the next run fetches them again"
-        )
+        kept = [d for d in found if d.kept]
+        removed = len(found) - len(kept)
+        if removed:
+            print(f"removed {_entries(removed)}: the next run fetches them again")
+        for why, count in _kept_counts(kept):
+            print(f"kept {count} damaged path{'' if count == 1 else 's'} {why}")
+        if kept:
+            print(
+                f"{_entries(len(kept))} left in place: run `stackfarm cache verify --repair` again once that run "
+                "has finished"
+            )
+            return ExitCode.ENVIRONMENT
         return ExitCode.OK
     print(
         f"{len(found)} damaged: run `stackfarm cache verify --repair` to remove them (the next run refetches)"
@@ -99,6 +122,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     from ..backends.docker import images  # imported here: the other verbs need nothing of Docker
 
     cache = Cache()
+    _collect_finished_runs()
     records = images.read_records(cache.root)  # before prune removes the work dirs that hold them
     pruned = cachekeep.prune(cache.root, keep_runs=args.keep_runs, dry_run=args.dry_run)
     if pruned.note:
@@ -107,11 +131,23 @@ def cmd_prune(args: argparse.Namespace) -> int:
     verb = "would remove" if args.dry_run else "removed"
     for path in pruned.removed:
         print(f"{verb}: {path.relative_to(cache.root)}")
+    for run_id, count in pruned.live:
+        print(f"kept {count} path{'' if count == 1 else 's'} of live run {run_id} (it is still running)")
+    for path in pruned.busy:
+        print(f"kept: {path.relative_to(cache.root)}: a running stackfarm holds its lock")
     kept = ", ".join(pruned.kept_runs) or "none"
     print(f"{verb} {len(pruned.removed)} entries ({_size(pruned.freed)}); kept what these runs used: {kept}")
     if records:
         _prune_images(records, pruned.removed, verb=verb, dry_run=args.dry_run)
     return ExitCode.OK
+
+
+def _kept_counts(kept: list[cachekeep.Damage]) -> list[tuple[str, int]]:
+    """(why, how many) of the damage --repair left in place, in the order first seen."""
+    counts: dict[str, int] = {}
+    for damage in kept:
+        counts[damage.kept] = counts.get(damage.kept, 0) + 1
+    return list(counts.items())
 
 
 def _prune_images(
