@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import sections
+from . import indexauth, sections
 from .files import write_atomic
 from .history import CellRun, History, Run, Series, SuiteRun, from_json, read_run
 from .sections import grid
@@ -252,7 +252,7 @@ def history_page(history: History) -> str:
 def write_history(history: History, reports_dir: Path) -> Path:
     """reports/history.html: verdicts per run, the changes and every figure over time."""
     path = reports_dir / "history.html"
-    write_atomic(path, history_page(history))
+    write_atomic(path, indexauth.scrub(history_page(history)))
     return path
 
 
@@ -283,10 +283,10 @@ def write(reports_dir: Path, cells: Sequence[CellReport] | None = None) -> list[
     written = []
     for cell_id, cell in run.cells.items():
         path = reports_dir / cell_id / "index.html"
-        write_atomic(path, cell_page(cell, trends.get(cell_id)))
+        write_atomic(path, indexauth.scrub(cell_page(cell, trends.get(cell_id))))
         written.append(path)
     index = reports_dir / "index.html"
-    write_atomic(index, index_page(run, links=_links(reports_dir)))
+    write_atomic(index, indexauth.scrub(index_page(run, links=_links(reports_dir))))
     return [index, *written]
 
 

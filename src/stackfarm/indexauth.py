@@ -1,11 +1,14 @@
 """Credentials for private package indexes, and the one way stackfarm opens an index's URLs.
 
-Credentials come from the netrc file (``$NETRC``, else ``~/.netrc``; Python's :mod:`netrc`) for the URL's host,
-else from :mod:`keyring` when it is importable (optional: ``pip install keyring``), asked for the URL's
-``scheme://host`` and then the host, as pip asks it. They travel only as an ``Authorization: Basic`` header that
-urllib does not carry across a redirect (``add_unredirected_header``); a redirect gets the credentials of its own
-host, or none. They never appear in URLs, so never in logs, errors, reports or cache keys (those hold URLs);
-``redact`` strips any ``user:password@`` a URL was written with before it is shown.
+Credentials written into an index URL (``https://user:token@host/simple`` in matrix.toml's [indexes]) are taken
+out of it when the matrix is loaded (``take_credentials``): the rest of the program only ever sees the URL
+without them, and they stay in this module's memory, for that scheme, host and port only, asked before netrc
+and keyring. Other credentials come from the netrc file (``$NETRC``, else ``~/.netrc``; Python's :mod:`netrc`)
+for the URL's host, else from :mod:`keyring` when it is importable (optional: ``pip install keyring``), asked
+for the URL's ``scheme://host`` and then the host, as pip asks it. They travel only as an ``Authorization:
+Basic`` header that urllib does not carry across a redirect (``add_unredirected_header``); a redirect gets the
+credentials of its own host, or none. They never appear in URLs, so never in logs, errors, reports or cache
+keys (those hold URLs); ``redact`` strips any ``user:password@`` a URL was written with before it is shown.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ import functools
 import importlib
 import netrc
 import os
+import re
+import threading
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from stackfarm.errors import ConfigError
 
@@ -33,6 +38,64 @@ def redact(url: str) -> str:
     if "@" not in parts.netloc:
         return url
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+#: ``user:password@`` right after an http(s):// anywhere in a text (what ``scrub`` removes).
+_USERINFO = re.compile(r"(?i)\b(https?://)[^\s/?#@\[\]<>\"']+@")
+
+
+def scrub(text: str) -> str:
+    """``text`` with the ``user:password@`` of every http(s) URL in it removed: the last guard of what is
+    written for people (the reports), for text that came from elsewhere (a suite's output, an old verdict)."""
+    return _USERINFO.sub(r"\1", text) if "@" in text else text
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+#: Credentials taken out of URLs (``take_credentials``), by (scheme, host, port): in memory only, never written.
+_INLINE: dict[tuple[str, str, int], tuple[str, str]] = {}
+_INLINE_LOCK = threading.Lock()
+
+
+def _origin(parts: SplitResult) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an http(s) URL, the port spelled out (80/443 where the URL gives none)."""
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    return scheme, parts.hostname.lower(), port if port is not None else _DEFAULT_PORTS[scheme]
+
+
+def take_credentials(url: str) -> str:
+    """``url`` without its ``user:password@`` part, which is kept in memory as the credentials of the URL's
+    scheme, host and port (percent-escapes decoded; a lone ``token@`` is a login with an empty password).
+    What matrix.toml's index URLs go through when they are loaded: nothing else ever sees the secret."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    userinfo = parts.netloc.rpartition("@")[0]
+    login, _colon, password = userinfo.partition(":")
+    origin = _origin(parts)
+    if origin is not None and (login or password):
+        with _INLINE_LOCK:
+            _INLINE[origin] = (unquote(login), unquote(password))
+    return redact(url)
+
+
+def forget() -> None:
+    """Drop every credential ``take_credentials`` kept (tests; a long-lived process loading another matrix)."""
+    with _INLINE_LOCK:
+        _INLINE.clear()
+
+
+def _inline(url: str) -> tuple[str, str] | None:
+    origin = _origin(urlsplit(url))
+    if origin is None:
+        return None
+    with _INLINE_LOCK:
+        return _INLINE.get(origin)
 
 
 def _netrc_path() -> Path:
@@ -90,11 +153,12 @@ def _from_keyring(url: str, host: str) -> tuple[str, str] | None:
 
 
 def credentials(url: str) -> tuple[str, str] | None:
-    """(login, password) for ``url``'s host from netrc, else keyring; None when neither has any."""
+    """(login, password) for ``url``'s host: those an index URL was written with (``take_credentials``: same
+    scheme, host and port), else netrc's, else keyring's; None when none has any."""
     host = urlsplit(url).hostname or ""
     if not host or urlsplit(url).scheme not in ("http", "https"):
         return None
-    return _from_netrc(host) or _from_keyring(url, host)
+    return _inline(url) or _from_netrc(host) or _from_keyring(url, host)
 
 
 def _authorize(request: urllib.request.Request) -> urllib.request.Request:
@@ -125,8 +189,9 @@ _OPENER = urllib.request.build_opener(_Redirects())
 
 
 def request(url: str, headers: Mapping[str, str] | None = None) -> urllib.request.Request:
-    """A GET request for ``url`` (without any ``user:password@``) with the index's credentials, if any."""
-    return _authorize(urllib.request.Request(redact(url), headers=dict(headers or {})))
+    """A GET request for ``url`` (without any ``user:password@``: ``take_credentials`` keeps it) with the
+    index's credentials, if any."""
+    return _authorize(urllib.request.Request(take_credentials(url), headers=dict(headers or {})))
 
 
 def urlopen(url: str, headers: Mapping[str, str] | None = None, *, timeout: float) -> Any:
@@ -134,4 +199,13 @@ def urlopen(url: str, headers: Mapping[str, str] | None = None, *, timeout: floa
     return _OPENER.open(request(url, headers), timeout=timeout)
 
 
-__all__ = ["USE_KEYRING", "credentials", "redact", "request", "urlopen"]
+__all__ = [
+    "USE_KEYRING",
+    "credentials",
+    "forget",
+    "redact",
+    "request",
+    "scrub",
+    "take_credentials",
+    "urlopen",
+]

@@ -3,7 +3,8 @@
 Every index (a scheme://host:port) gets a budget of seconds it may spend failing -- timed-out or refused
 attempts and the pauses between them -- in one process. Each request's timeout is cut to what is left of
 it; once it is spent the index counts as unreachable for as long again, so a hanging index costs one budget,
-not one per request. Every pause is announced with a one-line progress message.
+not one per request. Every pause is announced with a one-line progress message. Every URL these lines and
+errors show goes through stackfarm.indexauth.redact first: no ``user:password@`` is ever printed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TypeVar
 from urllib.parse import urlparse
 
 from .errors import IndexUnreachableError
+from .indexauth import redact
 
 _T = TypeVar("_T")
 
@@ -64,8 +66,8 @@ def budget() -> float:
 
 
 def index_of(url: str) -> str:
-    """The index a URL belongs to, as its budget is kept: scheme://host[:port]."""
-    parts = urlparse(url)
+    """The index a URL belongs to, as its budget is kept: scheme://host[:port] (never its credentials)."""
+    parts = urlparse(redact(url))
     return f"{parts.scheme}://{parts.netloc}" if parts.netloc else url
 
 
@@ -188,8 +190,9 @@ def retrying(
     longer pause a Retry-After asks for) while the index's budget lasts, each pause announced on
     progress_line; other HTTP errors pass through. When it runs out: IndexUnreachableError naming the index."""
     wait = Budget(url)
+    shown = redact(url)
     if (dead := wait.dead()) is not None:
-        raise IndexUnreachableError(f"{url} is unreachable: {dead}\n  hint: {hint}")
+        raise IndexUnreachableError(f"{shown} is unreachable: {dead}\n  hint: {hint}")
     # A host name that does not resolve is an answer, not silence (air-gapped runners): retry it once, not thrice.
     attempts_left_for_dns = 1
     reason, attempts = "no attempt", 0
@@ -224,7 +227,7 @@ def retrying(
         progress_line(f"index {wait.index}: retry {n + 1}/{len(delays)} in {delay:g} s ({reason})")
         sleep(delay)
         wait.spend(delay)
-    raise IndexUnreachableError(f"{url} is unreachable: {wait.give_up(reason, attempts)}\n  hint: {hint}")
+    raise IndexUnreachableError(f"{shown} is unreachable: {wait.give_up(reason, attempts)}\n  hint: {hint}")
 
 
 __all__ = [

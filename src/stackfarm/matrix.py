@@ -22,7 +22,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import matrix_tables, schema
+from . import indexauth, matrix_tables, schema
 from .artifacts import Source
 from .errors import ConfigError, StackfarmError, did_you_mean
 from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of
@@ -619,7 +619,8 @@ def _indexes(doc: _Doc, table: dict[str, Any]) -> tuple[dict[str, Source], str]:
         base = doc.path.parent
         indexes[name] = Source(
             name=name,
-            url=str(entry["url"]).rstrip("/") if "url" in entry else None,
+            # Credentials written into the URL stay in indexauth's memory: every URL the program sees has none.
+            url=indexauth.take_credentials(str(entry["url"]).rstrip("/")) if "url" in entry else None,
             find_links=(base / entry["find_links"]) if "find_links" in entry else None,
             wheel=(base / entry["wheel"]) if "wheel" in entry else None,
         )

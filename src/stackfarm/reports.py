@@ -9,6 +9,8 @@ that never ran) carrying the cell's properties, the suite's own, and its testcas
 ``<testcase name>::<property>`` (xunit2 has no testcase properties); testcase classnames are
 ``<cell>.<suite>.<module>``, so tools that group by class keep cells apart; a failure's message starts with
 its location, ``path:line: ...`` (pytest's crash line, or matrix.toml[:line] for a conflict or plan error).
+No report holds a credential: every URL's ``user:password@`` is removed before a file is written
+(stackfarm.indexauth.scrub), whatever a suite printed or an older verdict kept.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from junitparser import JUnitXml, TestCase, TestSuite
 
-from . import junit
+from . import indexauth, junit
 from .files import write_atomic, write_bytes_atomic
 from .junit import Step, write_skipped_suite, write_steps
 from .sections.grid import COLOURS, css, root_causes, short, suite_reason, suite_text
@@ -152,6 +154,9 @@ def merge(cells: Sequence[CellReport], out: Path, *, matrix: Path | None = None)
         for res in cell.suites:
             junit.append(root, _merged_suite(cell, res))
     junit.write_xml(out, root)
+    text = out.read_bytes().decode("utf-8", "surrogateescape")
+    if (clean := indexauth.scrub(text)) != text:  # a suite's output may have named a URL with its password
+        write_bytes_atomic(out, clean.encode("utf-8", "surrogateescape"))
 
 
 # --------------------------------------------------------------------------- summaries
@@ -286,5 +291,5 @@ def summary_html(cells: Sequence[CellReport], *, title: str = "stackfarm matrix"
 def write_summaries(cells: Sequence[CellReport], reports_dir: Path, *, matrix: Path | None = None) -> None:
     """junit.xml, summary.md and summary.html of these cells (every planned cell: the caller lists them)."""
     merge(cells, reports_dir / "junit.xml", matrix=matrix)
-    write_atomic(reports_dir / "summary.md", summary_markdown(cells))
-    write_atomic(reports_dir / "summary.html", summary_html(cells))
+    write_atomic(reports_dir / "summary.md", indexauth.scrub(summary_markdown(cells)))
+    write_atomic(reports_dir / "summary.html", indexauth.scrub(summary_html(cells)))

@@ -15,12 +15,13 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TypeVar
 
 from packaging.requirements import Requirement
 
+from . import indexauth
 from .artifacts import Artifact, Cache, ShaMismatchError, Source, Target, find_artifact, requires_dist
 from .errors import ArtifactError, ConfigError, IndexUnreachableError
 from .matrix import Matrix, locate
@@ -92,6 +93,8 @@ class Resolver:
             fresh = again or (self.refresh and project not in self._asked)
             self._asked.add(project)
         found = find_artifact(source, component.distribution, component.version, target, fresh=fresh)
+        if "@" in found.url:  # an index that lists its files with credentials: kept in memory, never on disk
+            found = replace(found, url=indexauth.take_credentials(found.url))
         if key is not None:
             self._remember(key, found)
         return found
