@@ -314,11 +314,14 @@ def test_a_failing_gate_skips_the_later_suites_and_fails_the_cell(fake_project: 
 
 
 def test_pytest_collecting_no_tests_is_an_error(fake_project: FakeProject) -> None:
+    """A harness error (pytest exit 5), never the suite's "failed", and never reused: a re-run asks again."""
     fake_project.suite("00-ok", "pass")
     fake_project.suite("10-empty", "empty", gate=False)
     fake_project.write_matrix()
     assert fake_project.run() == ExitCode.CELLS_FAILED
-    assert verdict_status(fake_project) == "failed"
+    assert verdict_status(fake_project) == "error"
+    assert fake_project.run() == ExitCode.CELLS_FAILED
+    assert ran(fake_project) == ["00-ok", "10-empty"] * 2, "an error verdict is never reused"
     kinds = junit_cases(fake_project, "10-empty")
     assert [k for k, _ in kinds] == ["error"]
     assert "collected no tests" in kinds[0][1]

@@ -8,10 +8,14 @@ entry signed by a trusted runner still is."""
 
 from __future__ import annotations
 
+import base64
+import http.server
 import json
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -366,3 +370,122 @@ def test_a_runner_key_others_can_read_is_refused(
     as_runner(monkeypatch, keys["a"][0], [])
     assert fake_project.run("--store", str(tmp_path / "store")) == ExitCode.CONFIG
     assert "chmod 600" in capsys.readouterr().err
+
+
+def test_the_matrix_names_the_trusted_runner_keys(
+    fake_project: FakeProject, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    keys: dict[str, tuple[Path, Path]], capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """[store] trusted_keys (committed beside matrix.toml): a merge step with no key of its own believes the
+    entries of the runners it names, and only those."""
+    fake_project.suite("00-ok", "pass")
+    folder = fake_project.root / "keys" / "runners"
+    folder.mkdir(parents=True)
+    (folder / "a.pub.pem").write_bytes(keys["a"][1].read_bytes())
+    fake_project.write_matrix(extra='\n[store]\ntrusted_keys = ["keys/runners"]\n')
+    store = tmp_path / "store"
+    as_runner(monkeypatch, keys["a"][0], [])
+    assert fake_project.run("--store", str(store)) == ExitCode.OK
+    as_runner(monkeypatch, None, [])
+    merge = ["report", "--from", str(store), "--matrix", str(fake_project.matrix), "--backend", "local",
+             "--no-gpu", "--gate", "--reports"]  # fmt: skip
+    assert main([*merge, str(tmp_path / "merged")]) == ExitCode.OK
+    (folder / "a.pub.pem").write_bytes(keys["mallory"][1].read_bytes())  # the repo now trusts another runner
+    capsys.readouterr()
+    assert main([*merge, str(tmp_path / "merged2")]) == ExitCode.INCOMPLETE
+    assert "not a trusted key" in " ".join(capsys.readouterr().out.split())
+
+
+# --------------------------------------------------------------------------- the store's HTTP client
+
+
+class _Dav(http.server.BaseHTTPRequestHandler):
+    """GET/PUT of whole files, for one Authorization header only (a private store)."""
+
+    files: ClassVar[dict[str, bytes]] = {}
+    wanted: ClassVar[str] = ""
+    seen: ClassVar[list[str]] = []
+
+    def _allowed(self) -> bool:
+        got = self.headers.get("Authorization", "")
+        self.seen.append(got)
+        if got != self.wanted:
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return False
+        return True
+
+    def do_GET(self) -> None:
+        if not self._allowed():
+            return
+        body = self.files.get(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Length", str(len(body or b"")))
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+    def do_PUT(self) -> None:
+        if not self._allowed():
+            return
+        self.files[self.path] = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+@pytest.fixture
+def private_store() -> Iterator[tuple[str, type[_Dav]]]:
+    handler = type("Dav", (_Dav,), {"files": {}, "seen": [], "wanted": ""})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _everything(project: FakeProject, *more: Path) -> str:
+    return "".join(
+        p.read_text(errors="replace")
+        for root in (project.reports, *more)
+        for p in root.rglob("*")
+        if p.is_file()
+    )
+
+
+@pytest.mark.parametrize("how", ["inline", "bearer"])
+def test_a_private_store_gets_credentials_through_the_index_client_and_never_shows_them(
+    fake_project: FakeProject, monkeypatch: pytest.MonkeyPatch, keys: dict[str, tuple[Path, Path]],
+    capsys: pytest.CaptureFixture[str], private_store: tuple[str, type[_Dav]], how: str,
+) -> None:  # fmt: skip
+    """Before: the store had its own urllib path: `user:pw@` in --store went into the request line and every
+    message, and a token could not be given. After: the index's client (inline credentials, netrc, a bearer
+    token from STACKFARM_STORE_TOKEN) and the URL shown without the secret."""
+    from stackfarm import indexauth
+
+    indexauth.forget()
+    where, handler = private_store
+    secret = "s3cr3t-TOKEN"
+    if how == "inline":
+        handler.wanted = "Basic " + base64.b64encode(f"ci:{secret}".encode()).decode()
+        url = f"http://ci:{secret}@{where}/store"
+    else:
+        handler.wanted = f"Bearer {secret}"
+        monkeypatch.setenv("STACKFARM_STORE_TOKEN", secret)
+        url = f"http://{where}/store"
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix()
+    as_runner(monkeypatch, keys["a"][0], [])
+    assert fake_project.run("--store", url) == ExitCode.OK
+    out = capsys.readouterr()
+    assert "verdict pushed" in out.err
+    assert any(k.endswith("/manifest.json") for k in handler.files), "the signed entry is on the server"
+    assert secret not in out.out + out.err + _everything(fake_project)
+    assert set(handler.seen) == {handler.wanted}, "every request carried the credentials"
+    indexauth.forget()

@@ -88,6 +88,28 @@ def forget() -> None:
     """Drop every credential ``take_credentials`` kept (tests; a long-lived process loading another matrix)."""
     with _INLINE_LOCK:
         _INLINE.clear()
+        _BEARER.clear()
+
+
+#: Bearer tokens by (scheme, host, port), kept in memory only (``bearer_for``).
+_BEARER: dict[tuple[str, str, int], str] = {}
+
+
+def bearer_for(url: str, token: str) -> None:
+    """Send ``Authorization: Bearer <token>`` to ``url``'s scheme, host and port (and nowhere else, redirects
+    included); it takes the place of any Basic credentials for that origin."""
+    origin = _origin(urlsplit(url))
+    if origin is not None and token:
+        with _INLINE_LOCK:
+            _BEARER[origin] = token
+
+
+def _bearer(url: str) -> str | None:
+    origin = _origin(urlsplit(url))
+    if origin is None:
+        return None
+    with _INLINE_LOCK:
+        return _BEARER.get(origin)
 
 
 def _inline(url: str) -> tuple[str, str] | None:
@@ -162,6 +184,10 @@ def credentials(url: str) -> tuple[str, str] | None:
 
 
 def _authorize(request: urllib.request.Request) -> urllib.request.Request:
+    bearer = _bearer(request.full_url)
+    if bearer is not None:
+        request.add_unredirected_header("Authorization", f"Bearer {bearer}")
+        return request
     found = credentials(request.full_url)
     if found is not None:
         token = base64.b64encode(f"{found[0]}:{found[1]}".encode()).decode("ascii")
@@ -188,19 +214,32 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_Redirects())
 
 
-def request(url: str, headers: Mapping[str, str] | None = None) -> urllib.request.Request:
-    """A GET request for ``url`` (without any ``user:password@``: ``take_credentials`` keeps it) with the
-    index's credentials, if any."""
-    return _authorize(urllib.request.Request(take_credentials(url), headers=dict(headers or {})))
+def request(
+    url: str, headers: Mapping[str, str] | None = None, *, method: str = "GET", data: bytes | None = None
+) -> urllib.request.Request:
+    """A request for ``url`` (without any ``user:password@``: ``take_credentials`` keeps it) with the
+    credentials of its origin, if any (a bearer token, inline, netrc or keyring)."""
+    return _authorize(
+        urllib.request.Request(take_credentials(url), data=data, method=method, headers=dict(headers or {}))
+    )
 
 
-def urlopen(url: str, headers: Mapping[str, str] | None = None, *, timeout: float) -> Any:
-    """Open ``url`` like urllib.request.urlopen, with credentials from netrc/keyring for its host."""
-    return _OPENER.open(request(url, headers), timeout=timeout)
+def urlopen(
+    url: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    timeout: float,
+    method: str = "GET",
+    data: bytes | None = None,
+) -> Any:
+    """Open ``url`` like urllib.request.urlopen, with the credentials of its origin (the package indexes and
+    the verdict store both speak through here)."""
+    return _OPENER.open(request(url, headers, method=method, data=data), timeout=timeout)
 
 
 __all__ = [
     "USE_KEYRING",
+    "bearer_for",
     "credentials",
     "forget",
     "redact",

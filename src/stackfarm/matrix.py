@@ -47,6 +47,7 @@ _TOP_KEYS = (
     "thresholds",
     "runners",
     "docker",
+    "store",
     "deviation",
 )
 _ARCH = re.compile(r"^sm_\d{2,3}[af]?$")
@@ -175,6 +176,8 @@ class Matrix:
     runners: Mapping[str, Runner] = field(default_factory=dict)
     #: [[deviation]] entries: parts of the stack deliberately left out (CellSpec.deviations hands them to suites).
     deviations: tuple[Deviation, ...] = ()
+    #: [store] trusted_keys: the runner public keys (files or folders) whose store entries are believed.
+    trusted_runner_keys: tuple[Path, ...] = ()
 
     @property
     def root(self) -> Path:
@@ -376,6 +379,7 @@ def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
         docker=_docker(doc, _table(doc, data, "docker")),
         runners=runners,
         deviations=_deviations(doc, data),
+        trusted_runner_keys=_store(doc, _table(doc, data, "store"), doc.path.parent),
     )
 
 
@@ -405,6 +409,23 @@ def _deviations(doc: _Doc, data: Mapping[str, Any]) -> tuple[Deviation, ...]:
                 reason=str(entry["reason"]),
             )
         )
+    return tuple(found)
+
+
+def _store(doc: _Doc, table: dict[str, Any], root: Path) -> tuple[Path, ...]:
+    """[store] trusted_keys, each relative to matrix.toml and checked to exist."""
+    schema.check(doc, "store", table, matrix_tables.STORE)
+    found = []
+    for given in table.get("trusted_keys", ()):
+        key = (root / Path(given).expanduser()).resolve()
+        if not key.exists():
+            raise doc.error(
+                f"`trusted_keys` names {given!r}, which does not exist ({key})",
+                table="store", key="trusted_keys",
+                fix="commit the runners' public keys (`stackfarm qualify --keygen DIR` writes DIR/"
+                "stackfarm-signing.pub.pem) and name the file or its folder",
+            )  # fmt: skip
+        found.append(key)
     return tuple(found)
 
 

@@ -270,4 +270,25 @@ DOCKER = Table(
 #: The keys of [docker].
 DOCKER_KEYS = tuple(DOCKER.fields)
 
-__all__ = ["DEVIATION", "DOCKER", "DOCKER_KEYS", "ULIMITS", "feature", "runner", "runner_count_rule", "suite"]
+STORE = Table(
+    {
+        "trusted_keys": List(
+            Str('a path to a runner\'s public key file (or a folder of them), e.g. "keys/runners"'),
+            "the runner public keys whose signed store entries are believed, relative to matrix.toml, e.g. "
+            'trusted_keys = ["keys/runners"] (stackfarm.storekeys; STACKFARM_TRUSTED_RUNNER_KEYS adds more)',
+            unique=True,
+        ),
+    },
+)
+
+__all__ = [
+    "DEVIATION",
+    "DOCKER",
+    "DOCKER_KEYS",
+    "STORE",
+    "ULIMITS",
+    "feature",
+    "runner",
+    "runner_count_rule",
+    "suite",
+]

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import re
 import tempfile
 import urllib.error
@@ -46,7 +47,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import indexwait, proc, storekeys, verdict
+from . import indexauth, indexwait, proc, storekeys, verdict
 from .errors import ConfigError, EnvironmentProblem, IndexUnreachableError, StackfarmError
 from .files import write_bytes_atomic
 from .storekeys import StoreKeys, Untrusted
@@ -62,6 +63,8 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _UPLOAD = re.compile(r"[0-9a-f]{32}")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _USER_AGENT = "stackfarm/0.1 (verdict store)"
+#: A bearer token for an http(s) store (sent to the store's origin only); netrc credentials work as for indexes.
+STORE_TOKEN_ENV = "STACKFARM_STORE_TOKEN"
 
 
 class BrokenEntry(StackfarmError):
@@ -164,11 +167,10 @@ class HttpTransport:
         self, method: str, url: str, data: bytes | None = None, absent: frozenset[int] = frozenset()
     ) -> bytes | None:
         def attempt(timeout: float) -> bytes | None:
-            request = urllib.request.Request(
-                url, data=data, method=method, headers={"User-Agent": _USER_AGENT}
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=timeout) as answer:
+            try:  # the index's client: netrc, inline credentials, a bearer token (STACKFARM_STORE_TOKEN)
+                with indexauth.urlopen(
+                    url, {"User-Agent": _USER_AGENT}, timeout=timeout, method=method, data=data
+                ) as answer:
                     body: bytes = answer.read()
                     return body
             except urllib.error.HTTPError as exc:
@@ -422,7 +424,11 @@ def open_store(location: str | Path, keys: StoreKeys | None = None) -> Store:
         return Store(FolderTransport(Path(text).expanduser().resolve()), keys)
     name = scheme.group(1).lower()
     if name in ("http", "https"):
-        return Store(HttpTransport(text.rstrip("/")), keys)
+        base = indexauth.take_credentials(text.rstrip("/"))  # user:pw@ kept in memory, never shown
+        token = os.environ.get(STORE_TOKEN_ENV, "").strip()
+        if token:
+            indexauth.bearer_for(base, token)
+        return Store(HttpTransport(base), keys)
     if name == "file":
         path = Path(urllib.request.url2pathname(urllib.parse.urlparse(text).path))
         return Store(FolderTransport(path), keys)
@@ -437,6 +443,7 @@ __all__ = [
     "FORMAT",
     "MANIFEST",
     "RETRY_DELAYS",
+    "STORE_TOKEN_ENV",
     "BrokenEntry",
     "FolderTransport",
     "HttpTransport",

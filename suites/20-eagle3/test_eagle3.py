@@ -55,7 +55,7 @@ from stackfarm.matrix import load as load_matrix
 from stackfarm.plan import Component
 from stackfarm.proc import call
 from stackfarm.resolve import Resolver
-from stackfarm.suitekit import need_gpu, not_applicable
+from stackfarm.suitekit import NA, need_gpu, not_applicable
 
 SUITE = "20-eagle3"
 #: The type of pytest's `record_property` fixture.
@@ -106,7 +106,8 @@ def _sglang_root(cell: CellSpec) -> Path:
     """The cell's (patched) SGLang tree; a cell without SGLang has no EAGLE-3 contract to check."""
     if not any(c.distribution == "sglang" for c in cell.components):
         not_applicable(
-            f"the cell has no sglang component ({', '.join(c.distribution for c in cell.components)})"
+            NA.COMPONENT_ABSENT,
+            f"the cell has no sglang component ({', '.join(c.distribution for c in cell.components)})",
         )
     return Path(cell.component("sglang").root)
 
@@ -222,7 +223,8 @@ def test_contract_diff(
     older = sorted((Version(v) for v in versions if Version(v) < current), reverse=True)
     if not older:  # nothing configured to compare with: no question to answer
         not_applicable(
-            f"no SGLang older than {current} in [suites.{SUITE}.settings] compare_with = {versions}"
+            NA.NOT_CONFIGURED,
+            f"no SGLang older than {current} in [suites.{SUITE}.settings] compare_with = {versions}",
         )
     previous = str(older[0])
     try:

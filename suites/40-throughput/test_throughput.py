@@ -39,7 +39,7 @@ import pytest
 from stackfarm.cellspec import CellSpec, load
 from stackfarm.errors import StackfarmError
 from stackfarm.proc import call
-from stackfarm.suitekit import not_applicable
+from stackfarm.suitekit import NA, not_applicable
 from stackfarm.throughput import benchjson, curve, record
 from stackfarm.throughput._tiny import SHAPES, check_models, write_dummy_pair
 from stackfarm.throughput.measure import (
@@ -510,7 +510,9 @@ def _curve_summary(run: Run) -> dict[str, Any]:
 def test_accept_length(rate: float | None, run: Run, record_property: RecordProperty) -> None:
     """accept_length@<r>: the planted acceptance happened (1 + steps x r, within the interval and a tolerance)."""
     if rate is None:
-        not_applicable("settings.acceptance is not set: no planted acceptance curve is asked for")
+        not_applicable(
+            NA.NOT_CONFIGURED, "settings.acceptance is not set: no planted acceptance curve is asked for"
+        )
     assert run.measurement is not None
     s = run.settings
     name = curve.at("accept_length", rate)
@@ -548,7 +550,9 @@ def test_accept_length(rate: float | None, run: Run, record_property: RecordProp
 def test_break_even(run: Run, record_property: RecordProperty) -> None:
     """The curve of eagle3_over_baseline over the planted rates, and where it reaches 1 (break_even_acceptance)."""
     if not run.settings.acceptance:
-        not_applicable("settings.acceptance is not set: no planted acceptance curve is asked for")
+        not_applicable(
+            NA.NOT_CONFIGURED, "settings.acceptance is not set: no planted acceptance curve is asked for"
+        )
     summary = _curve_summary(run)
     run.curve = summary
     run.write()
@@ -564,8 +568,9 @@ def test_bench_tool(run: Run, record_property: RecordProperty, tmp_path: Path) -
     settings = run.settings
     if settings.bench_tool is None:
         not_applicable(
+            NA.NOT_CONFIGURED,
             "settings.bench_tool is not set: SGLang's bench tools draw prompts through a tokenizer, which the tiny "
-            "random model has none of; the figures above come from the suite's own /generate client"
+            "random model has none of; the figures above come from the suite's own /generate client",
         )
     result = tmp_path / "one_batch_server.jsonl"
     argv = benchjson.one_batch_server_argv(

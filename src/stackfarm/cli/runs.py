@@ -135,13 +135,15 @@ def hash_basis(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def opened_store(location: str | None, *, create: bool = False, signs: bool = False) -> Store | None:
+def opened_store(
+    location: str | None, *, create: bool = False, signs: bool = False, trusted: Sequence[Path] = ()
+) -> Store | None:
     """The --store / --from store, checked before any work (an unreachable one is exit 4, naming it), with
     the runner keys of the environment (stackfarm.storekeys): a reader that trusts no runner key, or a run
     that pushes without a key to sign with, is a configuration error (exit 2) saying how to set keys up."""
     if location is None:
         return None
-    store = open_store(location)
+    store = open_store(location, storekeys.load(trusted))
     if signs and store.keys.signer is None:
         raise ConfigError(
             storekeys.RUNNER_KEY_ENV,
@@ -161,8 +163,8 @@ def opened_store(location: str | None, *, create: bool = False, signs: bool = Fa
 
 def cmd_plan(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
-    store = opened_store(args.store)
     matrix = load(args.matrix)
+    store = opened_store(args.store, trusted=matrix.trusted_runner_keys)
     resolver = Resolver(matrix, Cache(), refresh=args.refresh)
     p, unreachable = plan_matrix(matrix, resolver, args.cells)
     drivers = driver_problems(matrix, p.cells)  # cells their runner's driver cannot run: said before GPU time
@@ -230,8 +232,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.plan is not None:  # one cell of a stored plan (a fan-out engine's worker)
         by_id = args.cells if args.cell_index is None else None
         args.cells = select_from_plan(read_plan(args.plan), index=args.cell_index, cell_id=by_id)
-    store = opened_store(args.store, create=True, signs=True)
     matrix = only_suites(load(args.matrix), args.suites)
+    store = opened_store(args.store, create=True, signs=True, trusted=matrix.trusted_runner_keys)
     cache = Cache()
     resolver = Resolver(matrix, cache, refresh=args.refresh)
     backend = get_backend(
@@ -256,7 +258,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         reports=args.reports, jobs=args.jobs, force=args.force, store=store, selection=args.suites or ""
     )
     no_gpu = gpu_unavailable_reason()
-    with CellProgress() as ui, sigterm_interrupts(), cache.lock(args.reports.resolve(), notify=ui.note):
+    # `with cache`: the run's lease on what it uses (cache prune keeps it) ends with the run.
+    with cache, CellProgress() as ui, sigterm_interrupts(), cache.lock(args.reports.resolve(), notify=ui.note):
         for warning in p.warnings:
             ui.note(f"warning: {warning}")
         runner = Runner(matrix, resolver, backend, options, ui, unreachable=unreachable, no_gpu_reason=no_gpu)
@@ -388,7 +391,9 @@ def merge_from(store: Store, reports: Path, console: Console, args: argparse.Nam
 
 def cmd_report(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
-    store = opened_store(args.source)
+    # The merge step trusts the runner keys the repository's matrix names ([store] trusted_keys), when it has one.
+    trusted = load(args.matrix).trusted_runner_keys if args.source and args.matrix.is_file() else ()
+    store = opened_store(args.source, trusted=trusted)
     missing = merge_from(store, args.reports, console, args) if store is not None else []
     stored, problems = verdict.read_all(args.reports)
     if not stored and problems:  # every verdict there refused: say which and why, never "run first"
