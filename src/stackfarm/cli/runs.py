@@ -259,7 +259,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     no_gpu = gpu_unavailable_reason()
     # `with cache`: the run's lease on what it uses (cache prune keeps it) ends with the run.
-    with cache, CellProgress() as ui, sigterm_interrupts(), cache.lock(args.reports.resolve(), notify=ui.note):
+    with (
+        cache,
+        CellProgress() as ui,
+        sigterm_interrupts(),
+        cache.lock(args.reports.resolve(), notify=ui.note),
+    ):
         for warning in p.warnings:
             ui.note(f"warning: {warning}")
         runner = Runner(matrix, resolver, backend, options, ui, unreachable=unreachable, no_gpu_reason=no_gpu)
