@@ -20,6 +20,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -40,9 +41,9 @@ def write_tokenizer(folder: Path) -> None:
     tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.decoder = decoders.WordPiece(prefix="##")
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>"
-    )
+    # Typed as Any: newer transformers alias the class to an unannotated backend (mypy: no-untyped-call).
+    fast_class: Any = PreTrainedTokenizerFast
+    fast = fast_class(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(str(folder))
 
 
