@@ -320,11 +320,14 @@ def test_pytest_collecting_no_tests_is_an_error(fake_project: FakeProject) -> No
     fake_project.write_matrix()
     assert fake_project.run() == ExitCode.CELLS_FAILED
     assert verdict_status(fake_project) == "error"
+    stored = verdict.read(fake_project.reports / CELL / "verdict.json").report
+    assert "10-empty: pytest collected no tests (exit 5)" in stored.reason
+    # The suite's own JUnit file says what pytest said, for JUnit consumers.
+    [case] = ET.parse(fake_project.reports / CELL / "10-empty.xml").getroot().iter("testcase")
+    [result] = [r for r in case if r.tag == "error"]
+    assert "collected no tests" in (result.get("message") or "")
     assert fake_project.run() == ExitCode.CELLS_FAILED
     assert ran(fake_project) == ["00-ok", "10-empty"] * 2, "an error verdict is never reused"
-    kinds = junit_cases(fake_project, "10-empty")
-    assert [k for k, _ in kinds] == ["error"]
-    assert "collected no tests" in kinds[0][1]
 
 
 def test_a_suite_crashing_at_import_fails_the_cell(fake_project: FakeProject) -> None:

@@ -100,16 +100,17 @@ class LocalBackend:
         return self.pythons.python(wanted) if wanted else sys.executable
 
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
-        argv = pytest_argv(self.suite_python(spec), str(suite_dir), str(junit))
         if self.lazy and suite_dir.name not in STATIC_SUITES:
             # Its trees hold only what the static suites read: a suite that imports the stack would load sparse
-            # copies. Not run, so its result is an error of the run, never a verdict on the stack.
+            # copies. Not run: a usage error (pytest's exit 4), so the runner makes the cell a harness error,
+            # never a verdict on the stack, never reused.
             text = (
                 f"{suite_dir.name} needs full trees, and this run realises lazy ones (STACKFARM_LAZY=1): "
                 f"run only {', '.join(STATIC_SUITES)} lazily (--suites), or without STACKFARM_LAZY"
             )
             log.write_text(text + "\n", encoding="utf-8")
-            return Outcome(args=tuple(argv), returncode=3, output=text, elapsed=0.0)
+            return Outcome(args=("pytest", str(suite_dir)), returncode=4, output=text, elapsed=0.0)
+        argv = pytest_argv(self.suite_python(spec), str(suite_dir), str(junit))
         return call(
             argv,
             cwd=suite_dir.parent.parent,
