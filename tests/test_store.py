@@ -483,13 +483,15 @@ def test_two_runners_share_one_cell_through_the_server(
     assert manifest is not None
     assert manifest["status"] == "passed"
     with urllib.request.urlopen(f"{where}/{digest}/{cell_id(OLD)}/{MANIFEST}", timeout=10) as answer:
-        assert json.loads(answer.read()) == manifest, "the server holds the manifest at the documented key"
+        envelope = json.loads(answer.read())
+    signed = json.loads(attest.unverified_payload(envelope))["predicate"]
+    assert signed == manifest, "the server holds the signed manifest at the documented key"
 
 
 @pytest.mark.integration
 @needs_server
 def test_half_uploaded_and_corrupt_entries_on_the_server(
-    fake_project: FakeProject, tmp_path: Path, server_base: str
+    fake_project: FakeProject, tmp_path: Path, server_base: str, keys: tuple[Path, Path]
 ) -> None:
     fake_project.suite("00-ok", "pass")
     fake_project.write_matrix()
@@ -506,7 +508,8 @@ def test_half_uploaded_and_corrupt_entries_on_the_server(
     with pytest.raises(BrokenEntry, match=r"00-ok\.xml: sha256"):
         s.fetch(cell, digest, tmp_path / "elsewhere")
     # A manifest naming an upload the server lacks: a file listed but missing.
-    put(f"{where}/{digest}/{cell}/{MANIFEST}", json.dumps({**manifest, "upload": "0" * 32}).encode())
+    resigned = storekeys.seal({**manifest, "upload": "0" * 32}, attest.load_signing_key(keys[0]))
+    put(f"{where}/{digest}/{cell}/{MANIFEST}", json.dumps(resigned).encode())
     with pytest.raises(BrokenEntry, match="listed in the manifest but missing"):
         s.holds(cell, digest)
     # Another cell: files uploaded, no manifest (a push cut short) — absent, not an error.
@@ -517,3 +520,34 @@ def test_half_uploaded_and_corrupt_entries_on_the_server(
     assert run_as(fake_project, tmp_path / "r2", "--store", where) == ExitCode.OK
     assert len(fake_project.runs()) == 2
     assert s.holds(cell, digest)
+
+
+@pytest.mark.integration
+@needs_server
+def test_a_forged_entry_on_the_server_is_not_reused(
+    fake_project: FakeProject, tmp_path: Path, server_base: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Anyone who can PUT to the store: a failed verdict edited to passed and its manifest re-hashed (no key)
+    is untrusted on the real server too; the next runner runs the cell and its signed push replaces it."""
+    fake_project.suite("00-ok", "fail")
+    fake_project.write_matrix()
+    where = f"{server_base}/verdicts"
+    assert fake_project.run("--store", where) == ExitCode.CELLS_FAILED
+    cell = cell_id(OLD)
+    digest = verdict.read(verdict.path_of(fake_project.reports, cell)).input_hash
+    manifest = open_store(where).manifest(cell, digest)
+    assert manifest is not None
+    record = json.loads((fake_project.reports / cell / "verdict.json").read_text())
+    record["report"]["status"] = "passed"
+    forged = json.dumps(record).encode()
+    put(f"{where}/{digest}/{cell}/{manifest['upload']}/verdict.json", forged)
+    files = {
+        **manifest["files"],
+        "verdict.json": {"sha256": hashlib.sha256(forged).hexdigest(), "size": len(forged)},
+    }
+    put(f"{where}/{digest}/{cell}/{MANIFEST}", json.dumps({**manifest, "format": 1, "files": files}).encode())
+    capsys.readouterr()
+    assert run_as(fake_project, tmp_path / "r2", "--store", where) == ExitCode.CELLS_FAILED
+    assert "not trusted: unsigned" in " ".join(capsys.readouterr().err.split())
+    assert len(fake_project.runs()) == 2, "run again, never reused"
+    assert open_store(where).holds(cell, digest), "the honest signed push replaced the forgery"
