@@ -36,7 +36,7 @@ from packaging.version import InvalidVersion, Version
 
 from stackfarm import cachekeep, indexauth, indexwait, lazyzip, proc
 from stackfarm.errors import ArtifactError, IndexUnreachableError, did_you_mean
-from stackfarm.files import write_bytes_atomic
+from stackfarm.files import sha256_file, write_bytes_atomic
 from stackfarm.listing import File, parse_listing
 from stackfarm.requires import INSTALLED_EXTRAS, requires_dist
 
@@ -296,7 +296,7 @@ def find_artifact(
     )
 
 
-_sha256_file = cachekeep.sha256_file
+_sha256_file = sha256_file
 
 
 class ShaMismatchError(ArtifactError):

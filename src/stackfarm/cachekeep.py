@@ -37,6 +37,7 @@ from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING
 
 from .errors import ArtifactError, EnvironmentProblem
+from .files import sha256_file
 
 if TYPE_CHECKING:  # imported when a lock is taken: suites inside a container import this module without it
     import filelock
@@ -49,20 +50,11 @@ REPAIR = "run `stackfarm cache verify --repair`, then run again (what was damage
 LOCK_TIMEOUT = float(os.environ.get("STACKFARM_LOCK_TIMEOUT", "300"))
 #: Entries changed this recently are never pruned: a run may be using them before it recorded them.
 RECENT = 600.0
-_CHUNK = 1 << 20
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _AREAS = ("blobs", "trees", "lazy", "cells", "tmp")
 #: The lock prune and verify --repair hold exclusively, and record_use shared (under ``locks/``).
 MAINTENANCE = "maintenance.lock"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def damaged(what: str, detail: str) -> ArtifactError:

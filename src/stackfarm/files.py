@@ -1,13 +1,27 @@
 """Atomic file writes: a reader sees the old file or the new one, never a mix (temp file in the same folder,
-fsync, ``os.replace``, then an fsync of the folder where the platform allows it)."""
+fsync, ``os.replace``, then an fsync of the folder where the platform allows it); and a file's sha256, read in
+chunks."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
 
 from .errors import EnvironmentProblem
+
+#: How much of a file `sha256_file` reads at a time.
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 (hex) of a file's bytes, read in chunks (GB-sized wheels and libraries)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -52,4 +66,4 @@ def write_atomic(path: Path, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
-__all__ = ["write_atomic", "write_bytes_atomic"]
+__all__ = ["sha256_file", "write_atomic", "write_bytes_atomic"]

@@ -30,8 +30,8 @@ from installer.records import RecordEntry
 from installer.sources import WheelContentElement, WheelFile
 from installer.utils import Scheme
 
-from stackfarm.cachekeep import sha256_file
 from stackfarm.errors import ArtifactError
+from stackfarm.files import sha256_file
 
 #: The install prefix inside a tree (bin/, include/, data files); the tree's root is its site-packages.
 PREFIX = ".stackfarm-prefix"
