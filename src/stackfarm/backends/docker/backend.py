@@ -62,7 +62,7 @@ from .context import (
     write_context,
 )
 from .engine import DockerEngine, EngineInfo, ImageIdentity
-from .images import BUILD_LOG, ImageRecord, write_record
+from .images import BUILD_LOG, CellImage, ImageRecord, write_record
 
 #: stackfarm's own sources, mounted into every container so suites import the same code as on the host.
 STACKFARM_SRC = Path(__file__).resolve().parents[3]
@@ -87,29 +87,6 @@ TOOLS_INDEX = "https://pypi.org/simple"
 PROPERTY_IMAGE = "docker.image"
 PROPERTY_IMAGE_DIGEST = "docker.image_digest"
 PROPERTY_REPO_DIGEST = "docker.repo_digest"
-
-
-@dataclass(frozen=True, kw_only=True)
-class CellImage:
-    """The image a cell was realised as."""
-
-    #: `stackfarm/<cell id>:<first 16 hex of input_hash>`.
-    tag: str
-    #: sha256 over the image's inputs (context_digest): what the tag is keyed by.
-    input_hash: str
-    #: The engine's content id of the image, `sha256:...` (`docker image inspect --format {{.Id}}`).
-    image_id: str
-    #: `repository@sha256:...` when the image is in a registry (pushed or pulled), else None.
-    repo_digest: str | None
-    #: Whether this realise built it (False: the engine already had the tag, or it was pulled).
-    built: bool
-    seconds: float
-    #: Whether this realise pulled it from the registry (and built nothing).
-    pulled: bool = False
-    #: The image's name in the registry, when one is configured.
-    remote: str | None = None
-    #: What realise did, for reports/<cell>/docker-build.log: the build's log, or why nothing was built.
-    log: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,13 +22,35 @@ from ...files import write_atomic
 from .common import LABEL_CELL, DockerError, EngineError
 
 if TYPE_CHECKING:
-    from .backend import CellImage
     from .engine import DockerEngine
 
 #: The record's name in a cell's work dir.
 RECORD = "docker-image.json"
 #: The build log's name, in the work dir and in reports/<cell>/.
 BUILD_LOG = "docker-build.log"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellImage:
+    """The image a cell was realised as."""
+
+    #: `stackfarm/<cell id>:<first 16 hex of input_hash>`.
+    tag: str
+    #: sha256 over the image's inputs (context_digest): what the tag is keyed by.
+    input_hash: str
+    #: The engine's content id of the image, `sha256:...` (`docker image inspect --format {{.Id}}`).
+    image_id: str
+    #: `repository@sha256:...` when the image is in a registry (pushed or pulled), else None.
+    repo_digest: str | None
+    #: Whether this realise built it (False: the engine already had the tag, or it was pulled).
+    built: bool
+    seconds: float
+    #: Whether this realise pulled it from the registry (and built nothing).
+    pulled: bool = False
+    #: The image's name in the registry, when one is configured.
+    remote: str | None = None
+    #: What realise did, for reports/<cell>/docker-build.log: the build's log, or why nothing was built.
+    log: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +183,7 @@ def _size(engine: DockerEngine, tag: str) -> int:
 __all__ = [
     "BUILD_LOG",
     "RECORD",
+    "CellImage",
     "ImageRecord",
     "ImagesPruned",
     "prune_images",
