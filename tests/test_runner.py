@@ -132,9 +132,14 @@ def test_suite_collecting_nothing_is_an_error(tmp_path: Path) -> None:
     _suite(tmp_path, "00-empty", "def helper():\n    return 1\n")
     matrix = _project(tmp_path)
     assert _run(matrix) == ExitCode.CELLS_FAILED
-    kind, message = _suites(tmp_path / "reports")[f"{CELL}::00-empty"]
+    # A harness error of the cell (never the suite's "failed"): the merged JUnit carries the cell's error,
+    # the suite's own file what pytest said.
+    merged = _suites(tmp_path / "reports")
+    [(kind, message)] = [v for k, v in merged.items() if k.startswith(CELL)]
     assert kind == "error"
     assert "collected no tests" in message
+    [suite] = JUnitXml.fromfile(str(tmp_path / "reports" / CELL / "00-empty.xml"))
+    assert [type(r).__name__ for case in suite for r in case.result] == ["Error"]
 
 
 def test_one_broken_cell_does_not_stop_the_others(tmp_path: Path) -> None:
