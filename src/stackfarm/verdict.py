@@ -413,7 +413,8 @@ def _read_judged(path: Path) -> tuple[Stored, str | None]:
     except OSError as exc:
         raise ValueError(f"{path}: cannot read the verdict ({exc.strerror or exc})") from None
     stored = parse(raw, path)
-    return replace(stored, report=rejudged(stored)), rejudge_problem(stored)
+    fresh = rejudged(stored)  # each JUnit file read once
+    return replace(stored, report=fresh), _disagreement(stored, fresh)
 
 
 def key_problem(stored: Stored) -> str | None:
@@ -468,6 +469,11 @@ def _kept_texts(stored: SuiteResult, fresh: SuiteResult) -> SuiteResult:
 def rejudge_problem(stored: Stored) -> str | None:
     """Why the stored status cannot stand (None when the JUnit files give the same): a status or a suite
     outcome that is not what its JUnit file says, or a suite of the recorded inputs without a result."""
+    return _disagreement(stored, rejudged(stored))
+
+
+def _disagreement(stored: Stored, fresh: CellReport) -> str | None:
+    """`rejudge_problem` for a stored verdict and its re-judged report (`rejudged(stored)`)."""
     report = stored.report
     if not report.ran:
         if report.suites:
@@ -479,7 +485,6 @@ def rejudge_problem(stored: Stored) -> str | None:
         missing = sorted(str(name) for name in recorded if name != "conftest" and name not in have)
         if missing:
             return f"the verdict has no result for suite(s) {', '.join(missing)} of its inputs"
-    fresh = rejudged(stored)
     for old, new in zip(report.suites, fresh.suites, strict=True):
         if old.outcome != new.outcome:
             where = _junit_of(stored, old)
