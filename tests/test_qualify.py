@@ -48,7 +48,7 @@ def _write(tmp_path: Path, suites: dict[str, list[CaseSpec]]) -> None:
 def _judge(tmp_path: Path, suites: dict[str, list[CaseSpec]], *allow: str) -> qualify.Judgement:
     _write(tmp_path, suites)
     # As qualify reads it: the run as stored (write_cell stores a suite with a skipped testcase as passed).
-    cell, _ = qualify.stored_run(tmp_path, CELL)
+    cell = qualify.stored_run(tmp_path, CELL)
     return qualify.judge(cell, ["00-stack", "10-capability", "20-eagle3"], allow)
 
 

@@ -242,26 +242,18 @@ def run_forgeries(cell: CellRun, needs_gpu: set[str], gpu_input: object) -> list
     return found
 
 
-def stored_run(reports: Path, cell_id: str) -> tuple[CellRun, str | None]:
-    """The cell's latest run as its verdict.json records it, NOT re-judged (qualify judges it itself, to
-    name every way it cannot be genuine), and the verdict store's own objection to it (`verdict.read`'s
-    ValueError; None when it reads the verdict). Raises StackfarmError when verdict.json is unreadable."""
+def stored_run(reports: Path, cell_id: str) -> CellRun:
+    """The cell's latest run as its verdict.json records it (`verdict.parse`), NOT re-judged: qualify judges it
+    itself (`rejudge`, `run_forgeries`), to name every way it cannot be genuine. Raises StackfarmError when
+    verdict.json is unreadable or another cell's."""
     path = verdict.path_of(reports, cell_id)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        report = verdict.from_json(data["report"])
-    except (OSError, ValueError, LookupError, TypeError) as exc:
+        stored = verdict.parse(path.read_bytes(), path)
+    except (OSError, ValueError) as exc:
         raise StackfarmError(f"refused: {path} is unreadable: {type(exc).__name__}: {exc}") from None
-    try:
-        verdict.read(path)
-    except ValueError as exc:
-        objection: str | None = str(exc)
-    else:
-        objection = None
-    if report.cell != cell_id:
-        raise StackfarmError(f"refused: {path} is the verdict of cell {report.cell}, not of {cell_id}")
-    inputs = data.get("inputs")
-    return cell_run(reports, report, inputs if isinstance(inputs, Mapping) else None), objection
+    if stored.report.cell != cell_id:
+        raise StackfarmError(f"refused: {path} is the verdict of cell {stored.report.cell}, not of {cell_id}")
+    return cell_run(reports, stored.report, stored.inputs or None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,17 +281,20 @@ def rejudge(verdict_path: Path, cell: CellRun) -> Rejudged:
     records) and apply the rule (`verdict.cell_status`); name each stored outcome and the stored status
     that disagree with it."""
     folder = verdict_path.parent
-    suites = tuple(
-        verdict.read_suite(folder / f"{s.result.suite}.xml", cell=cell.cell, suite=s.result.suite)
-        for s in cell.suites
+    stored = verdict.Stored(
+        report=cell.report, inputs=cell.inputs or {}, input_hash=cell.report.input_hash, path=verdict_path
     )
+    # The verdict store's own re-reading, through the one rule; a cell that never ran keeps its (unpassed)
+    # status, whatever suites its record claims.
+    fresh = verdict.rejudged(stored)
+    suites = fresh.suites
     differ = {
         new.suite: f"{folder / f'{new.suite}.xml'}: verdict.json says {new.suite} {old.result.outcome}, "
         f"its JUnit file says {new.outcome}" + (f" ({new.first_failure})" if new.first_failure else "")
         for old, new in zip(cell.suites, suites, strict=True)
         if old.result.outcome != new.outcome
     }
-    status, reason = verdict.cell_status(suites)
+    status, reason = fresh.status, fresh.reason
     moved = None
     if cell.report.ran and status is not cell.report.status:
         moved = (
@@ -459,7 +454,7 @@ def qualify(
             f"refused: cell {cell_id} has no run in {reports}/ ({verdict_path} is missing); "
             f"run `stackfarm run --cells {cell_id}` first"
         )
-    cell, objection = stored_run(reports, cell_id)
+    cell = stored_run(reports, cell_id)
     planned = plan_cell(
         matrix_path, cell_id, backend=backend, gpu=gpu_unavailable_reason() is None if gpu is None else gpu
     )
@@ -473,7 +468,6 @@ def qualify(
     }
     forged += [line for name, line in rejudged.suite_disagreements.items() if name not in beside]
     forged += [rejudged.status_disagreement] if rejudged.status_disagreement else []
-    forged += [f"the verdict store refuses it: {objection}"] if objection else []
     if forged:
         listing = "\n".join(f"  - {m}" for m in forged)
         raise StackfarmError(f"refused: the latest run of {cell_id} cannot be genuine:\n{listing}")
