@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from fakestack import OLD, FakeProject, cell_id
+from fakestack import NEW, OLD, FakeProject, cell_id
 from stackfarm import attest, storekeys, verdict
 from stackfarm.cli import main
 from stackfarm.errors import ExitCode
@@ -489,3 +489,31 @@ def test_a_private_store_gets_credentials_through_the_index_client_and_never_sho
     assert secret not in out.out + out.err + _everything(fake_project)
     assert set(handler.seen) == {handler.wanted}, "every request carried the credentials"
     indexauth.forget()
+
+
+def test_a_forged_verdict_beside_honest_ones_keeps_report_gate_red(
+    fake_project: FakeProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two cells: one honestly passed, one failed whose verdict.json was edited to passed. Leaving the forged
+    one out of the merged report would gate on the honest cell alone (exit 0): it is shown re-judged (failed),
+    named, and the gate fails."""
+    import shutil
+
+    other = cell_id(NEW)
+    fake_project.suite("00-ok", "fail")
+    fake_project.write_matrix([OLD, NEW])
+    assert fake_project.run() == ExitCode.CELLS_FAILED
+    kept = fake_project.root / "failed-copy"
+    shutil.copytree(fake_project.reports / other, kept)
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix([OLD, NEW])
+    assert fake_project.run() == ExitCode.OK
+    shutil.rmtree(fake_project.reports / other)
+    shutil.copytree(kept, fake_project.reports / other)
+    path = verdict.path_of(fake_project.reports, other)
+    path.write_bytes(flipped(path.read_bytes()))
+    capsys.readouterr()
+    assert main(["report", "--reports", str(fake_project.reports), "--gate"]) == ExitCode.CELLS_FAILED
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{path}: 00-ok: stored passed, its JUnit file 00-ok.xml says failed" in err
+    assert "❌" in (fake_project.reports / "summary.md").read_text()

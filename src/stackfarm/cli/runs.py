@@ -326,7 +326,8 @@ def write_reports(
 ) -> list[CellReport]:
     """junit.xml, summary.md/.html and the browsable report, from every verdict in the store with this run's
     own reports over them: a run of one cell updates its own row, the other cells keep theirs."""
-    stored, problems = verdict.read_all(where)
+    # A disputed verdict is shown re-judged, never left out: a gate over the rest would be greener than the truth.
+    stored, problems = verdict.read_all(where, shown=True)
     for problem in problems:
         error_line(problem)
     mine = {r.cell: r for r in current}
@@ -349,14 +350,15 @@ def print_summary(reports: Sequence[CellReport], where: Path, console: Console) 
 
 
 def planned_hashes(
-    args: argparse.Namespace,
+    args: argparse.Namespace, matrix: Matrix | None = None
 ) -> tuple[list[tuple[str, str | None, str | None]], list[tuple[str, list[str]]]]:
-    """(cell id, input hash, why none) of every cell of --plan, or of the --matrix planned here; and the plan's
-    conflicts (cell id, problems): cells no runner ran, which no store holds, and which are not green."""
+    """(cell id, input hash, why none) of every cell of --plan, or of the --matrix planned here (`matrix`, when
+    the caller has loaded it); and the plan's conflicts (cell id, problems): cells no runner ran, which no
+    store holds, and which are not green."""
     if args.plan is not None:
         doc = read_plan(args.plan)
     else:
-        matrix = load(args.matrix)
+        matrix = matrix if matrix is not None else load(args.matrix)
         resolver = Resolver(matrix, Cache())
         p, unreachable = plan_matrix(matrix, resolver, None)
         doc = plan_document(matrix, p, unreachable, resolver, backend=args.backend, gpu=not args.no_gpu)
@@ -364,11 +366,13 @@ def planned_hashes(
     return cells, [(str(c["id"]), [str(p) for p in c.get("problems", [])]) for c in doc.get("conflicts", [])]
 
 
-def merge_from(store: Store, reports: Path, console: Console, args: argparse.Namespace) -> list[str]:
+def merge_from(
+    store: Store, reports: Path, console: Console, args: argparse.Namespace, matrix: Matrix | None = None
+) -> list[str]:
     """Fetch the store's verdict of every planned cell into reports/; one line per cell it holds none of."""
     writable(reports)
     merged, missing = 0, []
-    cells, conflicts = planned_hashes(args)
+    cells, conflicts = planned_hashes(args, matrix)
     for cell, problems in conflicts:  # as `run` records them: every planned cell is in the merged report
         verdict.save(reports, CellReport(cell=cell, status=Status.CONFLICT, reason="; ".join(problems)))
     for cell, digest, why in cells:
@@ -397,10 +401,10 @@ def merge_from(store: Store, reports: Path, console: Console, args: argparse.Nam
 def cmd_report(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
     # The merge step trusts the runner keys the repository's matrix names ([store] trusted_keys), when it has one.
-    trusted = load(args.matrix).trusted_runner_keys if args.source and args.matrix.is_file() else ()
-    store = opened_store(args.source, trusted=trusted)
-    missing = merge_from(store, args.reports, console, args) if store is not None else []
-    stored, problems = verdict.read_all(args.reports)
+    matrix = load(args.matrix) if args.source and args.matrix.is_file() else None
+    store = opened_store(args.source, trusted=matrix.trusted_runner_keys if matrix else ())
+    missing = merge_from(store, args.reports, console, args, matrix) if store is not None else []
+    stored, problems = verdict.read_all(args.reports, shown=True)
     if not stored and problems:  # every verdict there refused: say which and why, never "run first"
         raise StackfarmError(f"no usable verdict under {args.reports}/: " + "; ".join(problems))
     if not stored and missing:  # the store held nothing this reader may use: nothing is green
