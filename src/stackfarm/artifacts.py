@@ -148,17 +148,37 @@ def _index_files(index: str, name: str, fresh: bool = False) -> tuple[File, ...]
     try:
         files = _retrying(page, get)
     except urllib.error.HTTPError as exc:
-        text = f"{page} answered HTTP {exc.code} {exc.reason}\n  hint: {_HINT}"
-        if exc.code in (
-            401,
-            403,
-            407,
-        ):  # credentials or a proxy stand in the way: the environment, not the matrix
-            raise IndexUnreachableError(text + " (and its credentials)") from exc
-        raise ArtifactError(text) from exc
+        raise _http_error(page, exc, hint=_HINT) from exc
     with _LISTINGS_LOCK:
         _LISTINGS[key] = files
     return files
+
+
+#: What an index's 401 / 403 / 407 answer means (the first word of the error; `plan` shows it per cell).
+REFUSED = {401: "unauthorized", 403: "forbidden", 407: "proxy authentication required"}
+
+
+def _http_error(url: str, exc: urllib.error.HTTPError, *, hint: str = "") -> ArtifactError:
+    """The error of an index's HTTP answer: credentials or a proxy in the way are the environment (exit 4),
+    named as such with the index (never its credentials) and how to give it credentials; any other answer
+    is the artifact's."""
+    shown = indexauth.redact(url)
+    text = f"{shown} answered HTTP {exc.code} {exc.reason}"
+    if exc.code not in REFUSED:
+        return ArtifactError(text + (f"\n  hint: {hint}" if hint else ""))
+    host = urlparse(shown).hostname or "HOST"
+    sent = "credentials were sent and refused" if indexauth.credentials(url) else "no credentials were sent"
+    fix = (
+        f"put `machine {host} login USER password TOKEN` in ~/.netrc (or the file $NETRC names; mode 600), "
+        "or write them into the index URL in matrix.toml [indexes]"
+    )
+    if exc.code == 403:
+        fix += "; a 403 means these credentials may not read it: check the token's scope"
+    elif exc.code == 407:
+        fix = "give the proxy's credentials in HTTPS_PROXY / HTTP_PROXY (http://user:token@proxy:port)"
+    return IndexUnreachableError(
+        f"{REFUSED[exc.code]}: {text} (index {indexwait.index_of(url)}; {sent})\n  fix: {fix}"
+    )
 
 
 def _local_file(path: Path) -> File:
@@ -510,7 +530,7 @@ class Cache:
             try:
                 _retrying(artifact.url, lambda timeout: _download_once(artifact, part, progress, timeout))
             except urllib.error.HTTPError as exc:
-                raise ArtifactError(f"{artifact.url} answered HTTP {exc.code} {exc.reason}") from exc
+                raise _http_error(artifact.url, exc) from exc
         return _sha256_file(part)
 
     def unpacked(self, artifact: Artifact) -> Path | None:
@@ -629,7 +649,7 @@ class Cache:
         except lazyzip.NoRanges:
             return None
         except urllib.error.HTTPError as exc:
-            raise ArtifactError(f"{artifact.url} answered HTTP {exc.code} {exc.reason}") from exc
+            raise _http_error(artifact.url, exc) from exc
         write_bytes_atomic(path, raw)
         return raw
 
@@ -650,7 +670,7 @@ class Cache:
         except urllib.error.HTTPError as exc:
             if exc.code in (404, 410):
                 return None  # listed but not there: the wheel itself still says it
-            raise ArtifactError(f"{url} answered HTTP {exc.code} {exc.reason}") from exc
+            raise _http_error(url, exc) from exc
         if (actual := hashlib.sha256(raw).hexdigest()) != want:
             dropped = cachekeep.forget_answers(self.root, artifact.sha256)
             text = (
@@ -734,6 +754,7 @@ def _download_once(artifact: Artifact, part: Path, progress: _Progress, timeout:
 
 __all__ = [
     "INSTALLED_EXTRAS",
+    "REFUSED",
     "RETRY_DELAYS",
     "Artifact",
     "Cache",
