@@ -45,6 +45,153 @@ ERROR: failed to solve: process "/bin/sh -c python -m pip install" did not compl
 """
 
 
+# A first build with a registry: --cache-from names a manifest the registry does not have yet (BuildKit says
+# ERROR for it, then carries on), and a later RUN fails compiling. Recorded from docker 20.10.24's BuildKit.
+BUILDKIT_CACHE_MISS = """\
+#3 [internal] load metadata for docker.io/library/stackfarm-base:bookworm
+#3 sha256:78a72df17e816d091126f0fe8099994c1b4a140755c6e0840383c9b16272d7f6
+#3 DONE 0.0s
+
+#7 importing cache manifest from 127.0.0.1:5000/stackfarm-test/cell:latest
+#7 sha256:a6f62bbad24920c92fb24ad4f92d888bd32acb74a23874c25b62b35b82af1dea
+#7 ERROR: 127.0.0.1:5000/stackfarm-test/cell:latest: not found
+
+#4 [1/3] FROM docker.io/library/stackfarm-base:bookworm
+#4 sha256:74ca8695aea015339b00ef62a6f2609a16f4386bd07fb0cd2598bcf4159d4ea7
+#4 CACHED
+
+#5 [2/3] RUN echo "error handling: none needed" > /tmp/notes
+#5 sha256:8d8effd196b866e8768c2cf1c78d80460d0da726b554e306e40eadbd99601bd7
+#5 DONE 0.3s
+
+#6 [3/3] RUN printf "def broken(:\\n" > /tmp/bad.py && echo compiling && python3 -m compileall -q /tmp/bad.py
+#6 sha256:d54bade31a661159da321191500a973b55fc24cb2f85013ba4217cc3c416222a
+#6 0.229 compiling
+#6 0.276 *** Error compiling '/tmp/bad.py'...
+#6 0.276   File "/tmp/bad.py", line 1
+#6 0.276     def broken(:
+#6 0.276                ^
+#6 0.276 SyntaxError: invalid syntax
+#6 0.276
+#6 ERROR: executor failed running [/bin/sh -c printf "def broken(:\\n" > /tmp/bad.py && echo compiling && python3 -m compileall -q /tmp/bad.py]: exit code: 1
+------
+ > importing cache manifest from 127.0.0.1:5000/stackfarm-test/cell:latest:
+------
+------
+ > [3/3] RUN printf "def broken(:\\n" > /tmp/bad.py && echo compiling && python3 -m compileall -q /tmp/bad.py:
+------
+executor failed running [/bin/sh -c printf "def broken(:\\n" > /tmp/bad.py && echo compiling && python3 -m compileall -q /tmp/bad.py]: exit code: 1
+"""
+
+# Two stages in parallel: one fails, BuildKit cancels the other. Recorded from docker 20.10.24's BuildKit.
+BUILDKIT_CANCELED = """\
+#4 importing cache manifest from 127.0.0.1:5000/nothere/cache:missing
+#4 sha256:7bfa95a89ed2e16af157cc6433ac15bfae0ba887f35658a8d9818303a9f2f502
+#4 ERROR: 127.0.0.1:5000/nothere/cache:missing: not found
+
+#6 [a 2/2] RUN sleep 5 && echo a-done
+#6 sha256:616039f83514cd82ec06f2393ca5f5971f32767d8affb101bd8593e4f5240713
+#6 ...
+
+#7 [b 2/2] RUN echo bad; exit 4
+#7 sha256:9ab540a2b8c0bd0644ac0aa5e1bcb97c191eae9618ec393b6958e12516469ef3
+#7 0.927 bad
+#7 ERROR: executor failed running [/bin/sh -c echo bad; exit 4]: exit code: 4
+
+#6 [a 2/2] RUN sleep 5 && echo a-done
+#6 sha256:616039f83514cd82ec06f2393ca5f5971f32767d8affb101bd8593e4f5240713
+#6 CANCELED
+------
+ > importing cache manifest from 127.0.0.1:5000/nothere/cache:missing:
+------
+------
+ > [b 2/2] RUN echo bad; exit 4:
+------
+executor failed running [/bin/sh -c echo bad; exit 4]: exit code: 4
+"""
+
+# A COPY of a missing file: the step's error is the tail of the build's last line. Recorded from docker 20.10.24.
+BUILDKIT_COPY = """\
+#8 importing cache manifest from 127.0.0.1:5000/nothere/cache:missing
+#8 sha256:7bfa95a89ed2e16af157cc6433ac15bfae0ba887f35658a8d9818303a9f2f502
+#8 ERROR: 127.0.0.1:5000/nothere/cache:missing: not found
+
+#7 [3/3] COPY nothere /x
+#7 sha256:367b69194c59e542fa7ae1281aee98d9df2dfb1f7284b12beaad938dcec4e1ef
+#7 ERROR: "/nothere" not found: not found
+------
+ > importing cache manifest from 127.0.0.1:5000/nothere/cache:missing:
+------
+------
+ > [3/3] COPY nothere /x:
+------
+failed to compute cache key: "/nothere" not found: not found
+"""
+
+# The same cache miss as newer BuildKit (buildx) words it, with the Dockerfile excerpt and a warning after the
+# final error. (Its shape, from buildx's plain progress: this machine's docker has no buildx to record it.)
+BUILDX_CACHE_MISS = """\
+#2 importing cache manifest from registry.example.org/stackfarm/cell:latest
+#2 ERROR: failed to configure registry cache importer: registry.example.org/stackfarm/cell:latest: not found
+
+#9 [patched 1/1] RUN cp -R /tmp/stackfarm/patch/files/. . && python -m compileall -q sglang
+#9 0.412 *** Error compiling 'sglang/srt/server_args.py'...
+#9 0.413 SyntaxError: invalid syntax
+#9 ERROR: process "/bin/sh -c cp -R /tmp/stackfarm/patch/files/. . && python -m compileall -q sglang" did not complete successfully: exit code: 1
+------
+ > importing cache manifest from registry.example.org/stackfarm/cell:latest:
+------
+------
+ > [patched 1/1] RUN cp -R /tmp/stackfarm/patch/files/. . && python -m compileall -q sglang:
+0.412 *** Error compiling 'sglang/srt/server_args.py'...
+0.413 SyntaxError: invalid syntax
+------
+Dockerfile:82
+--------------------
+  81 |     WORKDIR ${SITE}
+  82 | >>> RUN cp -R /tmp/stackfarm/patch/files/. . && python -m compileall -q sglang
+--------------------
+ERROR: failed to solve: process "/bin/sh -c cp -R /tmp/stackfarm/patch/files/. . && python -m compileall -q sglang" did not complete successfully: exit code: 1
+
+1 warning found (use docker --debug to expand):
+ - InvalidDefaultArgInFrom: Default value for ARG ${BASE} results in empty or invalid base image name
+"""
+
+
+@pytest.mark.parametrize("output", [BUILDKIT_CACHE_MISS, BUILDX_CACHE_MISS])
+def test_a_cache_import_miss_is_never_the_failing_step(output: str) -> None:
+    failure = dk.parse_build_failure(output)
+    assert "] RUN " in failure.step, failure
+    assert "compileall" in failure.step
+    assert "importing cache manifest" not in failure.step
+    assert failure.reason.endswith("exit code: 1")
+    assert "not found" not in failure.reason
+    assert failure.error_line.startswith("*** Error compiling '")
+    assert failure.tail[-1] == "SyntaxError: invalid syntax"
+    text = dk.failure_text("stackfarm/cell:1", failure, Path("/r/docker-build.log"))
+    first, *rest = text.splitlines()
+    assert first.startswith("building stackfarm/cell:1 failed at [")
+    assert first.endswith(
+        f"compileall -q {'/tmp/bad.py' if output is BUILDKIT_CACHE_MISS else 'sglang'}: {failure.error_line}"
+    )
+    assert "cache manifest" not in text
+    assert rest[-1] == "  log: /r/docker-build.log"
+
+
+def test_a_step_cancelled_because_another_failed_is_not_the_failing_step() -> None:
+    failure = dk.parse_build_failure(BUILDKIT_CANCELED)
+    assert failure.step == "[b 2/2] RUN echo bad; exit 4"
+    assert failure.reason == "executor failed running [/bin/sh -c echo bad; exit 4]: exit code: 4"
+    assert failure.tail == ("bad",)
+    assert failure.error_line == ""
+
+
+def test_a_failed_copy_is_named_by_the_builds_last_line() -> None:
+    failure = dk.parse_build_failure(BUILDKIT_COPY)
+    assert failure.step == "[3/3] COPY nothere /x"
+    assert failure.reason == '"/nothere" not found: not found'
+
+
 def test_build_failure_names_the_step_and_its_last_lines() -> None:
     failure = dk.parse_build_failure(BUILDKIT_20_10)
     assert failure.step.startswith("[torch 1/1] RUN python -m pip install")

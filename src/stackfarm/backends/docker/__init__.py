@@ -47,6 +47,7 @@ from .commands import (
     Mount,
     build_argv,
     create_options,
+    failure_text,
     parse_build_failure,
     parse_loaded_image,
 )
@@ -145,6 +146,7 @@ __all__ = [
     "create_options",
     "cuda_image_version",
     "engine_unavailable_reason",
+    "failure_text",
     "hash_listing",
     "image_name",
     "is_base_path",

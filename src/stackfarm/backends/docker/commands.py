@@ -2,7 +2,7 @@
 
 Pure: `create_options` returns the Docker SDK's `containers.create` arguments for a suite run, `build_argv` the
 `docker build` argument list (never a shell string; every value validated first), `parse_build_failure` and
-`parse_loaded_image` read text. `engine.DockerEngine` uses them.
+`parse_loaded_image` read text, `failure_text` says what failed. `engine.DockerEngine` uses them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from .common import (
 )
 
 _TAIL = 25
+#: How much of a step's name a build error's first line keeps (a RUN line can be long).
+_STEP_SHOWN = 120
 
 # -- containers ----------------------------------------------------------------------------------------------
 
@@ -136,12 +138,23 @@ def build_argv(
 
 
 # -- reading the engine's output -----------------------------------------------------------------------------
+#
+# BuildKit's plain progress (docker 20.10's built-in BuildKit and buildx alike; 20.10's client has no
+# --progress=rawjson) is one block per vertex: "#N <name>", then "#N <seconds> <line>" for what it printed, and
+# "#N DONE|CACHED|CANCELED|ERROR: <why>". Several vertices may say ERROR: the import of a --cache-from manifest
+# that is not in the registry yet (BuildKit carries on without it) and steps cancelled because another failed.
+# The failing step is the one whose error is the build's own last word (20.10: the last line; buildx:
+# "ERROR: failed to solve: <why>"), which ends with that vertex's error.
 
-_STEP = re.compile(r"^#(\d+) (\[.+)$")
-_STEP_LINE = re.compile(r"^#(\d+) (?:\d+\.\d+ )?(.*)$")
-_STEP_ERROR = re.compile(r"^#(\d+) ERROR: (.*)$")
-_STEP_STATUS = re.compile(r"^(?:sha256:[0-9a-f]+|DONE [0-9.]+s|CACHED)$")
+_VERTEX = re.compile(r"^#(\d+) (.*)$")
+_LOGGED = re.compile(r"^(?:\d+\.\d+(?: |$))?(.*)$")
+_STATUS = re.compile(r"^(?:sha256:[0-9a-f]+|DONE [0-9.]+s|CACHED|CANCELED|\.\.\.)$")
+_SOLVE = re.compile(r"^(?:ERROR: )?failed to solve(?: with frontend [^:]+)?: (.*)$")
+#: A line that says what went wrong: a compiler's or pip's "error"/"fatal", a Python exception's "XError:".
+_ERROR_LINE = re.compile(r"(?i:\berror\b|\bfatal\b)|[a-z]Error:|\w+Exception:")
 _DISK_FULL = re.compile(r"no space left on device", re.IGNORECASE)
+#: Vertices whose error does not fail a build: a --cache-from manifest BuildKit could not import.
+_BENIGN = ("importing cache manifest from ",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,36 +163,98 @@ class BuildFailure:
     step: str
     #: BuildKit's one-line reason, e.g. "executor failed running [...]: exit code: 1".
     reason: str
+    #: The first line the step printed that says error (a compiler's, pip's, Python's), "" when none did.
+    error_line: str
     #: The last lines that step printed.
     tail: tuple[str, ...]
     disk_full: bool
 
 
-def parse_build_failure(output: str) -> BuildFailure:
-    """Which step of a `docker build --progress=plain` failed, why, and the last lines it printed."""
-    lines = output.splitlines()
-    titles: dict[str, str] = {}
-    failed: tuple[str, str] | None = None
+@dataclass
+class _Vertex:
+    title: str
+    errors: list[str]
+    lines: list[str]
+
+
+def _vertices(lines: Sequence[str]) -> dict[str, _Vertex]:
+    """Every "#N" block of the output, in the order BuildKit first named them."""
+    found: dict[str, _Vertex] = {}
     for line in lines:
-        if m := _STEP.match(line):
-            titles.setdefault(m[1], m[2])
-        elif (m := _STEP_ERROR.match(line)) and failed is None:
-            failed = (m[1], m[2])
-    disk_full = bool(_DISK_FULL.search(output))
-    if failed is None:
-        tail = tuple(line for line in lines if line.strip())[-_TAIL:]
-        reason = next((line for line in reversed(lines) if line.lower().startswith(("error", "failed"))), "")
-        return BuildFailure(step="(before any build step)", reason=reason, tail=tail, disk_full=disk_full)
-    number, reason = failed
-    own = []
-    for line in lines:
-        if _STEP.match(line) or _STEP_ERROR.match(line):
+        m = _VERTEX.match(line)
+        if m is None:
             continue
-        m = _STEP_LINE.match(line)
-        if m and m[1] == number and not _STEP_STATUS.match(m[2]):
-            own.append(m[2])
-    title = titles.get(number, f"step #{number}")
-    return BuildFailure(step=title[:200], reason=reason, tail=tuple(own[-_TAIL:]), disk_full=disk_full)
+        number, text = m[1], m[2]
+        vertex = found.get(number)
+        if vertex is None:
+            found[number] = _Vertex(title=text, errors=[], lines=[])
+        elif text.startswith("ERROR: "):
+            vertex.errors.append(text.removeprefix("ERROR: "))
+        elif text != vertex.title and not _STATUS.match(text):
+            own = _LOGGED.match(text)
+            vertex.lines.append(own[1] if own else text)
+    return found
+
+
+def _last_word(lines: Sequence[str]) -> str:
+    """What the build said last about why it failed: buildx's "failed to solve: ..." line, else (20.10) the
+    last line outside the vertex blocks and the error summary."""
+    solved = [m[1] for line in lines if (m := _SOLVE.match(line))]
+    if solved:
+        return solved[-1]
+    loose = [
+        line
+        for line in lines
+        if line.strip() and not _VERTEX.match(line) and not line.startswith((" > ", "------"))
+    ]
+    return loose[-1] if loose else ""
+
+
+def _failing(vertices: Mapping[str, _Vertex], last: str) -> _Vertex | None:
+    """The vertex that failed the build: its error is the build's last word; else the first real error."""
+    real = [
+        v
+        for v in vertices.values()
+        if v.errors and not v.title.startswith(_BENIGN) and v.errors[-1] != "context canceled"
+    ]
+    said = [v for v in real if last and v.errors[-1] in last]
+    return next(iter(said or real), None)
+
+
+def parse_build_failure(output: str) -> BuildFailure:
+    """Which step of a `docker build --progress=plain` failed, why, its first error line and its last lines;
+    never a --cache-from import that missed nor a step cancelled because another failed."""
+    lines = output.splitlines()
+    last = _last_word(lines)
+    vertex = _failing(_vertices(lines), last)
+    disk_full = bool(_DISK_FULL.search(output))
+    if vertex is None:
+        tail = tuple(line for line in lines if line.strip())[-_TAIL:]
+        reason = next(
+            (line for line in reversed(lines) if line.lower().startswith(("error", "failed"))), last
+        )
+        return BuildFailure(
+            step="(before any build step)", reason=reason, error_line="", tail=tail, disk_full=disk_full
+        )
+    own = [line for line in vertex.lines if line.strip()]
+    return BuildFailure(
+        step=vertex.title[:200],
+        reason=vertex.errors[-1],
+        error_line=next((line.strip() for line in own if _ERROR_LINE.search(line)), ""),
+        tail=tuple(own[-_TAIL:]),
+        disk_full=disk_full,
+    )
+
+
+def failure_text(tag: str, failure: BuildFailure, log: Path) -> str:
+    """The build error's text. Its first line (what the terminal and a report's one-liner show) names the
+    failing step and its first error line; then BuildKit's reason, the step's last lines and the log."""
+    step = failure.step if len(failure.step) <= _STEP_SHOWN else f"{failure.step[: _STEP_SHOWN - 1]}…"
+    said = failure.error_line or failure.reason
+    head = f"building {tag} failed at {step}" + (f": {said}" if said else "")
+    lines = "".join(f"\n    {line}" for line in failure.tail)
+    reason = f"\n  {failure.reason}" if failure.reason and failure.reason != said else ""
+    return f"{head}{reason}{lines}\n  log: {log}"
 
 
 def parse_loaded_image(output: str) -> str | None:
@@ -199,6 +274,7 @@ __all__ = [
     "Mount",
     "build_argv",
     "create_options",
+    "failure_text",
     "parse_build_failure",
     "parse_loaded_image",
 ]

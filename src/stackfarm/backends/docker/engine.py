@@ -38,7 +38,14 @@ from ... import proc
 from ...errors import StackfarmError
 from ...files import write_atomic, write_bytes_atomic
 from ...proc import Outcome, call
-from .commands import ContainerSpec, build_argv, create_options, parse_build_failure, parse_loaded_image
+from .commands import (
+    ContainerSpec,
+    build_argv,
+    create_options,
+    failure_text,
+    parse_build_failure,
+    parse_loaded_image,
+)
 from .common import BuildError, DiskFullError, DockerError, EngineError, RegistryError, validate_image_ref
 
 if TYPE_CHECKING:  # the SDK is imported when a container is first made: suites inside one import this module
@@ -363,8 +370,7 @@ class DockerEngine:
             raise BuildError(f"building {tag} was interrupted; nothing was tagged (log: {log})")
         if out.returncode != 0:
             failure = parse_build_failure(out.output)
-            lines = "\n    ".join(failure.tail)
-            text = f"building {tag} failed at {failure.step}\n  {failure.reason}\n    {lines}\n  log: {log}"
+            text = failure_text(tag, failure, log)
             if failure.disk_full:
                 root = self.check().root_dir or "docker's data root"
                 raise DiskFullError(
