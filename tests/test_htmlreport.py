@@ -8,6 +8,8 @@ equivalence figures (issue 7's names) and throughput figures with a threshold.
 from __future__ import annotations
 
 import dataclasses
+import html
+import json
 import re
 import shutil
 import struct
@@ -226,10 +228,41 @@ def _hex(colour: str) -> tuple[int, int, int]:
     return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
 
 
+#: A parametrized test id with no space to break at, longer than any grid column.
+LONG_ID = "test_finding[" + "-".join(f"table_sm_120_torch_symm_mem_world_size_{n}" for n in range(6)) + "]"
+#: What a page reports of its own layout once Chromium has laid it out (the test's copy only: the report has no
+#: script). Overflow: a grid or table cell whose content is wider than the cell (it runs into the next one).
+_MEASURE = """<script>
+const overflow = [];
+for (const el of document.querySelectorAll("td, th, .causes li")) {
+  if (el.scrollWidth > el.clientWidth + 1) overflow.push(el.textContent.slice(0, 60));
+}
+const causes = [...document.querySelectorAll(".causes li")].map(
+  (li) => [li.dataset.severity, Math.round(li.getBoundingClientRect().top), li.dataset.cells]);
+const pre = document.createElement("pre");
+pre.id = "measured";
+pre.textContent = JSON.stringify({overflow, causes, width: document.documentElement.scrollWidth});
+document.body.append(pre);
+</script>"""
+
+
+def _more_cells(reports: Path) -> None:
+    """Two more cells that only need a GPU (so "needs GPU" is the most widespread reason) and one that fails with
+    a long test id."""
+    skip: dict[str, list[CaseSpec]] = {
+        "20-eagle3": [("test_runtime[Kimi]", "skipped", "needs GPU: no NVIDIA GPU", {})]
+    }
+    for n in (1, 2):
+        write_cell(reports, f"cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.{n}", {**PASSING, **skip})
+    long: dict[str, list[CaseSpec]] = {"10-capability": [(LONG_ID, "failed", f"{LONG_ID}: KeyError: 12", {})]}
+    write_cell(reports, "cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.3", {**PASSING, **long})
+
+
 def test_report_renders_in_headless_chromium(reports: Path, tmp_path: Path) -> None:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("chromium is not installed (Debian: apt-get install -y chromium)")
+    _more_cells(reports)
     htmlreport.write(reports)
     url = (reports / "index.html").resolve().as_uri()
     flags = [
@@ -268,6 +301,35 @@ def test_report_renders_in_headless_chromium(reports: Path, tmp_path: Path) -> N
         [*flags, "--dump-dom", cell_url], capture_output=True, text=True, timeout=120, check=False
     )
     assert page.stdout.count("<svg") >= 2
+    # Laid out by Chromium: no cell's text runs into the next one (the long id wraps inside its cell) and the
+    # root causes read failures first, though "needs GPU" is the most widespread.
+    from stackfarm import reports as summaries
+
+    stored = [verdict.read(path).report for path in sorted(reports.glob("*/verdict.json"))]
+    summaries.write_summaries(stored, reports)
+    for name in ("index.html", "summary.html"):
+        copy = reports / f"measured-{name}"
+        text = (reports / name).read_text(encoding="utf-8")
+        copy.write_text(text.replace("</body>", f"{_MEASURE}</body>"), encoding="utf-8")
+        laid = subprocess.run(
+            [*flags, "--dump-dom", copy.resolve().as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        found = re.search(r'<pre id="measured">(.*?)</pre>', laid.stdout)
+        assert found is not None, laid.stderr[-2000:]
+        measured = json.loads(html.unescape(found[1]))
+        assert measured["overflow"] == [], (
+            f"{name}: cells whose text runs out of them: {measured['overflow']}"
+        )
+        assert measured["width"] <= 1400, f"{name} is wider than the window: {measured['width']} px"
+        severities = [kind for kind, _, _ in measured["causes"]]
+        assert severities == ["failed", "failed", "failed", "unanswered"], (name, measured["causes"])
+        tops = [top for _, top, _ in measured["causes"]]
+        assert tops == sorted(tops), "the list is drawn in that order"
+    assert LONG_ID in (reports / "index.html").read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- the grid's reasons and colours
@@ -328,7 +390,10 @@ def test_incomplete_is_amber_with_its_reason_and_failures_group_by_root_cause(tm
 
     reports = [verdict.read(root / c / "verdict.json").report for c in [*cells, OTHER]]
     md = summaries.summary_markdown(reports)
-    assert "- 2 cells: 10-capability: test_finding: KeyError: 12 in torch_symm_mem.py (sglang X.Y) — " in md
+    assert (
+        "- ❌ failed: 2 cells: 10-capability: test_finding: KeyError: 12 in torch_symm_mem.py (sglang X.Y) — "
+        in md
+    )
     assert f"`{cells[0]}`, `{cells[1]}`" in md
     assert "🟡 2/25 passed, 23 skipped: test_gpu[0]: needs GPU" in md
     # One colour table for both HTML grids: amber is incomplete in each.

@@ -25,7 +25,15 @@ from . import indexauth, sections
 from .files import write_atomic
 from .history import CellRun, History, Run, Series, SuiteRun, from_json, read_run
 from .sections import grid
-from .sections.grid import COLOURS, root_causes, short, suite_reason, suite_text
+from .sections.grid import (
+    COLOURS,
+    SEVERITY_CLASS,
+    SEVERITY_TEXT,
+    root_causes,
+    short,
+    suite_reason,
+    suite_text,
+)
 from .sections.html import Bar, badge, bar_chart, e, line_chart, table, trend_charts
 from .verdict import CellReport
 
@@ -36,13 +44,14 @@ h3{font-size:15px;margin:18px 0 6px}h1 code{font-size:19px}a{color:#0969da}code,
 pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:420px;border-radius:6px}
 table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;
 vertical-align:top}thead th{background:#f6f8fa}
+th,td,.causes li{overflow-wrap:anywhere;word-break:break-word}
 table.grid td.o{font-weight:600;text-align:center;min-width:92px;max-width:260px}
 table.grid td.o .why{display:block;font-weight:400;font-size:11px;text-align:left;margin-top:2px}
 table.grid th.cell a{font:600 13px ui-monospace,monospace}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;font-size:12px}
 .muted{color:#57606a}.legend span{margin-right:6px}.why{max-width:560px;font-size:12px}
 details{margin:4px 0}summary{cursor:pointer}svg{display:block;margin:6px 0}
-.charts{display:flex;flex-wrap:wrap;gap:8px}.causes li{margin:2px 0}
+.charts{display:flex;flex-wrap:wrap;gap:8px}.causes li{margin:2px 0}.gated{font-size:12px;color:#57606a}
 """ + grid.css()
 
 
@@ -74,17 +83,28 @@ def _grid_cell(suite: SuiteRun | None) -> str:
 
 
 def causes_html(cells: Sequence[CellReport]) -> str:
-    """The failures grouped by root cause across cells: one line "3 cells: <reason>", the cells under it."""
+    """The failures grouped by root cause across cells, failures first, then errors, then unanswered
+    questions: one line "failed 3 cells: <reason>", the cells under it, then the suites its gate kept from
+    running."""
     found = root_causes(cells)
     if not found:
         return ""
     items = "".join(
-        f'<li data-cells="{len(c.cells)}"><strong>{e(c.line())}</strong><br>'
+        f'<li data-cells="{len(c.cells)}" data-severity="{c.severity}">'
+        f"{badge(SEVERITY_CLASS[c.severity], SEVERITY_TEXT[c.severity])} <strong>{e(c.line())}</strong><br>"
         + ", ".join(f'<a href="{e(cell)}/index.html"><code>{e(cell)}</code></a>' for cell in c.cells)
+        + (
+            f'<br><span class="gated">gated off behind it (not run): {e(", ".join(c.gated))}</span>'
+            if c.gated
+            else ""
+        )
         + "</li>"
         for c in found
     )
-    return f'<h2>Failures by root cause</h2><ul class="causes">{items}</ul>'
+    return (
+        '<h2>Failures by root cause</h2><p class="muted">Failed first, then errors, then unanswered questions '
+        f'(skipped or incomplete suites).</p><ul class="causes">{items}</ul>'
+    )
 
 
 def index_page(run: Run, *, links: Sequence[tuple[str, str]] = ()) -> str:

@@ -25,7 +25,16 @@ from junitparser import JUnitXml, TestCase, TestSuite
 from . import indexauth, junit
 from .files import write_atomic, write_bytes_atomic
 from .junit import Step, write_skipped_suite, write_steps
-from .sections.grid import COLOURS, css, root_causes, short, suite_reason, suite_text
+from .sections.grid import (
+    COLOURS,
+    SEVERITY_CLASS,
+    SEVERITY_TEXT,
+    css,
+    root_causes,
+    short,
+    suite_reason,
+    suite_text,
+)
 from .verdict import CellReport, Outcome, Status, SuiteResult, read_suite, totals
 
 __all__ = [
@@ -195,14 +204,22 @@ def _md_suite(s: SuiteResult) -> str:
     return f"{_ICON[s.outcome]} {_md(suite_text(s))}" + (f": {_md(why, 90)}" if why else "")
 
 
+#: How each kind of root cause is marked in summary.md (its words are grid.SEVERITY_TEXT).
+_SEVERITY_ICON = {"failed": _ICON["failed"], "error": _ICON["error"], "unanswered": _ICON["incomplete"]}
+
+
 def causes_markdown(cells: Sequence[CellReport]) -> list[str]:
-    """The failures grouped by root cause across cells: "- 3 cells: <reason> — `a`, `b`, `c`"."""
+    """The failures grouped by root cause across cells, failures first, then errors, then unanswered
+    questions: "- ❌ failed: 3 cells: <reason> — `a`, `b`, `c`", the suites a gate kept from running under it."""
     found = root_causes(cells)
     if not found:
         return []
-    lines = ["", "**Failures by root cause**", ""]
+    lines = ["", "**Failures by root cause** (failed, then errors, then unanswered questions)", ""]
     for c in found:
-        lines.append(f"- {_md(c.line(), 300)} — " + ", ".join(f"`{_md(cell)}`" for cell in c.cells))
+        head = f"{_SEVERITY_ICON[c.severity]} {SEVERITY_TEXT[c.severity]}: {_md(c.line(), 300)}"
+        lines.append(f"- {head} — " + ", ".join(f"`{_md(cell)}`" for cell in c.cells))
+        if c.gated:
+            lines.append(f"  - gated off behind it (not run): {', '.join(_md(g) for g in c.gated)}")
     return lines
 
 
@@ -230,7 +247,11 @@ _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5rem; color: #222; }
 table { border-collapse: collapse; margin-bottom: 1rem; }
 th, td { border: 1px solid #ccc; padding: .3rem .6rem; text-align: left; vertical-align: top; }
+/* A long test id or message wraps inside its cell instead of running into the next one. */
+th, td, li { overflow-wrap: anywhere; word-break: break-word; }
 td.o { font-weight: 600; max-width: 260px; }
+.sev { padding: 0 .45em; border-radius: .6em; font-size: .8em; font-weight: 600; }
+.gated { font-size: .85em; color: #57606a; }
 .why { display: block; font-weight: 400; font-size: .8em; margin-top: 2px; }
 .fail { font-family: monospace; font-size: .85em; }
 details { margin: .3rem 0; } code { font-size: .9em; }
@@ -263,7 +284,15 @@ def summary_html(cells: Sequence[CellReport], *, title: str = "stackfarm matrix"
             f'{e(reused)}</td><td class="fail">{e(c.first_problem())}</td></tr>'
         )
     causes = "".join(
-        f"<li><strong>{e(rc.line())}</strong> — {', '.join(f'<code>{e(x)}</code>' for x in rc.cells)}</li>"
+        f'<li data-cells="{len(rc.cells)}" data-severity="{rc.severity}"><span class="sev v-{SEVERITY_CLASS[rc.severity]}">'
+        f"{e(SEVERITY_TEXT[rc.severity])}</span> <strong>{e(rc.line())}</strong> — "
+        f"{', '.join(f'<code>{e(x)}</code>' for x in rc.cells)}"
+        + (
+            f'<br><span class="gated">gated off behind it (not run): {e(", ".join(rc.gated))}</span>'
+            if rc.gated
+            else ""
+        )
+        + "</li>"
         for rc in root_causes(cells)
     )
     details: list[str] = []
@@ -283,7 +312,12 @@ def summary_html(cells: Sequence[CellReport], *, title: str = "stackfarm matrix"
         f"<table><thead><tr><th>cell</th>{head}<th>status</th><th>first failure</th></tr></thead>\n"
         f"<tbody>\n{chr(10).join(rows)}\n</tbody></table>\n"
         f"<p><strong>{e(totals(cells))}</strong></p>\n"
-        + (f"<h2>Failures by root cause</h2><ul>{causes}</ul>\n" if causes else "")
+        + (
+            "<h2>Failures by root cause</h2><p>Failed first, then errors, then unanswered questions (skipped or "
+            f'incomplete suites).</p><ul class="causes">{causes}</ul>\n'
+            if causes
+            else ""
+        )
         + f"<h2>Cells</h2>\n{chr(10).join(details)}\n</body></html>\n"
     )
 

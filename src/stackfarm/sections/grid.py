@@ -1,5 +1,6 @@
 """What the grids of summary.md, summary.html and index.html share: one table of colours, the words in each
-grid cell, and failures grouped by root cause across cells.
+grid cell, and failures grouped by root cause across cells (failures, then errors, then unanswered questions;
+a suite a gate kept from running listed under that gate).
 
 Nothing here judges: outcomes and statuses are stackfarm.verdict's.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from ..verdict import CellReport, Status, SuiteResult
 
@@ -86,49 +88,113 @@ def normalise(text: str, cell: str = "") -> str:
     return " ".join(out.split())
 
 
+#: A root cause's kind, in the order the reports rank them: what failed, then what errored (a suite, a cell
+#: that never ran, a conflict), then the questions left unanswered (skipped or incomplete suites).
+Severity = Literal["failed", "error", "unanswered"]
+SEVERITIES: tuple[Severity, ...] = ("failed", "error", "unanswered")
+_SEVERITY_OF: dict[str, Severity] = {
+    "failed": "failed",
+    "error": "error",
+    "conflict": "error",
+    "skipped": "unanswered",
+    "incomplete": "unanswered",
+}
+#: How the reports name each kind, and the colour class (grid.COLOURS) its mark takes.
+SEVERITY_TEXT: dict[str, str] = {"failed": "failed", "error": "error", "unanswered": "unanswered"}
+SEVERITY_CLASS: dict[str, str] = {"failed": "failed", "error": "error", "unanswered": "incomplete"}
+#: The skip the runner writes for a suite behind a gate that did not pass (stackfarm.runner._run_suites).
+_GATED = re.compile(r"\bgated: (?P<gate>\S+) did not pass\b")
+
+
+def gate_of(s: SuiteResult) -> str | None:
+    """The gate suite that kept `s` from running (the runner's "gated: <gate> did not pass" skip), or None."""
+    if s.outcome != "skipped":
+        return None
+    found = _GATED.search(s.first_failure or "")
+    return found["gate"] if found else None
+
+
 @dataclass(frozen=True, kw_only=True)
 class RootCause:
-    """One normalised reason and the cells that share it."""
+    """One normalised reason, the cells that share it, how bad it is, and the suites gated off behind it."""
 
     reason: str
     cells: tuple[str, ...]
+    severity: Severity = "failed"
+    #: Suites that did not run because this one (a gate) did not pass, in any of `cells`.
+    gated: tuple[str, ...] = ()
 
     def line(self) -> str:
         n = len(self.cells)
         return f"{n} cell{'' if n == 1 else 's'}: {self.reason}"
 
 
-def _problems(cell: CellReport) -> Iterable[str]:
+@dataclass(frozen=True)
+class _Problem:
+    severity: Severity
+    text: str
+    #: The suite it is about ("" for a cell's own problem).
+    suite: str = ""
+
+
+def _problems(cell: CellReport) -> Iterable[_Problem]:
     if cell.status in (Status.CONFLICT, Status.ERROR):
-        yield f"{cell.status}: {cell.reason or cell.status}"
+        yield _Problem("error", f"{cell.status}: {cell.reason or cell.status}")
         return
     if not cell.ran:
         return  # excluded on purpose: not a failure
     bad = [s for s in cell.suites if s.outcome not in GREEN]
     for s in bad:
-        yield f"{s.suite}: {s.first_failure or s.outcome}"
+        yield _Problem(
+            _SEVERITY_OF.get(s.outcome, "error"), f"{s.suite}: {s.first_failure or s.outcome}", s.suite
+        )
     if cell.status is not Status.PASSED and not bad:
-        yield cell.first_problem() or str(cell.status)
+        yield _Problem(
+            _SEVERITY_OF.get(str(cell.status), "unanswered"), cell.first_problem() or str(cell.status)
+        )
 
 
 def root_causes(cells: Sequence[CellReport]) -> list[RootCause]:
     """Every non-green suite (and every conflict or error) across cells, grouped by its normalised first
-    failure: the most widespread first."""
-    groups: dict[str, list[str]] = {}
+    failure: failures first, then errors, then unanswered questions; the most widespread first within each.
+    A suite skipped because its gate did not pass is no root cause of its own: it is listed under the gate's."""
+    groups: dict[tuple[Severity, str], list[str]] = {}
+    gated: dict[tuple[Severity, str], list[str]] = {}
     for cell in cells:
-        for problem in _problems(cell):
-            members = groups.setdefault(normalise(problem, cell.cell), [])
+        problems = list(_problems(cell))
+        keys = {p.suite: (p.severity, normalise(p.text, cell.cell)) for p in problems if p.suite}
+        behind = {s.suite: gate for s in cell.suites if (gate := gate_of(s)) is not None and gate in keys}
+        for problem in problems:
+            if problem.suite in behind:
+                under = gated.setdefault(keys[behind[problem.suite]], [])
+                if problem.suite not in under:
+                    under.append(problem.suite)
+                continue
+            members = groups.setdefault((problem.severity, normalise(problem.text, cell.cell)), [])
             if cell.cell not in members:
                 members.append(cell.cell)
-    ordered = sorted(groups.items(), key=lambda kv: -len(kv[1]))  # stable: first seen first among equals
-    return [RootCause(reason=reason, cells=tuple(members)) for reason, members in ordered]
+    ranked = sorted(groups.items(), key=lambda kv: (SEVERITIES.index(kv[0][0]), -len(kv[1])))  # stable
+    return [
+        RootCause(
+            reason=reason,
+            cells=tuple(members),
+            severity=severity,
+            gated=tuple(gated.get((severity, reason), ())),
+        )
+        for (severity, reason), members in ranked
+    ]
 
 
 __all__ = [
     "COLOURS",
     "GREEN",
+    "SEVERITIES",
+    "SEVERITY_CLASS",
+    "SEVERITY_TEXT",
     "RootCause",
+    "Severity",
     "css",
+    "gate_of",
     "normalise",
     "root_causes",
     "short",
