@@ -69,3 +69,28 @@ def test_without_matplotlib_history_md_says_how_to_get_the_plots(
     assert not (tmp_path / CELL / trendplot.FILENAME).exists()
     markdown = (tmp_path / "history.md").read_text(encoding="utf-8")
     assert "- no plots: matplotlib is not installed: pip install x" in markdown
+
+
+def test_every_run_is_on_every_panel_and_a_missing_figure_is_a_labelled_gap(tmp_path: Path) -> None:
+    """Run 4 measured no EAGLE-3: its EAGLE-3 panels still show run-4 (a labelled gap), and run-5's point
+    sits at run-5, not in run-4's place."""
+    hist = history.write(HISTORY, tmp_path)
+    trends = trendplot.throughput_trends(hist.series[CELL])
+    runs = [r.name for r in hist.runs]
+    assert [p.run for p in trends["eagle3_decode_tok_s"]] == ["run-1", "run-2", "run-3", "run-5"]
+    fig = trendplot.figure(CELL, trends, runs)
+    panels = {ax.get_title(): ax for ax in fig.axes if ax.get_visible()}
+    assert set(panels) == set(trends)
+    for name, ax in panels.items():
+        assert [t.get_text() for t in ax.get_xticklabels()] == runs, name
+        (line,) = ax.get_lines()
+        xs, ys = line.get_data()
+        assert list(xs) == [0, 1, 2, 3, 4]
+        gaps = [t.get_text() for t in ax.texts]
+        if name.startswith("eagle3_"):
+            assert gaps == [trendplot.GAP], name
+            assert ys[3] != ys[3], "run-4 is a gap (NaN), not run-5's value"  # NaN
+            assert ys[4] == pytest.approx(trends[name][-1].median)
+        else:
+            assert gaps == [], name
+    assert trendplot.run_order(trends) == runs  # without the history's order: the panels' own, merged

@@ -467,7 +467,8 @@ def write(history_dir: Path, out: Path) -> History:
     report's: `htmlreport.write_history`, which `stackfarm report --history` calls)."""
     history = build(load_history(history_dir))
     write_atomic(out / "history.json", json.dumps(to_json(history), indent=1))
-    images = [p.relative_to(out).as_posix() for p in trendplot.write(history.series, out)]
+    runs = [r.name for r in history.runs]
+    images = [p.relative_to(out).as_posix() for p in trendplot.write(history.series, out, runs)]
     note = None if images else trendplot.why_not(history.series)
     write_atomic(out / "history.md", markdown(history, images=images, note=note))
     return history
