@@ -167,17 +167,24 @@ def _http_error(url: str, exc: urllib.error.HTTPError, *, hint: str = "") -> Art
     if exc.code not in REFUSED:
         return ArtifactError(text + (f"\n  hint: {hint}" if hint else ""))
     host = urlparse(shown).hostname or "HOST"
-    sent = "credentials were sent and refused" if indexauth.credentials(url) else "no credentials were sent"
-    fix = (
-        f"put `machine {host} login USER password TOKEN` in ~/.netrc (or the file $NETRC names; mode 600), "
-        "or write them into the index URL in matrix.toml [indexes]"
-    )
+    sent = indexauth.credentials(url) is not None
+    if sent:
+        fix = (
+            f"correct the credentials for {host}: those written into the index URL in matrix.toml [indexes], "
+            f"else the `machine {host}` line of ~/.netrc (or of the file $NETRC names), else the keyring's"
+        )
+    else:
+        fix = (
+            f"put `machine {host} login USER password TOKEN` in ~/.netrc (or the file $NETRC names; mode 600), "
+            "or write them into the index URL in matrix.toml [indexes]"
+        )
     if exc.code == 403:
         fix += "; a 403 means these credentials may not read it: check the token's scope"
     elif exc.code == 407:
         fix = "give the proxy's credentials in HTTPS_PROXY / HTTP_PROXY (http://user:token@proxy:port)"
     return IndexUnreachableError(
-        f"{REFUSED[exc.code]}: {text} (index {indexwait.index_of(url)}; {sent})\n  fix: {fix}"
+        f"{REFUSED[exc.code]}: {text} (index {indexwait.index_of(url)}; "
+        f"{'credentials were sent and refused' if sent else 'no credentials were sent'})\n  fix: {fix}"
     )
 
 

@@ -31,7 +31,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import stack
 from .artifacts import list_versions
-from .errors import StackfarmError
+from .errors import StackfarmError, UsageError
 from .matrix import Matrix
 from .plan import Cell, Conflict, plan
 from .resolve import Resolver
@@ -182,7 +182,8 @@ class Bisector:
 
     def run(self, good: Mapping[str, str], bad: Mapping[str, str]) -> Finding:
         if set(good) != set(bad):
-            raise StackfarmError("the good and bad cells have different axes: they are not of one matrix")
+            raise UsageError("--good/--bad", "the two cells have different axes: they are not of one matrix",
+                             fix="give two cells of one matrix (`stackfarm plan` lists them)")  # fmt: skip
         finding = Finding(good=self.probe(good), bad=self.probe(bad))
         finding.probes += [finding.good, finding.bad]
         if finding.good.judgement != "good":
@@ -193,7 +194,8 @@ class Bisector:
                                  + (f": {finding.bad.problem}" if finding.bad.problem else ""))  # fmt: skip
         axes = finding.differing
         if not axes:
-            raise StackfarmError("the good and bad cells have the same values")
+            raise UsageError("--good/--bad", "the two cells have the same values",
+                             fix="give a --bad cell that differs from --good in one axis or more")  # fmt: skip
         for axis in axes:
             if len(axes) == 1:
                 finding.axis = axis  # the bad cell itself is the one-axis change

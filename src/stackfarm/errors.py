@@ -51,6 +51,17 @@ class ConfigError(StackfarmError):
         super().__init__(text)
 
 
+class UsageError(StackfarmError):
+    """A command-line argument is invalid (it names nothing, or a value out of range); nothing ran."""
+
+    exit_code = ExitCode.CONFIG
+
+    def __init__(self, argument: str, message: str, *, fix: str) -> None:
+        self.argument = argument
+        self.fix = fix
+        super().__init__(f"{argument}: {message}\n  fix: {fix}")
+
+
 class ArtifactError(StackfarmError):
     """A wheel could not be found, fetched, verified or unpacked."""
 
@@ -89,5 +100,6 @@ __all__ = [
     "ExitCode",
     "IndexUnreachableError",
     "StackfarmError",
+    "UsageError",
     "did_you_mean",
 ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -255,6 +256,25 @@ def exit_code(reports: Iterable[CellReport], *, whole: bool = False) -> ExitCode
     if not statuses or any(s is Status.INCOMPLETE for s, _ in statuses):
         return ExitCode.INCOMPLETE
     return ExitCode.OK
+
+
+def exit_reasons(reports: Iterable[CellReport], *, whole: bool = False) -> list[str]:
+    """Why `exit_code` is not 0: one line per cell that keeps it from passing (its status and first reason),
+    worst first, in the order of the exit code's precedence."""
+    rank = {ExitCode.CELLS_FAILED: 0, ExitCode.ENVIRONMENT: 1, ExitCode.INCOMPLETE: 2}
+    lines: list[tuple[int, str]] = []
+    for r in reports:
+        if r.status is Status.EXCLUDED:
+            continue
+        if whole and r.selection and r.status is Status.PASSED:
+            lines.append((2, f"{r.cell}: incomplete: it passed only the suites of --suites {r.selection!r}, "
+                             "not every suite of the cell"))  # fmt: skip
+            continue
+        code = exit_code([r])
+        if code is not ExitCode.OK:
+            why = (r.reason or "no reason recorded").splitlines()[0]
+            lines.append((rank[code], f"{r.cell}: {r.status}: {why}"))
+    return [line for _, line in sorted(lines, key=lambda x: x[0])]
 
 
 def counts(reports: Iterable[CellReport]) -> dict[Status, int]:
@@ -496,6 +516,30 @@ def _disagreement(stored: Stored, fresh: CellReport) -> str | None:
     return None
 
 
+def _verdict_files(reports_dir: Path) -> tuple[list[Path], list[str]]:
+    """Every <cell>/verdict.json under a reports folder, and one line per place that cannot be looked into (a
+    cell folder that cannot be listed): a verdict no reader can see is named, never taken for no verdict. A
+    link to nothing is listed: reading it says why it is unusable."""
+    try:
+        folders = sorted(p for p in reports_dir.iterdir() if p.is_dir())
+    except FileNotFoundError:
+        return [], []
+    except OSError as exc:
+        return [], [f"{reports_dir}: cannot list the reports folder ({exc.strerror or exc})"]
+    paths, problems = [], []
+    for folder in folders:
+        path = folder / VERDICT
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            problems.append(f"{path}: cannot read the verdict ({exc.strerror or exc})")
+            continue
+        paths.append(path)
+    return paths, problems
+
+
 def read_all(reports_dir: Path, *, judge: bool = True, shown: bool = False) -> tuple[list[Stored], list[str]]:
     """Every stored verdict under a reports folder, sorted by cell, and one line per file that is unusable.
 
@@ -504,8 +548,8 @@ def read_all(reports_dir: Path, *, judge: bool = True, shown: bool = False) -> t
     the truth is shown, never the stored claim. `judge=False` gives the records as written, not re-judged:
     only for estimates (a cell's past duration orders a fan-out), never for a verdict, a report or a gate."""
     found: list[Stored] = []
-    problems: list[str] = []
-    for path in sorted(reports_dir.glob(f"*/{VERDICT}")):
+    paths, problems = _verdict_files(reports_dir)
+    for path in paths:
         try:
             if not judge:
                 found.append(parse(path.read_bytes(), path))
@@ -558,6 +602,7 @@ __all__ = [
     "cell_status",
     "counts",
     "exit_code",
+    "exit_reasons",
     "from_json",
     "input_hash",
     "judged",

@@ -12,16 +12,20 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..artifacts import Artifact, Cache
 from ..cellspec import InstalledComponent, load
+from ..errors import UsageError
 from ..interpreters import Interpreter, SuitePythons
 from ..lazytree import STATIC_SUITES
 from ..plan import Cell, Component
 from ..proc import Outcome, call
 from . import PATCHED_SGLANG, Progress, pytest_argv, suite_env
+
+#: Set to 1: the local backend realises lazy trees (for runs of the static suites only).
+LAZY_ENV = "STACKFARM_LAZY"
 
 
 class LocalBackend:
@@ -37,7 +41,7 @@ class LocalBackend:
         #: Realise components as lazy trees (stackfarm.lazytree): for runs of the static suites only (00-stack,
         #: 05-import, 10-capability, 20-eagle3), which read sources, metadata and ELF/fatbin headers; a suite that
         #: imports the stack (30-numerics, the GPU suites) needs full trees. Default: $STACKFARM_LAZY == "1".
-        self.lazy = os.environ.get("STACKFARM_LAZY") == "1" if lazy is None else lazy
+        self.lazy = os.environ.get(LAZY_ENV) == "1" if lazy is None else lazy
         if self.lazy:  # its own name: a verdict on lazy trees is never reused as one on full trees
             self.name = "local-lazy"
 
@@ -99,11 +103,24 @@ class LocalBackend:
         wanted = load(spec).values.get("python")
         return self.pythons.python(wanted) if wanted else sys.executable
 
+    def check_suites(self, suites: Sequence[str]) -> None:
+        """Before any work: a lazy run of a suite that needs full trees is a usage error (exit 2), nothing
+        fetched, run or stored."""
+        full = [name for name in suites if name not in STATIC_SUITES]
+        if self.lazy and full:
+            raise UsageError(
+                f"{LAZY_ENV}=1",
+                f"{', '.join(full)} {'needs' if len(full) == 1 else 'need'} full trees, and this run realises "
+                "lazy ones (only the static suites read lazy trees): nothing ran",
+                fix=f"run the static suites alone lazily (--suites '{','.join(STATIC_SUITES)}'), or run "
+                f"{', '.join(full)} without {LAZY_ENV}",
+            )
+
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
         if self.lazy and suite_dir.name not in STATIC_SUITES:
-            # Its trees hold only what the static suites read: a suite that imports the stack would load sparse
-            # copies. Not run: a usage error (pytest's exit 4), so the runner makes the cell a harness error,
-            # never a verdict on the stack, never reused.
+            # check_suites refuses such a run before it starts; a caller that did not ask gets no verdict
+            # either: a usage error (pytest's exit 4), so the runner makes the cell a harness error, never a
+            # verdict on the stack, never reused.
             text = (
                 f"{suite_dir.name} needs full trees, and this run realises lazy ones (STACKFARM_LAZY=1): "
                 f"run only {', '.join(STATIC_SUITES)} lazily (--suites), or without STACKFARM_LAZY"
@@ -120,4 +137,4 @@ class LocalBackend:
         )
 
 
-__all__ = ["LocalBackend"]
+__all__ = ["LAZY_ENV", "LocalBackend"]

@@ -14,8 +14,9 @@ from rich.markup import escape
 from .. import proc, verdict
 from ..artifacts import Cache
 from ..backends import NAMES, get_backend
+from ..backends.local import LocalBackend
 from ..bisect import Bisector, describe, twin_check
-from ..errors import ExitCode, StackfarmError
+from ..errors import ExitCode, UsageError, did_you_mean
 from ..matrix import Matrix, load
 from ..plan import Cell, Plan
 from ..resolve import Resolver, plan_matrix
@@ -36,13 +37,13 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
     p.add_argument("--reports", type=Path, default=Path("reports"),
                    help="where the cells' reports go; verdicts stored there are reused")  # fmt: skip
-    p.add_argument("--backend", choices=("auto", *NAMES), default="auto", help="how cells are realised")
-    p.add_argument("--python", default=None, help="the host backend's Python (default: this one)")
+    p.add_argument("--backend", choices=("auto", *NAMES), default="auto",
+                   help="how cells are realised (not host: a bisection builds cells)")  # fmt: skip
     p.add_argument("--refresh", action="store_true", help="ask the indexes again")
     p.set_defaults(func=cmd_bisect)
 
 
-def _values(cell: str, matrix: Matrix, resolver: Resolver, reports: Path) -> Mapping[str, str]:
+def _values(flag: str, cell: str, matrix: Matrix, resolver: Resolver, reports: Path) -> Mapping[str, str]:
     """A cell's values: from the plan of the matrix, else from its verdict stored in the reports folder."""
     planned, _ = plan_matrix(matrix, resolver, None)
     for c in (*planned.cells, *(x.cell for x in planned.conflicts), *(x.cell for x in planned.excluded)):
@@ -51,7 +52,13 @@ def _values(cell: str, matrix: Matrix, resolver: Resolver, reports: Path) -> Map
     path = verdict.path_of(reports, cell)
     if path.is_file():
         return dict(verdict.read(path).report.values)
-    raise StackfarmError(f"cell {cell!r} is neither in the plan of {matrix.path} nor stored in {reports}/")
+    ids = [c.id for c in (*planned.cells, *(x.cell for x in planned.conflicts))][:5000]
+    hint = did_you_mean(cell, ids)
+    raise UsageError(
+        f"--{flag} {cell}",
+        f"is neither in the plan of {matrix.path} nor stored in {reports}/" + (f" ({hint})" if hint else ""),
+        fix="give a cell id `stackfarm plan` lists (or one whose verdict --reports holds)",
+    )
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -64,18 +71,26 @@ def cmd_bisect(args: argparse.Namespace) -> int:
             console.print(f"{escape(cell)}: {escape(shown)}")
         return int(ExitCode.CELLS_FAILED if any(checked.values()) else ExitCode.OK)
     if not (args.good and args.bad):
-        raise StackfarmError("give --good CELL and --bad CELL (or --twins)")
+        raise UsageError(
+            "bisect", "--good and --bad are both needed", fix="give --good CELL and --bad CELL (or --twins)"
+        )
+    if args.backend == "host":
+        raise UsageError(
+            "--backend host",
+            "the host backend tests the stack installed here: it cannot build the cells a bisection needs",
+            fix="leave --backend out (or give local or docker)",
+        )
     matrix = load(args.matrix)
     cache = Cache()
     resolver = Resolver(matrix, cache, refresh=args.refresh)
     backend = get_backend(
-        choose_backend(args.backend, console), cache, python=args.python, docker=matrix.docker,
+        choose_backend(args.backend, console), cache, docker=matrix.docker,
         index_url=matrix.indexes[matrix.default_index].url,
     )  # fmt: skip
-    if not backend.needs_artifacts:
-        raise StackfarmError(f"the {backend.name} backend tests the stack installed here: it cannot bisect")
-    good = _values(args.good, matrix, resolver, args.reports)
-    bad = _values(args.bad, matrix, resolver, args.reports)
+    if isinstance(backend, LocalBackend):
+        backend.check_suites([s.name for s in matrix.suites])
+    good = _values("good", args.good, matrix, resolver, args.reports)
+    bad = _values("bad", args.bad, matrix, resolver, args.reports)
     writable(args.reports)
     proc.STOP.clear()
     options = RunOptions(reports=args.reports, jobs=1)

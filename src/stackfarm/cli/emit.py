@@ -13,6 +13,7 @@ from ..errors import ExitCode
 from ..gha import DEFAULT_RUNNER
 from ..matrix import load
 from ..worker import read_plan
+from .args import whole
 
 _Sub = argparse._SubParsersAction  # argparse's type for add_subparsers()
 
@@ -24,16 +25,20 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("engine", choices=("gha", "buildkite", "k8s"))
     p.add_argument("--plan", default="-", help="`stackfarm plan --json` output (a file, or - for stdin)")
     p.add_argument(
-        "--chunk", type=int, default=None,
+        "--chunk", type=whole(1, 100), default=None,
         help="cells per chunk (default: the engine's limit, 256 jobs per matrix / 500 steps per upload)",
     )  # fmt: skip
     p.add_argument(
         "--matrix", type=Path, default=Path("matrix.toml"),
         help="places cells the plan gives no runner kind (plans of an older `plan --json`)",
     )  # fmt: skip
-    p.add_argument("--part", type=int, default=1, help="buildkite: which upload of a chunked plan (1..N)")
+    p.add_argument(
+        "--part", type=whole(1, 2), default=1, help="buildkite: which upload of a chunked plan (1..N)"
+    )
     p.add_argument("--image", default=k8s.DEFAULT_IMAGE, help="k8s: the image the pods run")
-    p.add_argument("--parallelism", type=int, default=None, help="k8s: pods at once per Job (default: all)")
+    p.add_argument(
+        "--parallelism", type=whole(1, 8), default=None, help="k8s: pods at once per Job (default: all)"
+    )
     p.add_argument("--namespace", default="default", help="k8s: the namespace of the Jobs")
     p.add_argument("--reports-claim", default="stackfarm-reports", help="k8s: the reports volume claim")
     p.set_defaults(func=cmd_emit)

@@ -8,6 +8,7 @@ import dataclasses
 import fnmatch
 import json
 import os
+import shutil
 import signal
 import threading
 from collections.abc import Iterator, Sequence
@@ -19,13 +20,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import history, htmlreport, proc, storekeys, verdict
-from ..artifacts import Cache
+from ..artifacts import REFUSED, Cache
 from ..backends import NAMES, get_backend
+from ..backends.local import LocalBackend
 from ..driver import driver_problems
-from ..errors import ConfigError, EnvironmentProblem, ExitCode, StackfarmError
+from ..errors import ConfigError, EnvironmentProblem, ExitCode, UsageError, did_you_mean
 from ..files import write_atomic
 from ..matrix import Matrix, load
-from ..plan import plan, select
+from ..plan import Plan, plan, select
 from ..planjson import DEFAULT_BACKEND, plan_document
 from ..reports import write_summaries
 from ..resolve import Resolver, plan_matrix
@@ -34,6 +36,7 @@ from ..store import BrokenEntry, Store, open_store
 from ..ui import CellProgress
 from ..verdict import CellReport, Status
 from ..worker import read_plan, select_from_plan
+from .args import whole
 
 _Sub = argparse._SubParsersAction  # argparse's type for add_subparsers()
 
@@ -67,7 +70,7 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     p_run = sub.add_parser("run", parents=[common], help="realise the cells and run their suites")
     p_run.add_argument("--reports", type=Path, default=Path("reports"), help="where reports go (reports/)")
     p_run.add_argument(
-        "--jobs", type=int, default=os.cpu_count() or 1, help="cells in parallel (default: cores)"
+        "--jobs", type=whole(1, 4), default=os.cpu_count() or 1, help="cells in parallel (default: cores)"
     )
     p_run.add_argument("--force", action="store_true", help="re-run cells whose inputs are unchanged")
     p_run.add_argument("--backend", choices=("auto", *NAMES), default="auto", help="how cells are realised")
@@ -166,7 +169,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     matrix = load(args.matrix)
     store = opened_store(args.store, trusted=matrix.trusted_runner_keys)
     resolver = Resolver(matrix, Cache(), refresh=args.refresh)
-    p, unreachable = plan_matrix(matrix, resolver, args.cells)
+    full, unreachable = plan_matrix(matrix, resolver, None)
+    p = selected(full, args.cells, matrix)
     drivers = driver_problems(matrix, p.cells)  # cells their runner's driver cannot run: said before GPU time
     # An index that did not answer leaves cells unplanned: never exit 0 on that.
     code = ExitCode.ENVIRONMENT if unreachable else ExitCode.OK
@@ -187,8 +191,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     table = Table("cell", "status", "detail", box=None)
     table.columns[0].no_wrap = True  # ids are never cut: two cells must never print alike
     for cell in p.cells:
-        missing = [c.distribution for c in cell.components if (c.distribution, c.version) in unreachable]
-        detail = f"index unreachable for {', '.join(missing)}" if missing else cell.origin
+        missing = [c for c in cell.components if (c.distribution, c.version) in unreachable]
+        detail = (
+            "; ".join(
+                f"{index_problem(unreachable[c.distribution, c.version])} for {c.distribution}"
+                for c in missing
+            )
+            if missing
+            else cell.origin
+        )
         if cell.id in drivers:
             detail = f"{detail}; {drivers[cell.id]}"
         table.add_row(escape(cell.id), "run", escape(detail))
@@ -199,7 +210,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     console.print(table)
     for warning in p.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
+    for (dist, version), reason in sorted(unreachable.items()):  # each once, with its fix
+        error_line(f"{dist} {version}: {reason}", kind="error")
     return code
+
+
+def index_problem(reason: str) -> str:
+    """A few words for why an index gave no answer: "unauthorized" (401), ..., else "index unreachable"."""
+    return next((f"index {word}" for word in REFUSED.values() if f"{word}: " in reason), "index unreachable")
 
 
 def choose_backend(name: str, console: Console) -> str:
@@ -215,6 +233,29 @@ def choose_backend(name: str, console: Console) -> str:
     return "local"
 
 
+def host_python(backend: str, python: str | None) -> str | None:
+    """--python checked before any work: the host backend's alone, and a Python that runs."""
+    if python is None:
+        return None
+    if backend != "host":
+        raise UsageError(
+            f"--python {python}",
+            f"is the host backend's Python, and this run's backend is {backend} (it runs each cell under the "
+            "cell's python axis)",
+            fix="add --backend host to test the stack installed in that Python, or leave --python out",
+        )
+    found = shutil.which(python)
+    ran = proc.call([found, "-c", "import sys"], timeout=60) if found else None
+    if ran is None or ran.returncode != 0:
+        why = "no such executable" if ran is None else f"it does not run ({ran.output.strip()[-200:]})"
+        raise UsageError(
+            f"--python {python}",
+            why,
+            fix="give the Python the stack is installed in, e.g. --python /opt/venv/bin/python",
+        )
+    return python
+
+
 def only_suites(matrix: Matrix, pattern: str | None) -> Matrix:
     """The matrix with just the suites matching `pattern` (e.g. "40-*" to re-measure throughput alone)."""
     if not pattern:
@@ -222,9 +263,36 @@ def only_suites(matrix: Matrix, pattern: str | None) -> Matrix:
     globs = [g.strip() for g in pattern.split(",") if g.strip()]
     chosen = tuple(s for s in matrix.suites if any(fnmatch.fnmatchcase(s.name, g) for g in globs))
     if not chosen:
-        known = ", ".join(s.name for s in matrix.suites)
-        raise StackfarmError(f"no suite matches --suites {pattern!r}; the suites are: {known}")
+        known = [s.name for s in matrix.suites]
+        hint = did_you_mean(globs[0], known) if globs else ""
+        raise UsageError(
+            f"--suites {pattern!r}",
+            f"no suite of {matrix.path} matches{f' ({hint})' if hint else ''}; its suites are: {', '.join(known)}",
+            fix="give suite names or globs, comma-separated (e.g. --suites '00-*,10-capability')",
+        )
     return dataclasses.replace(matrix, suites=chosen)
+
+
+def selected(full: Plan, pattern: str | None, matrix: Matrix, *, to_run: bool = False) -> Plan:
+    """The cells of --cells, refused when the glob matches none (a usage error: nothing would run); with
+    `to_run`, also when it matches only excluded cells."""
+    p = select(full, pattern)
+    if not pattern or p.cells or p.conflicts or (p.excluded and not to_run):
+        return p
+    if p.excluded:
+        what = (
+            f"matches only excluded cells ({', '.join(e.cell.id for e in p.excluded[:3])}): nothing would run"
+        )
+    else:
+        ids = [c.id for c in (*full.cells, *(c.cell for c in full.conflicts))][:5000]
+        hint = did_you_mean(pattern.split(",")[0].strip(), ids)
+        what = f"no cell of {matrix.path} matches" + (f" ({hint})" if hint else "")
+    raise UsageError(
+        f"--cells {pattern!r}",
+        what,
+        fix="`stackfarm plan` lists the cell ids; --cells takes exact ids or globs, comma-separated "
+        "(e.g. --cells 'cu128-*')",
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -233,25 +301,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         by_id = args.cells if args.cell_index is None else None
         args.cells = select_from_plan(read_plan(args.plan), index=args.cell_index, cell_id=by_id)
     matrix = only_suites(load(args.matrix), args.suites)
+    python = host_python(args.backend, args.python)
     store = opened_store(args.store, create=True, signs=True, trusted=matrix.trusted_runner_keys)
     cache = Cache()
     resolver = Resolver(matrix, cache, refresh=args.refresh)
     backend = get_backend(
         choose_backend(args.backend, console),
         cache,
-        python=args.python,
+        python=python,
         docker=matrix.docker,
         index_url=matrix.indexes[matrix.default_index].url,  # the image's own tools: from the matrix's index
         reports=args.reports,
     )
+    if isinstance(backend, LocalBackend):
+        backend.check_suites([s.name for s in matrix.suites])
     installed = backend.installed_pins()
     if installed is not None:
         # The stack is already installed (and the host may have no network): its own sglang gives the pins.
-        p, unreachable = select(plan(matrix, installed), args.cells), dict[tuple[str, str], str]()
+        full, unreachable = plan(matrix, installed), dict[tuple[str, str], str]()
     else:
-        p, unreachable = plan_matrix(matrix, resolver, args.cells)
-    if not (p.cells or p.conflicts):
-        raise StackfarmError(f"no cell of {args.matrix} matches --cells {args.cells!r}")
+        full, unreachable = plan_matrix(matrix, resolver, None)
+    p = selected(full, args.cells, matrix, to_run=True)
     writable(args.reports)
     proc.STOP.clear()  # a stop belongs to one run (a process may run several, e.g. the tests)
     options = RunOptions(
@@ -339,8 +409,9 @@ def write_reports(
     return reports
 
 
-def error_line(text: str) -> None:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[yellow]warning:[/] {escape(text)}")
+def error_line(text: str, kind: str = "warning") -> None:
+    colour = "red" if kind == "error" else "yellow"
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[{colour}]{kind}:[/] {escape(text)}")
 
 
 def print_summary(reports: Sequence[CellReport], where: Path, console: Console) -> None:
@@ -405,12 +476,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     store = opened_store(args.source, trusted=matrix.trusted_runner_keys if matrix else ())
     missing = merge_from(store, args.reports, console, args, matrix) if store is not None else []
     stored, problems = verdict.read_all(args.reports, shown=True)
-    if not stored and problems:  # every verdict there refused: say which and why, never "run first"
-        raise StackfarmError(f"no usable verdict under {args.reports}/: " + "; ".join(problems))
+    if not stored and problems:  # every verdict there unreadable: say which and why, never "run first"
+        raise EnvironmentProblem(
+            f"no usable verdict under {args.reports}/:\n  " + "\n  ".join(problems),
+            fix="make these files readable, or run their cells again (`stackfarm run --cells ID`)",
+        )
     if not stored and missing:  # the store held nothing this reader may use: nothing is green
+        if args.gate:
+            gate_lines(
+                console,
+                ExitCode.INCOMPLETE,
+                [f"{len(missing)} planned cell(s) have no verdict (listed above)"],
+            )
         return ExitCode.INCOMPLETE if args.gate else 0
     if not stored:
-        raise StackfarmError(f"no verdicts under {args.reports}/: run `stackfarm run` first")
+        raise UsageError(
+            f"--reports {args.reports}",
+            "holds no verdict (no <cell>/verdict.json)",
+            fix="run `stackfarm run` first, or give --reports the folder a run wrote",
+        )
     if args.history is not None:
         htmlreport.write_history(history.write(args.history, args.reports), args.reports)
     reports = write_reports(args.reports)
@@ -418,8 +502,32 @@ def cmd_report(args: argparse.Namespace) -> int:
     if not args.gate:
         return 0
     code = verdict.exit_code(reports, whole=True)  # a verdict of selected suites only is not a cell's
+    why = verdict.exit_reasons(reports, whole=True)
+    if missing:
+        why.append(f"{len(missing)} planned cell(s) have no verdict (listed above)")
     # A planned cell without a verdict was never judged: the merged store is not green.
-    return ExitCode.INCOMPLETE if missing and code == ExitCode.OK else code
+    code = ExitCode.INCOMPLETE if missing and code == ExitCode.OK else code
+    gate_lines(console, code, why)
+    return code
+
+
+#: What each exit code means, as the gate says it (the README's table).
+_MEANING = {
+    ExitCode.CELLS_FAILED: "some cell failed",
+    ExitCode.INCOMPLETE: "nothing failed, but some cell is incomplete",
+    ExitCode.ENVIRONMENT: "the environment stood in the way of some cell; nothing failed",
+}
+
+
+def gate_lines(out: Console, code: ExitCode, why: Sequence[str], shown: int = 20) -> None:
+    """`report --gate`: why it exits non-zero, one line per cell that keeps the gate shut."""
+    if code is ExitCode.OK:
+        return
+    out.print(f"gate: exit {int(code)} ({_MEANING.get(code, code.name.lower())}):")
+    for line in why[:shown]:
+        out.print(f"  {escape(line)}")
+    if len(why) > shown:
+        out.print(f"  … and {len(why) - shown} more (summary.md lists every cell)")
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
