@@ -170,9 +170,12 @@ def test_the_llama_3_8b_shape_is_described_without_being_made() -> None:
 def test_the_model_setting() -> None:
     from stackfarm.numerics.settings import SettingsError, parse
 
-    assert parse(None).model == "random", "the default stays the seeded random model"
+    assert parse(None).model == "path", "the default is the path model (every kernel matters, no near-ties)"
     assert parse({"model": "planted"}).model == "planted"
+    assert parse({"model": "random"}).model == "random"
     with pytest.raises(SettingsError, match="unknown model 'plated'"):
         parse({"model": "plated"})
     with pytest.raises(SettingsError, match='model = "planted" is a model the suite writes'):
         parse({"model": "planted", "model_path": "/models/x"})
+    with pytest.raises(SettingsError, match='model = "path" is a model the suite writes'):
+        parse({"model": "path", "model_path": "/models/x"})

@@ -51,6 +51,7 @@ import pytest
 from numerics_cases import ELEMENTWISE
 
 from stackfarm.cellspec import CellSpec, load
+from stackfarm.junit import NA
 from stackfarm.numerics.compare import Comparison, Generation, compare, judge
 from stackfarm.numerics.engines import (
     EAGLE3_CHAIN,
@@ -63,6 +64,14 @@ from stackfarm.numerics.engines import (
     SGLangEngine,
     cuda_toolchain_env,
     make_prompts,
+)
+from stackfarm.numerics.pathmodel import (
+    BUGS,
+    CPU_PATH,
+    PATH_TARGET,
+    path_sequence,
+    write_draft_path,
+    write_target_path,
 )
 from stackfarm.numerics.planted import (
     expected_accept_length,
@@ -81,7 +90,7 @@ from stackfarm.numerics.tinymodels import (
     write_eagle3_draft,
     write_target,
 )
-from stackfarm.suitekit import check_installed, need_gpu, need_gpus, stack_module
+from stackfarm.suitekit import check_installed, need_gpu, need_gpus, not_applicable, stack_module
 
 # pytest's default junit_family (xunit2) warns about record_property, yet writes the properties the reports read.
 pytestmark = pytest.mark.filterwarnings("ignore:record_property is incompatible:pytest.PytestWarning")
@@ -224,6 +233,12 @@ def _generate(
         pytest.fail(f"{exc}\n--- end of the engine's output ---\n{exc.log_tail[-2500:]}", pytrace=False)
 
 
+def _tie_rate(settings: Settings) -> float:
+    """The tolerated near-tie rate: the suite's random model is near-uniform, its ties a measurement (reported in
+    near_ties, never judged); every other model is judged by max_near_tie_rate."""
+    return 1.0 if settings.model == "random" and settings.model_path is None else settings.max_near_tie_rate
+
+
 def _judge_runs(
     settings: Settings,
     baseline: tuple[Generation, ...],
@@ -234,7 +249,7 @@ def _judge_runs(
     comparison = compare(
         baseline, candidate, near_tie_tol=settings.near_tie_tol, drift_factor=settings.drift_factor
     )
-    verdict = judge(comparison, max_near_tie_rate=settings.max_near_tie_rate, max_drift=settings.max_drift)
+    verdict = judge(comparison, max_near_tie_rate=_tie_rate(settings), max_drift=settings.max_drift)
     props = comparison.properties()
     props["tolerance"] = (
         f"tie gap <= max(near_tie_tol {settings.near_tie_tol:g}, {settings.drift_factor:g} x drift) = "
@@ -279,6 +294,8 @@ class CpuModels:
     vocab: int
     #: model = "planted": the target that alternates on PLANTED_PAIR (a planted real divergence).
     variant: Path | None = None
+    #: model = "path": the target with each planted kernel-like defect (pathmodel.BUGS), by name.
+    bugs: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
 
 @pytest.fixture(scope="session")
@@ -286,6 +303,14 @@ def cpu_models(settings: Settings, workdir: Path) -> CpuModels:
     pytest.importorskip("torch", reason="the CPU engine needs torch (CPU build) in the suite's Python")
     pytest.importorskip("transformers", reason="the CPU engine needs transformers in the suite's Python")
     pytest.importorskip("safetensors", reason="the tiny models are written as safetensors")
+    if settings.model == "path":
+        target = write_target_path(workdir / "cpu-target", CPU_PATH, seed=settings.seed)
+        bugs: dict[str, Path] = {
+            bug: write_target_path(workdir / f"cpu-{bug}-bug", CPU_PATH, seed=settings.seed, bug=bug)
+            for bug in BUGS
+        }
+        assistant = write_assistant(workdir / "cpu-assistant", target, layers=2)
+        return CpuModels(target=target, assistant=assistant, vocab=CPU_PATH.vocab, bugs=bugs)
     if settings.model == "planted":
         # The GPU shape (hidden 256): its margin is ~hidden - 3.3 sqrt(hidden) ~ 160 nats; CPU_TARGET's is ~40.
         target = write_target_planted(workdir / "cpu-target", GPU_TARGET, seed=settings.seed)
@@ -316,14 +341,24 @@ def _cpu_prompts(settings: Settings, vocab: int) -> tuple[tuple[int, ...], ...]:
     return make_prompts(settings.prompts, settings.prompt_len, vocab, seed=settings.seed)
 
 
-def _check_planted(settings: Settings, runs: tuple[Generation, ...], record_property: RecordProperty) -> None:
-    """model = "planted": the target computes what was planted (it repeats every prompt's last token)."""
-    if settings.model != "planted":
+def _check_planted(
+    settings: Settings, runs: tuple[Generation, ...], vocab: int, record_property: RecordProperty
+) -> None:
+    """model = "planted" / "path": the target computes what was planted (repeat the last token / each token a
+    permutation of the token two back), token for token: a kernel bug both runs share is caught here."""
+    if settings.model_path is not None or settings.model not in ("planted", "path"):
         return
-    wrong = [i for i, g in enumerate(runs) if list(g.tokens) != planted_sequence(g.prompt, len(g.steps))]
-    record_property("planted_function", "repeat the last token")
+
+    def want(prompt: tuple[int, ...], count: int) -> list[int]:
+        if settings.model == "planted":
+            return planted_sequence(prompt, count)
+        return path_sequence(prompt, count, vocab, settings.seed)
+
+    function = "repeat the last token" if settings.model == "planted" else "perm[the token two back]"
+    wrong = [i for i, g in enumerate(runs) if list(g.tokens) != want(g.prompt, len(g.steps))]
+    record_property("planted_function", function)
     record_property("planted_mismatches", str(wrong) if wrong else "none")
-    assert not wrong, f"the planted target did not repeat the last token on prompts {wrong}"
+    assert not wrong, f"the {settings.model} target did not compute {function} on prompts {wrong}"
 
 
 @pytest.mark.parametrize("dtype", _collection_settings().cpu_dtypes, ids=lambda d: f"assisted-{d}")
@@ -333,7 +368,7 @@ def test_e2e_cpu(
     """HF greedy vs HF assisted generation (multi-token verify with a draft) on CPU."""
     prompts = _cpu_prompts(settings, cpu_models.vocab)
     baseline = _cpu_baseline(cpu_models.target, dtype, prompts, settings.max_new_tokens)
-    _check_planted(settings, baseline, record_property)
+    _check_planted(settings, baseline, cpu_models.vocab, record_property)
     candidate = _generate(
         HFEngine(model=cpu_models.target, assistant=cpu_models.assistant, dtype=dtype),
         prompts,
@@ -374,7 +409,7 @@ def test_e2e_cpu_planted_target(
     """model = "planted": the reference target vs its variant that alternates on one pair, prompt 0 ending in
     the pair: the divergence at its first token has a gap of ~hidden nats, so it is real, never a near-tie."""
     if cpu_models.variant is None:
-        pytest.skip('runs with model = "planted" only')
+        not_applicable(NA.NOT_CONFIGURED, 'runs with model = "planted" only')
     first, *rest = _cpu_prompts(settings, cpu_models.vocab)
     prompts = ((*first[:-1], PLANTED_PAIR[0]), *rest)
     baseline = _cpu_baseline(cpu_models.target, "float32", prompts, settings.max_new_tokens)
@@ -385,6 +420,29 @@ def test_e2e_cpu_planted_target(
         _judge_runs(
             settings, baseline, candidate, record_property, engine="hf-transformers (CPU), planted variant"
         )
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_e2e_cpu_bug(
+    bug: str, settings: Settings, cpu_models: CpuModels, record_property: RecordProperty
+) -> None:
+    """model = "path": the target vs its variant with a planted kernel-like defect (attention reading the current
+    position instead of the previous one; the MLP's output rows off by one): every prompt must diverge, and as
+    real (gaps of tens of nats), never as a near-tie. It fails if the comparison, or the model, stops seeing it."""
+    if bug not in cpu_models.bugs:
+        not_applicable(NA.NOT_CONFIGURED, 'runs with model = "path" only')
+    prompts = _cpu_prompts(settings, cpu_models.vocab)
+    baseline = _cpu_baseline(cpu_models.target, "float32", prompts, settings.max_new_tokens)
+    candidate = _generate(
+        HFEngine(model=cpu_models.bugs[bug], name=f"hf-{bug}-bug"), prompts, settings.max_new_tokens
+    )
+    with pytest.raises(RealDivergence) as caught:
+        _judge_runs(
+            settings, baseline, candidate, record_property, engine=f"hf-transformers (CPU), {bug} bug"
+        )
+    assert " 0 near-tie(s)" in str(caught.value), (
+        f"a planted {bug} defect is never a near-tie: {caught.value}"
+    )
 
 
 # --------------------------------------------------------------------------- GPU: the cell's stack
@@ -580,6 +638,8 @@ class GpuModels:
     target: Path
     draft: Path | None
     vocab: int
+    #: model = "path": the target with each planted kernel-like defect (pathmodel.BUGS), by name.
+    bugs: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
 
 @pytest.fixture(scope="session")
@@ -594,6 +654,14 @@ def gpu_models(settings: Settings, workdir: Path) -> GpuModels:
         draft = Path(settings.draft_path) if settings.draft_path else None
         return GpuModels(target=Path(settings.model_path), draft=draft, vocab=int(target["vocab_size"]))
     pytest.importorskip("safetensors", reason="the tiny models are written as safetensors")
+    if settings.model == "path":
+        target_dir = write_target_path(workdir / "gpu-target", PATH_TARGET, seed=settings.seed)
+        bugs: dict[str, Path] = {
+            bug: write_target_path(workdir / f"gpu-{bug}-bug", PATH_TARGET, seed=settings.seed, bug=bug)
+            for bug in BUGS
+        }
+        draft_dir = write_draft_path(workdir / "gpu-eagle3", PATH_TARGET, seed=settings.seed)
+        return GpuModels(target=target_dir, draft=draft_dir, vocab=PATH_TARGET.vocab, bugs=bugs)
     if settings.model == "planted":
         target_dir = write_target_planted(workdir / "gpu-target", GPU_TARGET, seed=settings.seed)
         draft_dir = write_draft_planted(workdir / "gpu-eagle3", GPU_TARGET, seed=settings.seed)
@@ -632,16 +700,19 @@ def _sglang_run(
     options: Mapping[str, Any],
     draft: bool,
     required: tuple[str, ...] = (),
+    target: Path | None = None,
 ) -> tuple[Generation, ...]:
-    """One engine configuration's generations, each configuration run once per session (baselines are shared)."""
+    """One engine configuration's generations, each configuration run once per session (baselines are shared);
+    `target` runs another target (a planted defect) with the same options."""
     opts = dict(options)
     if settings.fp32_lm_head:
         opts["enable_fp32_lm_head"] = True
-    key = (name if draft else "reference", tuple(sorted((k, repr(v)) for k, v in opts.items())))
+    role = name if draft or target is not None else "reference"
+    key = (role, tuple(sorted((k, repr(v)) for k, v in opts.items())))
     if key not in _RUNS:
         env, _ = _toolchain(workdir)
         engine = SGLangEngine(
-            model=models.target,
+            model=target or models.target,
             draft=models.draft if draft else None,
             workdir=workdir / "runs",
             dtype=settings.dtype,
@@ -694,8 +765,7 @@ def test_e2e_gpu(
         draft=config.needs_draft,
         required=switches,
     )
-    if settings.model == "planted" and settings.model_path is None:
-        _check_planted(settings, reference, record_property)
+    _check_planted(settings, reference, gpu_models.vocab, record_property)
     comparison = _judge_runs(
         settings,
         reference,
@@ -716,3 +786,37 @@ def test_e2e_gpu(
         assert abs(got - want) <= PLANTED_ACCEPT_TOL, (
             f"the planted draft should accept everything (accept length {want:g}), SGLang reports {got}"
         )
+
+
+@pytest.mark.parametrize("bug", BUGS)
+def test_e2e_gpu_bug(
+    cell: CellSpec,
+    settings: Settings,
+    bug: str,
+    gpu_models: GpuModels,
+    workdir: Path,
+    record_property: RecordProperty,
+) -> None:
+    """model = "path", on the cell's SGLang: the target vs its variant with a planted kernel-like defect (attention
+    reading the current position; the MLP's output rows off by one) must diverge as real, never as a near-tie."""
+    torch = _torch_cuda(cell)
+    check_installed(cell, ("sglang",))
+    torch.cuda.empty_cache()
+    if bug not in gpu_models.bugs:
+        not_applicable(NA.NOT_CONFIGURED, 'runs with model = "path" only')
+    reference = _sglang_run(settings, gpu_models, workdir, "eagle3-reference", {}, draft=False)
+    candidate = _sglang_run(
+        settings, gpu_models, workdir, f"{bug}-bug", {}, draft=False, target=gpu_models.bugs[bug]
+    )
+    with pytest.raises(RealDivergence) as caught:
+        _judge_runs(
+            settings,
+            reference,
+            candidate,
+            record_property,
+            engine=f"sglang {importlib.metadata.version('sglang')}, {bug} bug",
+            dtype=settings.dtype,
+        )
+    assert " 0 near-tie(s)" in str(caught.value), (
+        f"a planted {bug} defect is never a near-tie: {caught.value}"
+    )

@@ -1,0 +1,306 @@
+"""The path model: a tiny Llama whose greedy output is known in advance *and* needs every kernel on the path.
+
+The planted target (`planted`) repeats its last token because its attention and MLP add nothing to the residual
+stream (``o_proj = down_proj = 0``): it checks the speculative logic, not the kernels, and a wrong attention kernel
+passes it. A random target needs the kernels, but its top-2 logits are near-tied on a few percent of steps (gaps of
+0 and 2^-8 nats measured on the H200), so two correct paths diverge at ties and a real bug hides among them. The
+path model keeps the planted model's large margins and makes the next token a function that only correct
+attention, MLP, norms and LM head compute:
+
+    next token after position p  =  perm[token at p - 1]          (perm: a seeded permutation of the vocabulary)
+
+- Embedding rows N(0, 1) with channel 0 set to a constant (a "bias channel": RMSNorm keeps it near 1 for every
+  token); the LM head is the embedding (tied), so channel 0 shifts every logit alike.
+- Layer 0's attention looks one position back, by RoPE alone: every head's query and key read only the bias
+  channel (constant vectors), with the key rotated by each frequency's angle, so the score at lag l is
+  ``A * sum_i cos((l - 1) * theta_i)``: peaked at l = 1, every other lag up to `max_positions` at most 69 % of the
+  peak (`rope_theta` = ROPE_BASE makes every frequency high; measured by `lag_margin`). Values are the identity and
+  ``o_proj = ALPHA x I``, so the residual becomes E[t] + ALPHA x E[t_prev] / rms.
+- Layer 1's MLP is a key-value memory over the vocabulary (intermediate = vocab): gate and up rows are the
+  embedding rows scaled by G, so silu(gate) * up fires ~ALPHA^2 = 4x harder on t_prev than on t; its down columns
+  are GAMMA x E[perm[i]]. The final residual is dominated by E[perm[t_prev]], ~4x the next contribution.
+- Every other sublayer writes nothing (o_proj / down_proj zero): its kernels run, its output cannot matter.
+
+Margins: the top-1 logit is ~240 nats, the runner-up ~60 (hidden 256, vocab 1024): no near-tie anywhere, so any
+divergence is real, and the baseline itself must produce `path_sequence` exactly (a broken kernel shared by both
+runs is caught too). `bug` plants kernel-like defects into the target, for the checks that a divergence is caught:
+``"attention"`` (the key unrotated: attention reads the current position, an off-by-one in the KV cache) and
+``"mlp"`` (down columns shifted by one: the MLP's output row indexing is off). The EAGLE-3 draft (`path_draft_specs`)
+passes the target's last auxiliary hidden state through fc and decodes it with the embedding, so its first draft
+token is right and later ones mostly not (accept length about 2).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from .planted import TensorSpec, write_sharded
+from .tinymodels import AUX_LAYERS, INIT_STD, LlamaShape, eagle3_config, llama_config
+
+if TYPE_CHECKING:
+    import torch
+
+#: The path model's shape: the GPU target's, with an intermediate as wide as the vocabulary (the MLP memory).
+PATH_TARGET = LlamaShape(intermediate=1024)
+#: The CPU engine's (HF transformers in every cell): 4x fewer multiply-adds per token, head_dim kept (the lags).
+CPU_PATH = LlamaShape(hidden=128, intermediate=256, heads=2, kv_heads=2, vocab=256, max_positions=512)
+#: RoPE base: every frequency in [0.67, 1] rad per position, so lags are told apart sharply (see `lag_margin`).
+ROPE_BASE = 1.5
+#: The bias channel's value in the embedding.
+BIAS = 1.0
+#: Attention score at the right lag (after SGLang's and HF's 1/sqrt(head_dim) scaling).
+PEAK_SCORE = 320.0
+#: The previous token enters the residual with this weight (the current one with 1).
+ALPHA = 2.0
+#: The MLP memory's key scale x sqrt(hidden): the t_prev key's pre-activation is ~14 at hidden 256.
+G = 1.0
+#: The MLP memory's value scale x hidden: its output ~8x the embedding's norm at hidden 256.
+GAMMA = 10.24
+#: Planted kernel-like defects (`bug`).
+Bug = Literal["attention", "mlp"]
+BUGS: tuple[Bug, ...] = ("attention", "mlp")
+SIDECAR_FUNCTION = "next = perm[previous token]"
+
+
+def thetas(shape: LlamaShape, base: float = ROPE_BASE) -> list[float]:
+    """RoPE's per-pair angles (rad per position), as HF and SGLang compute them for a Llama (neox style)."""
+    half = shape.head_dim // 2
+    return [base ** (-2.0 * i / shape.head_dim) for i in range(half)]
+
+
+def lag_margin(shape: LlamaShape = PATH_TARGET, base: float = ROPE_BASE) -> float:
+    """1 - (largest score at a wrong lag) / (score at lag 1), over every lag the model's positions allow."""
+    angles = thetas(shape, base)
+
+    def score(lag: int) -> float:
+        return sum(math.cos((lag - 1) * t) for t in angles)
+
+    peak = score(1)
+    other = max(score(lag) for lag in range(shape.max_positions) if lag != 1)
+    return 1.0 - other / peak
+
+
+def permutation(vocab: int, seed: int) -> list[int]:
+    """The planted function's permutation of token ids (seeded, the same for target, sequence and tests)."""
+    perm = list(range(vocab))
+    random.Random(seed * 7919 + 17).shuffle(perm)
+    return perm
+
+
+def path_sequence(prompt: Sequence[int], new_tokens: int, vocab: int, seed: int = 0) -> list[int]:
+    """What the path target generates greedily after `prompt`: each token is perm[the token two back]."""
+    perm = permutation(vocab, seed)
+    seq = list(prompt)
+    for _ in range(new_tokens):
+        seq.append(perm[seq[-2]] if len(seq) >= 2 else perm[seq[-1]])
+    return seq[len(prompt) :]
+
+
+def _embedding(shape: LlamaShape, seed: int) -> Callable[[], torch.Tensor]:
+    def make() -> torch.Tensor:
+        import torch
+
+        gen = torch.Generator().manual_seed(seed * 1_000_003)
+        table = torch.randn(shape.vocab, shape.hidden, generator=gen)
+        table[:, 0] = BIAS
+        return table
+
+    return make
+
+
+def _rnd(seed: int, salt: int, *size: int) -> Callable[[], torch.Tensor]:
+    def make() -> torch.Tensor:
+        import torch
+
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + salt)
+        return torch.randn(*size, generator=gen) * INIT_STD
+
+    return make
+
+
+def _zeros(*size: int) -> Callable[[], torch.Tensor]:
+    return lambda: __import__("torch").zeros(*size)
+
+
+def _ones(n: int) -> Callable[[], torch.Tensor]:
+    return lambda: __import__("torch").ones(n)
+
+
+def _qk(shape: LlamaShape, *, rotate: bool) -> Callable[[], torch.Tensor]:
+    """q_proj (rotate False) or k_proj (rotate True) of layer 0: every head reads only the bias channel."""
+
+    def make() -> torch.Tensor:
+        import torch
+
+        half = shape.head_dim // 2
+        amp = math.sqrt(PEAK_SCORE * math.sqrt(shape.head_dim) / half)
+        head = torch.zeros(shape.head_dim)
+        for i, theta in enumerate(thetas(shape)):
+            head[i] = amp * (math.cos(theta) if rotate else 1.0)
+            head[i + half] = amp * (math.sin(theta) if rotate else 0.0)
+        heads = shape.heads if not rotate else shape.kv_heads
+        weight = torch.zeros(heads * shape.head_dim, shape.hidden)
+        weight[:, 0] = head.repeat(heads) / BIAS
+        return weight
+
+    return make
+
+
+def _memory(shape: LlamaShape, seed: int, *, role: str, shift: int = 0) -> Callable[[], torch.Tensor]:
+    """Layer 1's MLP memory: gate/up rows G x E[i] (role "key"), down columns GAMMA x E[perm[i + shift]]."""
+
+    def make() -> torch.Tensor:
+        import torch
+
+        table = _embedding(shape, seed)()
+        table[:, 0] = 0.0  # the memory keys and values ignore the bias channel
+        if role == "key":
+            return (table * (G / math.sqrt(shape.hidden))).contiguous()
+        perm = torch.tensor(permutation(shape.vocab, seed))
+        rows = perm[(torch.arange(shape.vocab) + shift) % shape.vocab]
+        return (table[rows] * (GAMMA / shape.hidden)).t().contiguous()
+
+    return make
+
+
+def _check(shape: LlamaShape) -> None:
+    if shape.intermediate < shape.vocab or shape.layers < 2 or shape.kv_heads != shape.heads:
+        raise ValueError(
+            f"the path model needs intermediate >= vocab, >= 2 layers and no grouped KV heads, not {shape}"
+        )
+
+
+def path_target_specs(
+    shape: LlamaShape = PATH_TARGET, *, seed: int = 0, bug: Bug | None = None
+) -> list[TensorSpec]:
+    """The path target's tensors (module docstring), with `bug` planted if given."""
+    _check(shape)
+    h, q, inter = shape.hidden, shape.heads * shape.head_dim, shape.intermediate
+    specs = [TensorSpec("model.embed_tokens.weight", (shape.vocab, h), _embedding(shape, seed))]
+    for layer in range(shape.layers):
+        p, salt = f"model.layers.{layer}.", 100 * (layer + 1)
+        if layer == 0:
+            attn = [
+                TensorSpec(f"{p}self_attn.q_proj.weight", (q, h), _qk(shape, rotate=False)),
+                TensorSpec(f"{p}self_attn.k_proj.weight", (q, h), _qk(shape, rotate=bug != "attention")),
+                TensorSpec(f"{p}self_attn.v_proj.weight", (q, h), lambda: __import__("torch").eye(h)),
+                TensorSpec(f"{p}self_attn.o_proj.weight", (h, q), lambda: __import__("torch").eye(h) * ALPHA),
+            ]
+        else:
+            attn = [
+                TensorSpec(f"{p}self_attn.{n}_proj.weight", (q, h), _rnd(seed, salt + i, q, h))
+                for i, n in enumerate(("q", "k", "v"))
+            ] + [TensorSpec(f"{p}self_attn.o_proj.weight", (h, q), _zeros(h, q))]
+        if layer == 1:
+            mlp = [
+                TensorSpec(f"{p}mlp.gate_proj.weight", (inter, h), _memory(shape, seed, role="key")),
+                TensorSpec(f"{p}mlp.up_proj.weight", (inter, h), _memory(shape, seed, role="key")),
+                TensorSpec(
+                    f"{p}mlp.down_proj.weight",
+                    (h, inter),
+                    _memory(shape, seed, role="value", shift=1 if bug == "mlp" else 0),
+                ),
+            ]
+        else:
+            mlp = [
+                TensorSpec(f"{p}mlp.gate_proj.weight", (inter, h), _rnd(seed, salt + 4, inter, h)),
+                TensorSpec(f"{p}mlp.up_proj.weight", (inter, h), _rnd(seed, salt + 5, inter, h)),
+                TensorSpec(f"{p}mlp.down_proj.weight", (h, inter), _zeros(h, inter)),
+            ]
+        norms = [
+            TensorSpec(f"{p}input_layernorm.weight", (h,), _ones(h)),
+            TensorSpec(f"{p}post_attention_layernorm.weight", (h,), _ones(h)),
+        ]
+        specs += attn + mlp + norms
+    specs.append(TensorSpec("model.norm.weight", (h,), _ones(h)))
+    return specs
+
+
+def path_draft_specs(shape: LlamaShape = PATH_TARGET, *, seed: int = 0) -> list[TensorSpec]:
+    """The path target's EAGLE-3 draft: fc = [0 | ... | I] (the last auxiliary hidden state, where the MLP memory
+    has written perm[t_prev]), attention and MLP adding nothing, the head = the target's embedding."""
+    _check(shape)
+    h, q, inter, aux = shape.hidden, shape.heads * shape.head_dim, shape.intermediate, len(AUX_LAYERS)
+
+    def fc() -> torch.Tensor:
+        import torch
+
+        return torch.cat([torch.zeros(h, h * (aux - 1)), torch.eye(h)], dim=1)
+
+    p = "layers.0."
+    return [
+        TensorSpec(f"{p}self_attn.q_proj.weight", (q, 2 * h), _rnd(seed, 10_001, q, 2 * h)),
+        TensorSpec(f"{p}self_attn.k_proj.weight", (q, 2 * h), _rnd(seed, 10_002, q, 2 * h)),
+        TensorSpec(f"{p}self_attn.v_proj.weight", (q, 2 * h), _rnd(seed, 10_003, q, 2 * h)),
+        TensorSpec(f"{p}self_attn.o_proj.weight", (h, q), _zeros(h, q)),
+        TensorSpec(f"{p}mlp.gate_proj.weight", (inter, h), _rnd(seed, 10_004, inter, h)),
+        TensorSpec(f"{p}mlp.up_proj.weight", (inter, h), _rnd(seed, 10_005, inter, h)),
+        TensorSpec(f"{p}mlp.down_proj.weight", (h, inter), _zeros(h, inter)),
+        TensorSpec(f"{p}input_layernorm.weight", (h,), _ones(h)),
+        TensorSpec(f"{p}post_attention_layernorm.weight", (h,), _ones(h)),
+        TensorSpec(f"{p}hidden_norm.weight", (h,), _ones(h)),
+        TensorSpec("fc.weight", (h, h * aux), fc),
+        TensorSpec("norm.weight", (h,), _ones(h)),
+        TensorSpec("lm_head.weight", (shape.vocab, h), _embedding(shape, seed)),
+    ]
+
+
+def _config(config: dict[str, object]) -> dict[str, object]:
+    config["rope_theta"] = ROPE_BASE
+    # transformers >= 5 reads RoPE from rope_parameters; older releases and SGLang read rope_theta.
+    config["rope_parameters"] = {"rope_type": "default", "rope_theta": ROPE_BASE}
+    return config
+
+
+def write_target_path(
+    folder: Path,
+    shape: LlamaShape = PATH_TARGET,
+    *,
+    seed: int = 0,
+    bug: Bug | None = None,
+    dtype: str = "float32",
+) -> Path:
+    """The path target (or its variant with `bug` planted), written as a model folder."""
+    config = _config(llama_config(shape, dtype=dtype))
+    config["tie_word_embeddings"] = True
+    sidecar = {"role": "target", "function": SIDECAR_FUNCTION, "bug": bug, "seed": seed}
+    specs = path_target_specs(shape, seed=seed, bug=bug)
+    return write_sharded(folder, config, specs, dtype=dtype, sidecar=sidecar)
+
+
+def write_draft_path(
+    folder: Path, shape: LlamaShape = PATH_TARGET, *, seed: int = 0, dtype: str = "float32"
+) -> Path:
+    """The path target's EAGLE-3 draft (same `seed`)."""
+    config = _config(eagle3_config(shape, dtype=dtype))
+    sidecar = {"role": "eagle3-draft", "function": SIDECAR_FUNCTION, "seed": seed}
+    return write_sharded(folder, config, path_draft_specs(shape, seed=seed), dtype=dtype, sidecar=sidecar)
+
+
+def shape_for(vocab: int) -> LlamaShape:
+    """PATH_TARGET with another vocabulary (the memory stays as wide as it)."""
+    return replace(PATH_TARGET, vocab=vocab, intermediate=max(PATH_TARGET.intermediate, vocab))
+
+
+__all__ = [
+    "ALPHA",
+    "BUGS",
+    "CPU_PATH",
+    "PATH_TARGET",
+    "ROPE_BASE",
+    "Bug",
+    "lag_margin",
+    "path_draft_specs",
+    "path_sequence",
+    "path_target_specs",
+    "permutation",
+    "shape_for",
+    "thetas",
+    "write_draft_path",
+    "write_target_path",
+]
