@@ -1,12 +1,16 @@
-# /// script
-# dependencies = ["nox>=2024.4", "packaging>=24", "tomlkit>=0.12"]
-# ///
 """stackfarm's sessions: `nox -l` lists them, one line each; every cell of matrix.toml has its own session."""
+
+# This file needs nothing but nox: the cell(...) sessions are named by stackfarm's own planner, whose imports are
+# the standard library and packaging (nox depends on it, and on tomli under Python 3.10). Its answer is kept in
+# .nox/ under a digest of matrix.toml and of the package's sources, so that a warm `nox -s matrix` does not plan
+# the matrix before `stackfarm run` plans it again.
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,25 +21,63 @@ nox.options.sessions = ["matrix"]
 nox.options.reuse_venv = "yes"
 
 ROOT = Path(__file__).parent
-# The harness itself plans the per-cell sessions; it needs only packaging and tomlkit to do so.
-sys.path.insert(0, str(ROOT / "src"))
+MATRIX = ROOT / "matrix.toml"
+#: Where the cell ids of the last listing are kept (nox's own folder, ignored by git).
+CELLS = ROOT / ".nox" / "stackfarm-cells.json"
+
+
+def _key() -> str:
+    """What the listing depends on: nox's Python, matrix.toml's bytes, the size and time of each package source."""
+    digest = hashlib.sha256(
+        sys.executable.encode() + b"\0" + (MATRIX.read_bytes() if MATRIX.is_file() else b"")
+    )
+    for path in sorted((ROOT / "src" / "stackfarm").rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"\0{path.relative_to(ROOT)}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()
+
+
+def _planned() -> tuple[list[str], str]:
+    """(cell ids, "") from the planner, or ([], why none can be listed); no network (the index is asked at
+    run time)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    try:
+        from stackfarm.matrix import load
+        from stackfarm.plan import cell_id, expand
+
+        matrix = load(MATRIX)
+        kept, _, _ = expand(matrix)
+    except ImportError as exc:  # the planner grew an import nox does not bring
+        return [], f"the planner needs {exc.name or exc}, which nox's Python lacks"
+    except Exception as exc:  # a broken matrix.toml: say so in `nox -l`, the cell sessions cannot be listed
+        return [], str(exc)
+    finally:
+        sys.path.remove(str(ROOT / "src"))
+    return [cell_id(values, with_python=len(matrix.axes["python"]) > 1) for values, _ in kept], ""
 
 
 @functools.cache
 def _cell_ids() -> list[str]:
-    """Cell ids for `nox -l`, from the default matrix alone (no network: sglang's pins are checked at run time)."""
+    """The cell ids of the default matrix for `nox -l` and the cell(...) sessions: the kept listing when its key
+    still holds, else planned again (and kept)."""
+    key = _key()
     try:
-        from stackfarm.matrix import load
-        from stackfarm.plan import cell_id, expand
-    except ImportError:  # nox's Python lacks packaging/tomlkit (the script block above installs them)
-        return []
-    try:
-        matrix = load(ROOT / "matrix.toml")
-        kept, _, _ = expand(matrix)
-    except Exception as exc:  # a broken matrix.toml: say so in `nox -l`, the cell sessions cannot be listed
-        print(f"stackfarm: no cell(...) sessions: {exc}", file=sys.stderr)
-        return []
-    return [cell_id(values, with_python=len(matrix.axes["python"]) > 1) for values, _ in kept]
+        kept = json.loads(CELLS.read_text(encoding="utf-8"))
+        cells, problem = (kept["cells"], kept["problem"]) if kept.get("key") == key else (None, "")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        cells, problem = None, ""
+    if cells is None:
+        cells, problem = _planned()
+        try:
+            CELLS.parent.mkdir(exist_ok=True)
+            part = CELLS.with_name(f"{CELLS.name}.{os.getpid()}")
+            part.write_text(json.dumps({"key": key, "cells": cells, "problem": problem}), encoding="utf-8")
+            part.replace(CELLS)
+        except OSError:
+            pass  # a read-only checkout: planned again next time
+    if problem:
+        print(f"stackfarm: no cell(...) sessions: {problem}", file=sys.stderr)
+    return list(cells)
 
 
 def _install(session: nox.Session, *extras: str) -> None:
@@ -139,3 +181,10 @@ def corpus(session: nox.Session) -> None:
     """Static verdicts (10-capability, EAGLE-3) over every sglang release on the index -> reports/corpus/."""
     _install(session)
     session.run("python", "-m", "stackfarm.corpus", *session.posargs)
+
+
+@nox.session(name="plan-upgrade")
+def plan_upgrade(session: nox.Session) -> None:
+    """Walk the newer SGLang releases from a cell: -- --from CELL [--arch sm_120] [--driver V] [--gpus N]."""
+    _install(session)
+    session.run("python", "-m", "stackfarm", "plan-upgrade", *session.posargs)

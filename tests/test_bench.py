@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import socket
 from pathlib import Path
 
@@ -54,3 +55,39 @@ def test_runner_2_reuses_runner_1s_verdict(
     assert note2.startswith("exit 0, verdict reused")
     assert "runner 1 / runner 2 = " in note2
     assert [c for c, _ in fake_project.runs()] == [cell_id(OLD)], "only runner 1 ran the suite"
+
+
+def test_no_nox_is_a_skipped_row_saying_how_to_get_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench.shutil, "which", lambda _name: None)
+    [(name, seconds, note)] = bench._nox_vs_stackfarm(tmp_path / "matrix.toml", "c", tmp_path / "reports")
+    assert name == "warm no-op: nox -s matrix vs stackfarm run"
+    assert math.isnan(seconds)
+    assert note == "skipped: no nox on PATH (`python3 -m pip install nox` gives it)"
+
+
+def test_no_noxfile_is_a_skipped_row_naming_the_folder(tmp_path: Path) -> None:
+    rows = bench._nox_vs_stackfarm(tmp_path / "matrix.toml", "c", tmp_path / "r", nox="nox", root=tmp_path)
+    [(_, seconds, note)] = rows
+    assert math.isnan(seconds)
+    assert note == f"skipped: {tmp_path} has no noxfile.py (stackfarm is installed, not checked out)"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("nox") is None, reason="no nox on PATH (pip install nox)")
+def test_the_nox_pair_is_timed_side_by_side(fake_project: FakeProject, tmp_path: Path) -> None:
+    """The README's first run through `nox -s matrix` and through `stackfarm run`, both warm no-ops (the
+    first nox call ran the suite, no later call did): two rows, the second with the ratio. No timing is
+    asserted."""
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix()
+    rows = bench._nox_vs_stackfarm(fake_project.matrix, cell_id(OLD), tmp_path / "reports", repeats=2)
+    [(direct_name, direct, direct_note), (nox_name, via_nox, nox_note)] = rows
+    assert direct_name == f"warm no-op: stackfarm run --cells {cell_id(OLD)} --suites '00-*' (min of 2)"
+    assert nox_name.startswith("warm no-op: nox -s matrix -- the same (min of 2, nox ")
+    assert direct > 0
+    assert via_nox > 0
+    assert direct_note.startswith("median ")
+    assert nox_note.startswith(f"{via_nox / direct:.2f}x stackfarm run (target <= 1.3; median ")
+    assert [c for c, _ in fake_project.runs()] == [cell_id(OLD)], "the suite ran once: the rest were no-ops"

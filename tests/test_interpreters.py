@@ -13,9 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
-import tomlkit
 
-from stackfarm import interpreters
+from stackfarm import interpreters, tomlread
 from stackfarm.artifacts import Cache
 from stackfarm.backends.local import LocalBackend
 from stackfarm.errors import EnvironmentProblem, ExitCode
@@ -134,7 +133,8 @@ def test_the_venv_key_follows_interpreter_version_and_requirements() -> None:
 
 
 def test_the_fallback_requirements_are_pyprojects() -> None:
-    project = tomlkit.parse((REPO / "pyproject.toml").read_text(encoding="utf-8")).unwrap()["project"]
+    pyproject = REPO / "pyproject.toml"
+    project = tomlread.loads(pyproject, pyproject.read_text(encoding="utf-8"))["project"]
     assert sorted(interpreters.FALLBACK_REQUIREMENTS) == sorted(project["dependencies"])
     assert sorted(interpreters.requirements()) == sorted(project["dependencies"])
     assert str(interpreters.requires_python()) == project["requires-python"]

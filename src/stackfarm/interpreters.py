@@ -46,6 +46,7 @@ PACKAGE = Path(__file__).resolve().parent
 #: kept equal to pyproject.toml's [project] dependencies by tests/test_interpreters.py.
 FALLBACK_REQUIREMENTS = (
     "packaging>=24",
+    'tomli>=1.1; python_version < "3.11"',
     "tomlkit>=0.12",
     "junitparser>=3.1",
     "pytest>=8",

@@ -13,22 +13,23 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tomlkit
-import tomlkit.exceptions
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import indexauth, matrix_tables, schema
+from . import indexauth, matrix_tables, schema, tomlread
 from .artifacts import Source
 from .errors import ConfigError, StackfarmError, did_you_mean
 from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of
 from .throughput import thresholds as throughput_thresholds
 from .throughput.settings import SUITE as THROUGHPUT_SUITE
 from .throughput.settings import Settings as ThroughputSettings
+
+if TYPE_CHECKING:
+    from .profile import HostProfile
 
 _TOP_KEYS = (
     "axes",
@@ -118,6 +119,8 @@ class Suite:
     gate: bool = True
     timeout: int = 1800
     settings: Mapping[str, Any] = field(default_factory=dict)
+    #: Requirements of wheels the suite needs beyond the cell's stack (`wheels`): carried by a host's bundle.
+    wheels: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,6 +181,8 @@ class Matrix:
     deviations: tuple[Deviation, ...] = ()
     #: [store] trusted_keys: the runner public keys (files or folders) whose store entries are believed.
     trusted_runner_keys: tuple[Path, ...] = ()
+    #: The host profile layered over the file (`--profile`, stackfarm.profile), None without one.
+    profile: HostProfile | None = None
 
     @property
     def root(self) -> Path:
@@ -261,24 +266,8 @@ def load(path: Path | str) -> Matrix:
         raise ConfigError(
             path, f"cannot read it ({exc.strerror or exc})", fix="check the path and its permissions"
         ) from None
-    try:
-        data = tomlkit.parse(text).unwrap()
-    except tomlkit.exceptions.TOMLKitError as exc:  # ParseError, KeyAlreadyPresent, ...
-        where: int | None = getattr(exc, "line", None) or _repeated_key_line(text, str(exc))
-        raise ConfigError(
-            path, f"malformed TOML: {exc}", line=where, fix="correct the syntax there"
-        ) from None
+    data = tomlread.loads(path, text)  # a ConfigError at the line (and column) when it does not parse
     return _build(_Doc(path, text), data)
-
-
-def _repeated_key_line(text: str, message: str) -> int | None:
-    """tomlkit's KeyAlreadyPresent carries no position: point at the key's second definition."""
-    found = re.search(r'Key "([^"]+)" already exists', message)
-    if not found:
-        return None
-    key_re = re.compile(r"^\s*(\[\[?\s*)?[\"']?" + re.escape(found.group(1)) + r"[\"']?\s*(=|\])")
-    hits = [n for n, line in enumerate(text.splitlines(), 1) if key_re.match(line)]
-    return hits[1] if len(hits) > 1 else None
 
 
 def _check_keys(
@@ -756,6 +745,7 @@ def _suites(doc: _Doc, table: dict[str, Any]) -> tuple[Suite, ...]:
                 gate=bool(entry.get("gate", True)),
                 timeout=math.ceil(entry.get("timeout", 1800)),
                 settings=dict(entry.get("settings", {})),
+                wheels=tuple(entry.get("wheels", ())),
             )
         )
     return tuple(suites)

@@ -23,12 +23,14 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from . import junit
 from .errors import ExitCode
 from .files import write_atomic
 from .provenance import LoadedLibrary
+
+if TYPE_CHECKING:  # junitparser is imported where a JUnit file is read: planning needs only packaging
+    from . import junit
 
 Outcome = Literal["passed", "failed", "error", "skipped", "incomplete", "not_applicable"]
 #: The name of a cell's stored verdict inside its reports folder.
@@ -201,6 +203,8 @@ def suite_outcome(counts: junit.Counts) -> tuple[Outcome, str | None]:
 
 def read_suite(path: Path, *, cell: str, suite: str) -> SuiteResult:
     """Judge one per-suite JUnit file. A missing or unreadable file is an "error" with zero tests."""
+    from . import junit
+
     try:
         counts = junit.count(path)
     except junit.UNREADABLE as exc:

@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.markers import InvalidMarker, Marker
+
 from ...artifacts import Artifact, Cache, Source, Target, find_artifact
 from ...cellspec import CellSpec, InstalledComponent, load
 from ...files import write_atomic
@@ -78,8 +80,9 @@ DEFAULT_TOOLS = (
     "pygments==2.20.0",
     "packaging==26.4",
     "pyelftools==0.33",
-    "tomlkit==0.15.2",
     "junitparser==5.0.3",
+    # Suites read matrix.toml (stackfarm.tomlread): the standard library's tomllib, tomli on Python 3.10.
+    "tomli==2.5.0; python_version < '3.11'",
 )
 TOOLS_INDEX = "https://pypi.org/simple"
 
@@ -399,7 +402,7 @@ class DockerBackend:
         source = Source(name="pypi", url=self.tools_index)
         # The tools are pure-Python wheels; any manylinux target accepts py3-none-any.
         target = Target(python=python, platform="manylinux_2_17_x86_64")
-        found = [find_artifact(source, *_pin(pin), target) for pin in self.tools]
+        found = [find_artifact(source, *_pin(pin), target) for pin in self.tools if _applies(pin, python)]
         write_atomic(memo, json.dumps([dataclasses.asdict(a) for a in found]))
         return found
 
@@ -513,8 +516,19 @@ def run_as() -> str | None:
     return None if uid == 0 else f"{uid}:{os.getgid()}"
 
 
+def _applies(pin: str, python: str) -> bool:
+    """Whether a tool's environment marker (``name==version; python_version < '3.11'``) holds in the cell."""
+    marker = pin.partition(";")[2].strip()
+    if not marker:
+        return True
+    try:
+        return Marker(marker).evaluate({"python_version": python, "python_full_version": f"{python}.0"})
+    except InvalidMarker as exc:
+        raise DockerError(f"tool {pin!r}: {exc}") from None
+
+
 def _pin(pin: str) -> tuple[str, str]:
-    name, sep, version = pin.partition("==")
+    name, sep, version = pin.partition(";")[0].strip().partition("==")
     if not sep:
         raise DockerError(f"tool {pin!r} is not pinned like name==version")
     return name, version
