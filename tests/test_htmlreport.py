@@ -500,3 +500,41 @@ def test_throughput_bars_in_chromium_keep_the_ratio_of_the_medians(tmp_path: Pat
     )
     assert abs(ratio / expected - 1) <= 0.05, (baseline, eagle3)
     assert baseline > 300, "the baseline bar spans most of the plot"
+
+
+# --------------------------------------------------------------------------- trend lines: their scale
+
+
+def _trend(page: str, key: str) -> tuple[str, list[float]]:
+    """(the chart's svg, the y of each point) of the trend chart of `key`."""
+    svg = re.search(rf'<svg [^>]*aria-label="{re.escape(key)}" class="trend"[^>]*>.*?</svg>', page)
+    assert svg is not None, key
+    points = re.search(r'<polyline points="([^"]+)"', svg[0])
+    assert points is not None
+    return svg[0], [float(p.split(",")[1]) for p in points[1].split()]
+
+
+def test_a_small_change_is_drawn_small_and_said_and_one_figures_statistics_share_a_scale(
+    tmp_path: Path,
+) -> None:
+    runs = tmp_path / "history"
+    nights = {"n1": ("92.6", "91.9", "93.1", "300"), "n2": ("92.14", "91.5", "92.9", "90")}
+    for night, (median, low, high, batch) in nights.items():
+        figures = {"decode_tok_s.median": median, "decode_tok_s.ci_low": low, "decode_tok_s.ci_high": high,
+                   "batch8_tok_s.median": batch}  # fmt: skip
+        write_cell(runs / night, OTHER, {"40-throughput": [("test_figures", "passed", "", figures)]})
+    page = htmlreport.history_page(history.build(history.load_history(runs)))
+    key = "40-throughput::test_figures::decode_tok_s"
+    svg, ys = _trend(page, f"{key}.median")
+    plot_h = 164 - 38 - 28
+    # 0.5 % lower: a tenth of the plot at most (each scale spans >= 10 % of its values), never top to bottom.
+    assert 0 < max(ys) - min(ys) <= 0.1 * plot_h, ys
+    assert "first → last -0.50 %" in html.unescape(svg)
+    assert "min 92.14, max 92.6" in svg
+    # The median and the interval ends of one figure share a scale, marked on each chart.
+    scales = {re.search(r'data-low="([^"]+)" data-high="([^"]+)"', _trend(page, f"{key}.{s}")[0]).groups()  # type: ignore[union-attr]
+              for s in ("median", "ci_low", "ci_high")}  # fmt: skip
+    assert len(scales) == 1, scales
+    # A real drop (300 -> 90 tok/s) still spans the plot.
+    _, drop = _trend(page, "40-throughput::test_figures::batch8_tok_s.median")
+    assert max(drop) - min(drop) == pytest.approx(plot_h, abs=0.2)

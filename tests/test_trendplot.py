@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import numpy as np
 import pytest
 from matplotlib.image import imread
 
@@ -84,8 +85,9 @@ def test_every_run_is_on_every_panel_and_a_missing_figure_is_a_labelled_gap(tmp_
     for name, ax in panels.items():
         assert [t.get_text() for t in ax.get_xticklabels()] == runs, name
         (line,) = ax.get_lines()
-        xs, ys = line.get_data()
-        assert list(xs) == [0, 1, 2, 3, 4]
+        xs = [float(v) for v in np.asarray(line.get_xdata(), dtype=float)]
+        ys = [float(v) for v in np.asarray(line.get_ydata(), dtype=float)]
+        assert xs == [0, 1, 2, 3, 4]
         gaps = [t.get_text() for t in ax.texts]
         if name.startswith("eagle3_"):
             assert gaps == [trendplot.GAP], name

@@ -1,10 +1,12 @@
 """The HTML pieces every section renderer (and htmlreport) draws with: escaped tables, outcome badges,
-file:line locations, folded findings and horizontal bar charts as inline SVG (no scripts, no external
-resources)."""
+file:line locations, folded findings, horizontal bar charts and trend lines as inline SVG (no scripts, no
+external resources). A trend line's scale is marked (its ends labelled, the change first → last in words) and
+spans at least `MIN_RELATIVE_SPAN` of its values, so a 0.5 % change never looks like a cliff."""
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -188,12 +190,57 @@ def bar_chart(title: str, bars: Sequence[Bar], *, top: float | None = None, unit
     return "".join(parts)
 
 
-def line_chart(title: str, points: Sequence[tuple[str, float]]) -> str:
-    """A value over runs: one dot per run (its name and value on hover), the range on the left."""
-    width, height, left, right, top, bottom = 420, 150, 56, 12, 24, 28
+#: A trend chart's scale spans at least this fraction of its values' magnitude, so a change of 0.5 % draws as a
+#: wobble of 5 % of the plot, not as a cliff from the bottom to the top.
+MIN_RELATIVE_SPAN = 0.10
+#: What follows a figure's name and says which statistic of it a key is: such keys are one figure, on one scale.
+_STATISTIC = re.compile(r"\.(?:median|mean|ci_low|ci_high|low|high|min|max|p\d+)$")
+
+
+def chart_scale(values: Iterable[float]) -> tuple[float, float]:
+    """(low, high) of a trend chart's y axis: the values' range, widened to `MIN_RELATIVE_SPAN` of their
+    magnitude around its middle (never below 0 for values that are not), and to 1 when every value is 0."""
+    found = list(values)
+    low, high = min(found), max(found)
+    need = MIN_RELATIVE_SPAN * max(abs(low), abs(high))
+    if high - low < need:
+        middle = (low + high) / 2
+        low, high = middle - need / 2, middle + need / 2
+        if min(found) >= 0 > low:
+            low, high = 0.0, need
+    if high == low:
+        low, high = low - 0.5, high + 0.5
+    return low, high
+
+
+def _percent(value: float) -> str:
+    return f"{value:+.2f} %" if abs(value) < 1 else f"{value:+.1f} %"
+
+
+def change_note(points: Sequence[tuple[str, float]]) -> str:
+    """What a trend chart's line says in words: the change from the first run to the last (relative when the
+    first is not 0) and the values' range."""
     values = [v for _, v in points]
-    low, high = min(values), max(values)
-    span = (high - low) or (abs(high) or 1.0)
+    first, last, low, high = values[0], values[-1], min(values), max(values)
+    change = _percent((last - first) / abs(first) * 100) if first else f"{last - first:+.4g}"
+    mean = sum(values) / len(values)
+    ratio = (high - low) / abs(mean) * 100 if mean else 0.0
+    spread = (
+        f" ({ratio:.0f} % of the mean)" if ratio >= 10 else f" ({ratio:.2g} % of the mean)" if mean else ""
+    )
+    return f"first → last {change} · min {fmt(low)}, max {fmt(high)}{spread}"
+
+
+def line_chart(
+    title: str, points: Sequence[tuple[str, float]], *, scale: tuple[float, float] | None = None
+) -> str:
+    """A value over runs: one dot per run (its name and value on hover). The y axis is `scale` (shared by the
+    charts of one figure) or `chart_scale` of the values, its ends labelled on the left; under the title, the
+    change first → last and the range in words (`change_note`)."""
+    width, height, left, right, top, bottom = 420, 164, 56, 12, 38, 28
+    values = [v for _, v in points]
+    low, high = scale or chart_scale(values)
+    span = (high - low) or 1.0
     plot_w, plot_h = width - left - right, height - top - bottom
 
     def xy(i: int, v: float) -> tuple[float, float]:
@@ -205,8 +252,9 @@ def line_chart(title: str, points: Sequence[tuple[str, float]]) -> str:
     shown = title if len(title) <= 62 else "…" + title[-61:]
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-        f'aria-label="{e(title)}" class="trend">',
+        f'aria-label="{e(title)}" class="trend" data-low="{low:.6g}" data-high="{high:.6g}">',
         f'<text x="0" y="14" font-size="12" font-weight="600">{e(shown)}<title>{e(title)}</title></text>',
+        f'<text x="0" y="29" font-size="10" fill="#57606a" class="change">{e(change_note(points))}</text>',
         f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="#f6f8fa" stroke="#d0d7de"/>',
         f'<text x="{left - 4}" y="{top + 10}" font-size="10" text-anchor="end">{fmt(high)}</text>',
         f'<text x="{left - 4}" y="{top + plot_h}" font-size="10" text-anchor="end">{fmt(low)}</text>',
@@ -230,10 +278,24 @@ MAX_TREND_CHARTS = 24
 
 
 def trend_charts(trends: Mapping[str, Sequence[tuple[str, float]]]) -> str:
-    """A line chart per figure that moved between runs; the steady ones counted."""
+    """A line chart per figure that moved between runs; the steady ones counted. The statistics of one figure
+    (its median and interval ends, ``<figure>.median``, ``.ci_low``, ...) share one scale."""
     moving = [(k, pts) for k, pts in sorted(trends.items()) if len({v for _, v in pts}) > 1]
     shown = moving[:MAX_TREND_CHARTS]
-    out = '<div class="charts">' + "".join(line_chart(k, pts) for k, pts in shown) + "</div>"
+    families: dict[str, list[float]] = {}
+    for key, pts in moving:
+        families.setdefault(_STATISTIC.sub("", key), []).extend(v for _, v in pts)
+    scales = {family: chart_scale(values) for family, values in families.items()}
+    out = (
+        '<div class="charts">'
+        + "".join(line_chart(k, pts, scale=scales[_STATISTIC.sub("", k)]) for k, pts in shown)
+        + "</div>"
+    )
+    if shown:
+        out += (
+            f'<p class="muted">Each scale spans at least {MIN_RELATIVE_SPAN:.0%} of its values (a small change '
+            "stays small); a figure's median and interval share one scale.</p>"
+        )
     if len(moving) > len(shown):
         out += f'<p class="muted">{len(moving) - len(shown)} more moving figures: see ../history.html</p>'
     steady = len(trends) - len(moving)
@@ -245,11 +307,14 @@ def trend_charts(trends: Mapping[str, Sequence[tuple[str, float]]]) -> str:
 __all__ = [
     "DEFAULT_BAR",
     "MAX_TREND_CHARTS",
+    "MIN_RELATIVE_SPAN",
     "SERIES_COLOURS",
     "Bar",
     "badge",
     "bar_chart",
     "case_rows",
+    "change_note",
+    "chart_scale",
     "e",
     "findings",
     "fmt",
