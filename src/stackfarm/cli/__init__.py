@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from .. import __version__
 from ..errors import ExitCode, StackfarmError
-from . import bench, bisect, cache, emit, gha, patches, qualify, runs, thresholds
+from . import bench, bisect, cache, emit, gha, patches, qualify, runs, thresholds, upgrade
 
 
 def parser() -> argparse.ArgumentParser:
@@ -29,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     top.add_argument("--version", action="version", version=f"stackfarm {__version__}")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (runs, patches, qualify, gha, emit, bisect, bench, cache, thresholds):
+    for module in (runs, patches, qualify, gha, emit, bisect, bench, cache, thresholds, upgrade):
         module.register(sub)
     return top
 
