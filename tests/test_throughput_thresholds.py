@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 from stackfarm.matrix import load
-from stackfarm.throughput import record
+from stackfarm.throughput import curve, record
 from stackfarm.throughput.stats import decide
 from stackfarm.throughput.thresholds import (
+    DEFAULT_EAGLE3_OVER_BASELINE,
+    DEFAULT_RELATIVE_SOURCE,
     ThresholdError,
     figure_batch,
     figure_names,
@@ -27,6 +29,7 @@ from stackfarm.throughput.thresholds import (
 
 REPO = Path(__file__).resolve().parents[1]
 MEASURED = figure_names([1, 8], eagle3=True)
+_CURVE = (*curve.figure_names([0.0, 0.5, 0.9]),)
 SEEDS = {"8x-rtx-pro-6000": {"decode_tok_s": 92.6, "eagle3_over_baseline": 1.0}}
 
 
@@ -136,7 +139,7 @@ def test_regression_against_the_last_qualified_record() -> None:
     last = {"decode_tok_s": 100.0, "batch8_tok_s": 800.0, "ttft_ms": 9.0}
     table = {"1x-h200": {"max_regression_pct": 5}}
     resolution = resolve(table, "1x-h200", measured=MEASURED, last=last, last_origin="run-41/throughput.json")
-    by_figure = {c.figure: c for c in resolution.checks}
+    by_figure = {c.figure: c for c in resolution.checks if c.kind == "regression"}
     # only throughput figures the record has; latencies are too noisy at this scale to gate on
     assert set(by_figure) == {"decode_tok_s", "batch8_tok_s"}
     assert by_figure["decode_tok_s"].bound.value == pytest.approx(95.0)
@@ -145,8 +148,49 @@ def test_regression_against_the_last_qualified_record() -> None:
     assert "run-41/throughput.json" in by_figure["decode_tok_s"].note
     # no record yet: nothing to regress against, and that is not an empty-table problem
     first = resolve(table, "1x-h200", measured=MEASURED, last=None)
-    assert first.checks == ()
+    assert [c.source for c in first.checks] == [DEFAULT_RELATIVE_SOURCE]  # only the seeds' rule
     assert first.problem is None
+
+
+def test_where_eagle3_is_measured_and_no_relative_figure_is_set_eagle3_must_beat_baseline() -> None:
+    absolute = {"1x-h200": {"decode_tok_s": 200, "eagle3_decode_tok_s": 20}}
+    (default,) = [c for c in resolve(absolute, "1x-h200", measured=MEASURED).checks if c.kind == "relative"]
+    assert (default.figure, default.bound.value, default.bound.at_least) == (
+        "eagle3_over_baseline",
+        1.0,
+        True,
+    )
+    assert default.bound.value == DEFAULT_EAGLE3_OVER_BASELINE
+    assert default.source == DEFAULT_RELATIVE_SOURCE
+    # A table's own relative figure (plain, at a rate, or the break-even) replaces the default.
+    for own in (
+        {"eagle3_over_baseline": 0.8},
+        {"eagle3_over_baseline@0.5": 1.0},
+        {"break_even_acceptance": 0.5},
+    ):
+        checks = resolve(
+            {"1x-h200": {"decode_tok_s": 200, **own}}, "1x-h200", measured=[*MEASURED, *_CURVE]
+        ).checks
+        assert DEFAULT_RELATIVE_SOURCE not in {c.source for c in checks}, own
+    # Without EAGLE-3 there is nothing to compare.
+    baseline_only = figure_names([1, 8], eagle3=False)
+    assert (
+        resolve({"1x-h200": {"decode_tok_s": 200}}, "1x-h200", measured=baseline_only).checks[-1].kind
+        == "absolute"
+    )
+
+
+def test_a_run_where_eagle3_is_7x_slower_fails_a_table_of_absolute_floors() -> None:
+    """The earlier H200 run (EAGLE-3 without CUDA graphs, a random draft: ~0.14x the baseline) clears floors
+    set low enough; the seeds' rule, on by default, fails it."""
+    figures = record.load(H200_NO_GRAPHS)["figures"]
+    floors = {"1x-h200": {"decode_tok_s": 200, "eagle3_decode_tok_s": 20}}
+    checks = resolve(floors, "1x-h200", measured=list(figures)).checks
+    verdicts = {
+        c.name: decide(figures[c.figure]["samples"], c.bound, more=list, max_remeasures=0).verdict
+        for c in checks
+    }
+    assert verdicts == {"decode_tok_s": "pass", "eagle3_decode_tok_s": "pass", "eagle3_over_baseline": "fail"}
 
 
 # ------------------------------------------------------------------------------------------ the shipped table

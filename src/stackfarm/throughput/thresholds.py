@@ -7,7 +7,11 @@ A table holds three sorts of keys:
 - absolute bounds, keyed by the figure's name: a floor for a throughput (``decode_tok_s = 92.6``,
   ``batch8_tok_s``, ``eagle3_accept_length``), a ceiling for a latency (``ttft_ms``, ``itl_ms``);
 - ``eagle3_over_baseline = k``: EAGLE-3 single-stream decode >= k x baseline, judged on the ratio of each
-  interleaved pair (A B A B), so slow drift of the machine cancels out;
+  interleaved pair (A B A B), so slow drift of the machine cancels out. Where EAGLE-3 is measured and a table
+  sets no relative figure of its own (``eagle3_over_baseline``, ``eagle3_over_baseline@<r>`` or
+  ``break_even_acceptance``), the seeds' rule "EAGLE-3 must beat baseline" applies by default:
+  ``eagle3_over_baseline >= DEFAULT_EAGLE3_OVER_BASELINE`` (1.0), so a table of absolute floors alone never
+  passes an EAGLE-3 that is 7x slower than the baseline;
 - ``max_regression_pct = x``: every throughput figure >= (1 - x/100) x its median in the last qualified
   run on the same runner kind: a qualification record (reports/qualifications/<release>.json) or a
   throughput.json, named by ``$STACKFARM_THROUGHPUT_BASELINE`` or settings.baseline_record
@@ -35,6 +39,13 @@ CheckKind = Literal["absolute", "relative", "regression"]
 
 RELATIVE_KEY = "eagle3_over_baseline"
 REGRESSION_KEY = "max_regression_pct"
+#: The seeds' rule, "EAGLE-3 must beat baseline": the floor on eagle3_over_baseline wherever EAGLE-3 is measured
+#: and the runner kind's table sets no relative figure (a table's own eagle3_over_baseline[@r] or
+#: break_even_acceptance replaces it: a kind may know EAGLE-3 only pays off above some acceptance rate).
+DEFAULT_EAGLE3_OVER_BASELINE = 1.0
+DEFAULT_RELATIVE_SOURCE = (
+    "stackfarm default (thresholds.DEFAULT_EAGLE3_OVER_BASELINE): EAGLE-3 must beat baseline"
+)
 
 _FIGURE = re.compile(
     r"^(?P<prefix>eagle3_)?(?:(?P<b1>decode_tok_s|ttft_ms|itl_ms)|batch(?P<batch>\d+)_(?P<bm>tok_s|ttft_ms))$"
@@ -355,10 +366,32 @@ def resolve(
         return Resolution(
             runner_kind=kind, checks=(), problem=f"[thresholds.{kind}] sets no thresholds: add at least one"
         )
-    return Resolution(runner_kind=kind, checks=tuple(checks))
+    return Resolution(runner_kind=kind, checks=(*checks, *_default_relative(table, measured)))
+
+
+def _sets_relative(key: str) -> bool:
+    return key in (curve.BREAK_EVEN, RELATIVE_KEY) or key.startswith(f"{RELATIVE_KEY}@")
+
+
+def _default_relative(table: Mapping[str, Any], measured: Sequence[str]) -> tuple[Check, ...]:
+    """The seeds' rule where EAGLE-3 is measured and `table` sets no relative figure of its own."""
+    if RELATIVE_KEY not in measured or any(_sets_relative(key) for key in table):
+        return ()
+    check = Check(
+        name=RELATIVE_KEY,
+        figure=RELATIVE_KEY,
+        kind="relative",
+        bound=Bound(value=DEFAULT_EAGLE3_OVER_BASELINE, at_least=True),
+        source=DEFAULT_RELATIVE_SOURCE,
+        note="EAGLE-3 decode / baseline decode, per interleaved pair; the default where the table sets no "
+        "relative figure",
+    )
+    return (check,)
 
 
 __all__ = [
+    "DEFAULT_EAGLE3_OVER_BASELINE",
+    "DEFAULT_RELATIVE_SOURCE",
     "FIGURES",
     "KNOWN_GPUS",
     "REGRESSION_KEY",
