@@ -77,6 +77,6 @@ def test_a_failing_run_step_is_named_not_the_cache_import_miss(
     assert "cache manifest" not in terminal
 
     page = html.unescape((project.reports / CELL / "index.html").read_text(encoding="utf-8"))
-    assert first in page
+    assert f"<p>{first}</p>" in page  # the step and its error line, above the step's last lines
     assert "SyntaxError: invalid syntax" in page
     assert "cache manifest" not in page

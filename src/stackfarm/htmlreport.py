@@ -217,7 +217,11 @@ def cell_page(cell: CellRun, trends: Mapping[str, list[tuple[str, float]]] | Non
     """The cell's page; what its suites found is each suite family's own section (stackfarm.sections)."""
     trends = trends or {}
     verdict = cell.verdict
-    reason = f"<p>{e(cell.report.reason)}</p>" if cell.report.reason else ""
+    head, _, rest = cell.report.reason.partition("\n")
+    # The first line says what failed (a build error: the step and its error line); the rest keeps its lines.
+    reason = (f"<p>{e(head)}</p>" if head else "") + (
+        f'<pre class="reason">{e(rest)}</pre>' if rest.strip() else ""
+    )
     body = (
         '<p><a href="../index.html">← all cells</a></p>'
         f"<h1><code>{e(cell.cell)}</code> {badge(verdict)}</h1>{reason}"
