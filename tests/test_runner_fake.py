@@ -580,25 +580,28 @@ def test_which_python(cell):
 def test_a_cell_whose_python_is_missing_is_an_environment_error(
     fake_project: FakeProject, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """A python 3.9 cell on a machine without python3.9 (no PATH entry, no uv, no pyenv version): that cell is
-    an environment error naming python3.9 and the fix, nothing of it runs; the running Python's cell passes
-    and its verdict names the interpreter that ran it."""
+    """A cell of a supported Python this machine lacks (no PATH entry, no uv, no pyenv version): that cell is
+    an environment error naming pythonX.Y and the fix, nothing of it runs; the running Python's cell passes
+    and its verdict names the interpreter that ran it. Hermetic: PATH holds only the fixture's nvidia-smi
+    (the running Python is found as the running one), so no machine's own pythonX.Y answers."""
     import platform
 
+    absent = "3.13" if _RUNNING != "3.13" else "3.12"
     monkeypatch.setenv("PYENV_ROOT", str(tmp_path_factory.mktemp("no-pyenv")))
+    monkeypatch.setenv("PATH", str(fake_project.root.parent / "bin"))
     fake_project.suite("00-ok", "pass")
     (fake_project.suites / "00-ok" / "test_which.py").write_text(_WHICH_PYTHON)
     fake_project.write_matrix()
-    _with_pythons(fake_project, _RUNNING, "3.9")
+    _with_pythons(fake_project, _RUNNING, absent)
     assert fake_project.run() == ExitCode.ENVIRONMENT
-    mine, missing = f"{CELL}-py{_RUNNING}", f"{CELL}-py3.9"
+    mine, missing = f"{CELL}-py{_RUNNING}", f"{CELL}-py{absent}"
     assert verdict_status(fake_project, mine) == "passed"
     assert verdict_status(fake_project, missing) == "error"
     reason = verdict.read(fake_project.reports / missing / "verdict.json").report.reason
-    assert "python3.9" in reason
-    assert "uv python install 3.9" in reason
-    assert "python3.9" in summary_row(fake_project, missing)
-    assert [c for c, _ in fake_project.runs()] == [mine], "nothing of the 3.9 cell ran"
+    assert f"python{absent}" in reason
+    assert f"uv python install {absent}" in reason
+    assert f"python{absent}" in summary_row(fake_project, missing)
+    assert [c for c, _ in fake_project.runs()] == [mine], f"nothing of the {absent} cell ran"
     facts = verdict.read(fake_project.reports / mine / "verdict.json").report.backend_facts
     assert facts["local.python"] == platform.python_version()
     assert facts["local.python_path"] == sys.executable

@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 from . import indexauth, matrix_tables, schema, tomlread
 from .artifacts import Source
 from .errors import ConfigError, StackfarmError, did_you_mean
-from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of
+from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of, python_problem
 from .throughput import thresholds as throughput_thresholds
 from .throughput.settings import SUITE as THROUGHPUT_SUITE
 from .throughput.settings import Settings as ThroughputSettings
@@ -319,6 +319,16 @@ def _version(doc: _Doc, table: str, key: str, value: object, *, nth: int = 0) ->
     return value
 
 
+def _python(doc: _Doc, table: str, value: str, *, nth: int = 0) -> None:
+    """A python axis value must be a CPython feature release stackfarm runs under (stackfarm.stack.PYTHONS)."""
+    problem = python_problem(value)
+    if problem is not None:
+        where = f"[{table}]" if table == "axes" else f"[[{table}]]"
+        raise doc.error(
+            f'{where} python = "{value}": {problem[0]}', table=table, key="python", nth=nth, fix=problem[1]
+        )
+
+
 def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
     _check_keys(doc, "top level", data, _TOP_KEYS)
     axes = _axes(doc, _table(doc, data, "axes"))
@@ -500,6 +510,9 @@ def _axes(doc: _Doc, table: dict[str, Any]) -> dict[str, tuple[str, ...]]:
                 fix=f'give it at least one value, e.g. {axis} = ["..."]',
             )
         checked = tuple(_version(doc, "axes", axis, value) for value in values)
+        if axis == "python":
+            for value in checked:
+                _python(doc, "axes", value)
         if len(set(checked)) != len(checked):
             raise doc.error(
                 f"axis `{axis}` lists a value twice", table="axes", key=axis, fix="remove the repeat"
@@ -580,6 +593,8 @@ def _rules(doc: _Doc, data: Mapping[str, Any], key: str) -> tuple[Rule, ...]:
                 )
             for axis, value in match:
                 _version(doc, key, axis, value, nth=nth)
+                if axis == "python":
+                    _python(doc, key, value, nth=nth)
         rules.append(Rule(match=match, reason=str(entry.get("reason", "")), line=doc.line_of(key, nth=nth)))
     return tuple(rules)
 

@@ -131,6 +131,36 @@ PARTS: tuple[Part, ...] = (
     Part(axis="python", id_prefix="py", default=("3.11",)),
 )
 
+#: The CPython feature releases a cell's python axis may name: those stackfarm runs under (its Requires-Python,
+#: >=3.10: the suites import it in the cell's interpreter) that have been released. A new CPython is one more
+#: entry here once it is out.
+PYTHONS: tuple[str, ...] = ("3.10", "3.11", "3.12", "3.13", "3.14")
+#: Released CPython feature versions before PYTHONS: real, but no suite can run under them.
+_OLD_PYTHONS = ("2.7", *(f"3.{minor}" for minor in range(10)))
+
+
+def python_problem(value: str) -> tuple[str, str] | None:
+    """(what is wrong, the fix) for a python axis value that is not a supported CPython release; None if it is."""
+    supported = f"one of {', '.join(PYTHONS)}"
+    if value in PYTHONS:
+        return None
+    parts = value.split(".")
+    if value in _OLD_PYTHONS:
+        return (
+            f"CPython {value} is not supported: stackfarm (and so every suite) needs Python {PYTHONS[0]} or newer",
+            f"use {supported}",
+        )
+    if len(parts) > 2 and ".".join(parts[:2]) in PYTHONS:
+        return (
+            f"`{value}` is a patch release: the python axis names a feature release (major.minor)",
+            f'write "{".".join(parts[:2])}"',
+        )
+    return (
+        f"`{value}` is not a CPython release stackfarm knows ({PYTHONS[0]} to {PYTHONS[-1]})",
+        f"use {supported} (a CPython released since is added to stackfarm.stack.PYTHONS)",
+    )
+
+
 BY_AXIS: dict[str, Part] = {p.axis: p for p in PARTS}
 #: Every axis a matrix may declare, in cell-value order.
 AXES: tuple[str, ...] = tuple(p.axis for p in PARTS)
@@ -188,6 +218,7 @@ __all__ = [
     "ID_AXES",
     "PARTS",
     "PINNED_AXES",
+    "PYTHONS",
     "REQUIRED_AXES",
     "WHEEL_AXES",
     "Part",
@@ -195,5 +226,6 @@ __all__ = [
     "cell_id",
     "distributions",
     "docker_stages",
+    "python_problem",
     "with_property",
 ]

@@ -1,4 +1,4 @@
-"""Progress per cell: a live rich table on a terminal, one short line per change elsewhere (CI logs)."""
+"""Progress per cell: a live rich table on a terminal, one line per change elsewhere (CI logs), never wrapped."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ _ICONS = {
 
 class CellProgress:
     def __init__(self, console: Console | None = None, *, live: bool | None = None) -> None:
-        self.console = console or Console(stderr=True, highlight=False)
+        # soft_wrap: a line is never cut at the console's width (80 columns in a pipe): `grep <cell id>` in a
+        # CI log finds every line of the cell whole.
+        self.console = console or Console(stderr=True, highlight=False, soft_wrap=True)
         self._live_wanted = self.console.is_terminal if live is None else live
         self._state: dict[str, str] = {}
         self._last_line: dict[str, str] = {}

@@ -17,10 +17,9 @@ from types import FrameType
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from .. import history, htmlreport, proc, storekeys, verdict
-from ..artifacts import REFUSED, Cache
+from ..artifacts import Cache
 from ..backends import NAMES, get_backend
 from ..backends.local import LocalBackend
 from ..driver import driver_problems
@@ -36,6 +35,7 @@ from ..store import BrokenEntry, Store, open_store
 from ..ui import CellProgress
 from ..verdict import CellReport, Status
 from ..worker import read_plan, select_from_plan
+from . import plantext
 from .args import whole
 
 _Sub = argparse._SubParsersAction  # argparse's type for add_subparsers()
@@ -54,6 +54,9 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     )
     p_plan = sub.add_parser("plan", parents=[common], help="print the cells, conflicts and exclusions")
     p_plan.add_argument("--json", action="store_true", help="machine-readable output")
+    p_plan.add_argument(
+        "--all", action="store_true", help=f"every row (past {plantext.SHOWN} of a kind the rest is one line)"
+    )
     p_plan.add_argument(
         "--history",
         type=Path,
@@ -188,36 +191,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         data["driver_problems"] = drivers
         print(json.dumps(data, indent=2, default=str))
         return code
-    table = Table("cell", "status", "detail", box=None)
-    table.columns[0].no_wrap = True  # ids are never cut: two cells must never print alike
-    for cell in p.cells:
-        missing = [c for c in cell.components if (c.distribution, c.version) in unreachable]
-        detail = (
-            "; ".join(
-                f"{index_problem(unreachable[c.distribution, c.version])} for {c.distribution}"
-                for c in missing
-            )
-            if missing
-            else cell.origin
-        )
-        if cell.id in drivers:
-            detail = f"{detail}; {drivers[cell.id]}"
-        table.add_row(escape(cell.id), "run", escape(detail))
-    for conflict in p.conflicts:
-        table.add_row(escape(conflict.cell.id), "[yellow]conflict[/]", escape("; ".join(conflict.problems)))
-    for excluded in p.excluded:
-        table.add_row(escape(excluded.cell.id), "[dim]excluded[/]", escape(excluded.reason))
-    console.print(table)
-    for warning in p.warnings:
-        console.print(f"[yellow]warning:[/] {escape(warning)}")
+    plantext.render(console, p, unreachable, drivers, every=args.all)
     for (dist, version), reason in sorted(unreachable.items()):  # each once, with its fix
         error_line(f"{dist} {version}: {reason}", kind="error")
     return code
-
-
-def index_problem(reason: str) -> str:
-    """A few words for why an index gave no answer: "unauthorized" (401), ..., else "index unreachable"."""
-    return next((f"index {word}" for word in REFUSED.values() if f"{word}: " in reason), "index unreachable")
 
 
 def choose_backend(name: str, console: Console) -> str:
@@ -534,7 +511,9 @@ def cmd_bundle(args: argparse.Namespace) -> int:
     from ..backends.docker import bundle
 
     out = args.out or Path("reports") / f"{args.cell.replace('/', '_').replace(':', '_')}.tar"
-    Console(highlight=False).print(f"wrote {bundle(args.cell, out)} (load it with `docker load -i`)")
+    Console(highlight=False, soft_wrap=True).print(
+        f"wrote {bundle(args.cell, out)} (load it with `docker load -i`)"
+    )
     return 0
 
 
