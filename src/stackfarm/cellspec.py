@@ -66,6 +66,9 @@ class CellSpec:
     #: Parts of the stack this host deliberately lacks, from matrix.toml's [[deviation]] (Deviation.as_dict():
     #: component, missing globs, absent, reason): 00-stack passes them with a note instead of failing.
     deviations: tuple[dict[str, Any], ...] = ()
+    #: The host profile the cell runs under (`--profile`, stackfarm.profile), "" without one: a suite that loads
+    #: the matrix again (20-eagle3) layers it too, so it finds the wheels where the host keeps them.
+    profile: str = ""
 
     def component(self, distribution: str) -> InstalledComponent:
         for comp in self.components:

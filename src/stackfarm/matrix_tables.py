@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from .analysis.arch import ArchError, parse_target
 from .errors import did_you_mean
 from .schema import Bool, Either, Enum, Int, List, Map, Number, Problem, Str, Table
@@ -35,8 +37,23 @@ def suite(name: str) -> Table:
             "timeout": Number("a number of seconds, e.g. timeout = 900", positive=True),
             "enabled": Bool("true or false: false drops the suite"),
             "settings": schema_for(name),
+            "wheels": List(
+                Str("a requirement", check=_requirement),
+                "wheels the suite needs beyond the cell's stack, carried by a host's offline bundle (stackfarm "
+                'bundle --wheelhouse); {cuda_major} is the cell\'s CUDA major, e.g. wheels = ["cuda-tile"]',
+                unique=True,
+            ),
         },
     )
+
+
+def _requirement(text: str) -> str | None:
+    """A PEP 508 requirement once {cuda_major} is filled in (stackfarm.wheelhouse reads it so)."""
+    try:
+        Requirement(text.replace("{cuda_major}", "13"))
+    except InvalidRequirement as exc:
+        return f"= {text!r} is not a requirement ({exc})"
+    return None
 
 
 # --------------------------------------------------------------------------- [runners.<kind>]

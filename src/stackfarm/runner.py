@@ -261,7 +261,8 @@ class Runner:
         if patch_step is not None:
             report = replace(report, patches=patch_step[1])
         installed = self.backend.realise(cell, artifacts, workdir, lambda text: self.ui.update(cell.id, text))
-        report = replace(report, backend_facts=self.backend.properties(cell))
+        profile = self.matrix.profile.as_facts() if self.matrix.profile is not None else {}
+        report = replace(report, backend_facts={**self.backend.properties(cell), **profile})
         spec = CellSpec(
             id=cell.id,
             values=cell.as_dict(),
@@ -278,6 +279,7 @@ class Runner:
             patched_files=self._patched_files.get(cell.id, ()),
             matrix=str(self.matrix.path.resolve()),
             deviations=tuple(d.as_dict() for d in self.matrix.deviations),
+            profile=str(self.matrix.profile.path) if self.matrix.profile is not None else "",
         )
         spec_path = workdir / "cell.json"
         spec.dump(spec_path)
@@ -501,6 +503,9 @@ def cell_inputs(
         "features": matrix.features,
         "thresholds": matrix.thresholds,
         "overridden": cell.overridden,
+        "deviations": [d.as_dict() for d in matrix.deviations],
+        # A verdict made under a host profile (stackfarm.profile) is never reused without it, nor the reverse.
+        "profile": {"name": p.name, "sha256": p.sha256} if (p := matrix.profile) is not None else None,
         "gpu": gpu,
         # Where the cell is routed decides what it is asked (a one-GPU kind: no tensor-parallel check; its
         # [thresholds.<kind>]), so a move to another runner kind is a new verdict.

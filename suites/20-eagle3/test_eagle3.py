@@ -51,9 +51,9 @@ from stackfarm.analysis.eagle3 import (
 from stackfarm.artifacts import Cache
 from stackfarm.cellspec import CellSpec, RecordProperty, load
 from stackfarm.errors import IndexUnreachableError
-from stackfarm.matrix import load as load_matrix
 from stackfarm.plan import Component
 from stackfarm.proc import call
+from stackfarm.profile import load_matrix
 from stackfarm.resolve import Resolver
 from stackfarm.suitekit import NA, need_gpu, not_applicable
 
@@ -203,7 +203,7 @@ def _baseline_root(cell: CellSpec, version: str) -> Path:
     if not cell.matrix or not Path(cell.matrix).is_file():
         where = f"{cell.matrix} is not readable here" if cell.matrix else "the cell names no matrix file"
         raise _CannotFetch(f"no [indexes] to look it up on: {where}")
-    matrix = load_matrix(cell.matrix)
+    matrix = load_matrix(cell.matrix, cell.profile or None)  # the host's profile: its wheelhouse
     cache = Cache()
     component = Component(
         axis="sglang", distribution="sglang", version=version, index=matrix.index_for("sglang", version)

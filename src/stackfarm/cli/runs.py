@@ -28,6 +28,7 @@ from ..files import write_atomic
 from ..matrix import Matrix, load
 from ..plan import Plan, plan, select
 from ..planjson import DEFAULT_BACKEND, plan_document
+from ..profile import load_matrix
 from ..reports import write_summaries
 from ..resolve import Resolver, plan_matrix
 from ..runner import Runner, RunOptions, gpu_unavailable_reason
@@ -35,7 +36,7 @@ from ..store import BrokenEntry, Store, open_store
 from ..ui import CellProgress
 from ..verdict import CellReport, Status
 from ..worker import read_plan, select_from_plan
-from . import plantext
+from . import hostbundle, plantext
 from .args import whole
 
 _Sub = argparse._SubParsersAction  # argparse's type for add_subparsers()
@@ -51,6 +52,9 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     )
     common.add_argument(
         "--refresh", action="store_true", help="ask the indexes again (remembered answers expire after 24 h)"
+    )
+    common.add_argument(
+        "--profile", type=Path, default=None, help="a host profile over the matrix (runners/<kind>.toml)"
     )
     p_plan = sub.add_parser("plan", parents=[common], help="print the cells, conflicts and exclusions")
     p_plan.add_argument("--json", action="store_true", help="machine-readable output")
@@ -125,6 +129,12 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     p_bundle = sub.add_parser("bundle", help="write a cell's Docker image as a tarball for an offline runner")
     p_bundle.add_argument("cell", help="a cell id (or an image tag) built by --backend docker")
     p_bundle.add_argument("--out", type=Path, default=None, help="the tarball (default: reports/<cell>.tar)")
+    p_bundle.add_argument(
+        "--matrix", type=Path, default=Path("matrix.toml"), help="with --wheelhouse: the matrix"
+    )
+    p_bundle.add_argument("--profile", type=Path, default=None, help="with --wheelhouse: the host's profile")
+    p_bundle.add_argument("--refresh", action="store_true", help="with --wheelhouse: ask the indexes again")
+    hostbundle.add_arguments(p_bundle)
     p_bundle.set_defaults(func=cmd_bundle)
 
 
@@ -169,7 +179,7 @@ def opened_store(
 
 def cmd_plan(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
-    matrix = load(args.matrix)
+    matrix = load_matrix(args.matrix, args.profile)
     store = opened_store(args.store, trusted=matrix.trusted_runner_keys)
     resolver = Resolver(matrix, Cache(), refresh=args.refresh)
     full, unreachable = plan_matrix(matrix, resolver, None)
@@ -277,7 +287,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.plan is not None:  # one cell of a stored plan (a fan-out engine's worker)
         by_id = args.cells if args.cell_index is None else None
         args.cells = select_from_plan(read_plan(args.plan), index=args.cell_index, cell_id=by_id)
-    matrix = only_suites(load(args.matrix), args.suites)
+    matrix = only_suites(load_matrix(args.matrix, args.profile), args.suites)
     python = host_python(args.backend, args.python)
     store = opened_store(args.store, create=True, signs=True, trusted=matrix.trusted_runner_keys)
     cache = Cache()
@@ -508,6 +518,8 @@ def gate_lines(out: Console, code: ExitCode, why: Sequence[str], shown: int = 20
 
 
 def cmd_bundle(args: argparse.Namespace) -> int:
+    if args.wheelhouse is not None:  # a host runner's offline wheels (stackfarm.wheelhouse)
+        return hostbundle.cmd_wheelhouse(args)
     from ..backends.docker import bundle
 
     out = args.out or Path("reports") / f"{args.cell.replace('/', '_').replace(':', '_')}.tar"
