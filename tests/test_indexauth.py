@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from stackfarm import artifacts, indexauth, indexwait
+from stackfarm import artifacts, httpclient, indexauth, indexwait
 from stackfarm.artifacts import Cache, Source, Target, find_artifact, list_versions
 from stackfarm.errors import ConfigError, IndexUnreachableError
 
@@ -197,4 +197,4 @@ def test_keyring_absent_or_broken_means_no_credentials(
 def test_redact_strips_userinfo() -> None:
     assert indexauth.redact(f"https://user:{SECRET}@host.example/simple") == "https://host.example/simple"
     assert indexauth.redact("https://host.example/simple") == "https://host.example/simple"
-    assert indexauth.request(f"https://user:{SECRET}@host.example/x").full_url == "https://host.example/x"
+    assert httpclient.request(f"https://user:{SECRET}@host.example/x").full_url == "https://host.example/x"

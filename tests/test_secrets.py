@@ -207,7 +207,7 @@ def test_take_credentials_takes_userinfo_apart_and_keeps_it_for_that_host() -> N
 
 
 def test_the_retry_lines_name_the_index_without_its_credentials(capsys: pytest.CaptureFixture[str]) -> None:
-    from stackfarm import indexwait
+    from stackfarm import httpclient, indexwait
     from stackfarm.errors import IndexUnreachableError
 
     indexwait.reset()
@@ -219,8 +219,9 @@ def test_the_retry_lines_name_the_index_without_its_credentials(capsys: pytest.C
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(indexwait, "progress_line", lines.append)
+        client = httpclient.Client(role="index", hint="h", delays=(0.0, 0.0), sleep=lambda _s: None)
         with pytest.raises(IndexUnreachableError) as err:
-            indexwait.retrying(url, down, delays=(0.0, 0.0), sleep=lambda _s: None, hint="h")
+            client.call(url, down)
     indexwait.reset()
     assert lines
     assert all("index http://127.0.0.1:9: retry" in line for line in lines)

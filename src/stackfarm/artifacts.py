@@ -2,7 +2,8 @@
 
 The cache never holds a partial file: downloads land in ``tmp/`` and are renamed into
 ``blobs/`` only once their sha256 matches; unpacked trees appear in ``trees/`` the same way, read-only and
-with a manifest (stackfarm.cachekeep). Waits on an index are bounded per index (stackfarm.indexwait).
+with a manifest (stackfarm.cachekeep). Every request goes through stackfarm.httpclient: its retries, bounded per
+index (stackfarm.indexwait), its credentials and its errors (no secret in them).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from stackfarm import cachekeep, indexauth, indexwait, lazyzip, proc
+from stackfarm import cachekeep, httpclient, indexauth, indexwait, lazyzip, proc
 from stackfarm.errors import ArtifactError, IndexUnreachableError, did_you_mean
 from stackfarm.files import sha256_file, write_bytes_atomic
 from stackfarm.listing import File, parse_listing
@@ -107,9 +108,14 @@ class _Wheel:
     tags: frozenset[Tag]
 
 
+def _index() -> httpclient.Client:
+    """The index's client (stackfarm.httpclient): retries within the index's budget, pausing RETRY_DELAYS."""
+    return httpclient.Client(role="index", hint=_HINT, delays=RETRY_DELAYS, sleep=_sleep)
+
+
 def _retrying(url: str, attempt: Callable[[float], _T]) -> _T:
-    """Run ``attempt(timeout)`` within the index's budget (stackfarm.indexwait), pausing RETRY_DELAYS."""
-    return indexwait.retrying(url, attempt, delays=RETRY_DELAYS, sleep=_sleep, hint=_HINT)
+    """Run ``attempt(timeout)`` through the index's client (its retries, budget and errors)."""
+    return _index().call(url, attempt)
 
 
 _LISTINGS: dict[tuple[str, str], tuple[File, ...]] = {}
@@ -133,11 +139,10 @@ def _index_files(index: str, name: str, fresh: bool = False) -> tuple[File, ...]
     def get(timeout: float) -> tuple[File, ...]:
         headers = {"Accept": _ACCEPT, "User-Agent": _USER_AGENT}
         try:
-            with indexauth.urlopen(page, headers, timeout=timeout) as resp:
+            with httpclient.send(page, headers, timeout=timeout) as resp:
                 where, ctype, body = resp.geturl(), resp.headers.get_content_type(), resp.read()
-        except urllib.error.HTTPError as exc:
+        except httpclient.HttpStatusError as exc:
             if exc.code == 404:  # an unknown project simply has no versions
-                exc.close()
                 return ()
             raise
         try:
@@ -147,7 +152,7 @@ def _index_files(index: str, name: str, fresh: bool = False) -> tuple[File, ...]
 
     try:
         files = _retrying(page, get)
-    except urllib.error.HTTPError as exc:
+    except httpclient.HttpStatusError as exc:
         raise _http_error(page, exc, hint=_HINT) from exc
     with _LISTINGS_LOCK:
         _LISTINGS[key] = files
@@ -163,7 +168,7 @@ def _http_error(url: str, exc: urllib.error.HTTPError, *, hint: str = "") -> Art
     named as such with the index (never its credentials) and how to give it credentials; any other answer
     is the artifact's."""
     shown = indexauth.redact(url)
-    text = f"{shown} answered HTTP {exc.code} {exc.reason}"
+    text = f"{shown} answered {httpclient.answer_text(exc)}"
     if exc.code not in REFUSED:
         return ArtifactError(text + (f"\n  hint: {hint}" if hint else ""))
     host = urlparse(shown).hostname or "HOST"
@@ -536,7 +541,7 @@ class Cache:
         else:
             try:
                 _retrying(artifact.url, lambda timeout: _download_once(artifact, part, progress, timeout))
-            except urllib.error.HTTPError as exc:
+            except httpclient.HttpStatusError as exc:
                 raise _http_error(artifact.url, exc) from exc
         return _sha256_file(part)
 
@@ -655,7 +660,7 @@ class Cache:
             raw = remote.read(names[0])
         except lazyzip.NoRanges:
             return None
-        except urllib.error.HTTPError as exc:
+        except httpclient.HttpStatusError as exc:
             raise _http_error(artifact.url, exc) from exc
         write_bytes_atomic(path, raw)
         return raw
@@ -673,11 +678,12 @@ class Cache:
                 return raw
         url = artifact.url + ".metadata"
         try:
-            raw = _retrying(url, lambda timeout: _get(url, timeout))
-        except urllib.error.HTTPError as exc:
-            if exc.code in (404, 410):
-                return None  # listed but not there: the wheel itself still says it
+            answer = _index().fetch(url, {"User-Agent": _USER_AGENT}, absent=(404, 410))
+        except httpclient.HttpStatusError as exc:
             raise _http_error(url, exc) from exc
+        if answer is None:
+            return None  # listed but not there: the wheel itself still says it
+        raw = answer.body
         if (actual := hashlib.sha256(raw).hexdigest()) != want:
             dropped = cachekeep.forget_answers(self.root, artifact.sha256)
             text = (
@@ -699,16 +705,6 @@ def _close_leases(leases: dict[str, IO[bytes]], guard: threading.Lock) -> None:
     for fh in files:
         with contextlib.suppress(OSError):
             fh.close()
-
-
-def _get(url: str, timeout: float) -> bytes:
-    """The whole body of one small file (a PEP 658 metadata file)."""
-    with indexauth.urlopen(url, {"User-Agent": _USER_AGENT}, timeout=timeout) as resp:
-        body: bytes = resp.read()
-        length = resp.headers.get("Content-Length")
-    if length and len(body) < int(length):
-        raise http.client.IncompleteRead(body, int(length) - len(body))
-    return body
 
 
 def _checked_sha(artifact: Artifact) -> str:
@@ -740,10 +736,9 @@ def _download_once(artifact: Artifact, part: Path, progress: _Progress, timeout:
     if start:
         headers["Range"] = f"bytes={start}-"
     try:
-        resp = indexauth.urlopen(artifact.url, headers, timeout=timeout)
-    except urllib.error.HTTPError as exc:
+        resp = httpclient.send(artifact.url, headers, timeout=timeout)
+    except httpclient.HttpStatusError as exc:
         if exc.code == 416 and start:  # the .part is no prefix of this file: start over
-            exc.close()
             part.unlink()
             _download_once(artifact, part, progress, timeout)
             return

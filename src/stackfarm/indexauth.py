@@ -1,29 +1,27 @@
-"""Credentials for private package indexes, and the one way stackfarm opens an index's URLs.
+"""Credentials for private package indexes and the verdict store (stackfarm.httpclient sends them).
 
 Credentials written into an index URL (``https://user:token@host/simple`` in matrix.toml's [indexes]) are taken
 out of it when the matrix is loaded (``take_credentials``): the rest of the program only ever sees the URL
 without them, and they stay in this module's memory, for that scheme, host and port only, asked before netrc
 and keyring. Other credentials come from the netrc file (``$NETRC``, else ``~/.netrc``; Python's :mod:`netrc`)
 for the URL's host, else from :mod:`keyring` when it is importable (optional: ``pip install keyring``), asked
-for the URL's ``scheme://host`` and then the host, as pip asks it. They travel only as an ``Authorization:
-Basic`` header that urllib does not carry across a redirect (``add_unredirected_header``); a redirect gets the
-credentials of its own host, or none. They never appear in URLs, so never in logs, errors, reports or cache
-keys (those hold URLs); ``redact`` strips any ``user:password@`` a URL was written with before it is shown.
+for the URL's ``scheme://host`` and then the host, as pip asks it; a bearer token (``bearer_for``) takes the
+place of them for its origin. stackfarm.httpclient sends them as an ``Authorization`` header that does not
+cross a redirect, and cuts them out of its errors. They never appear in URLs, so never in logs, errors, reports
+or cache keys (those hold URLs); ``redact`` strips any ``user:password@`` a URL was written with before it is
+shown.
 """
 
 from __future__ import annotations
 
-import base64
 import functools
 import importlib
 import netrc
 import os
 import re
 import threading
-import urllib.request
-from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from stackfarm.errors import ConfigError
@@ -104,7 +102,8 @@ def bearer_for(url: str, token: str) -> None:
             _BEARER[origin] = token
 
 
-def _bearer(url: str) -> str | None:
+def bearer(url: str) -> str | None:
+    """The bearer token ``bearer_for`` gave ``url``'s origin, or None."""
     origin = _origin(urlsplit(url))
     if origin is None:
         return None
@@ -183,68 +182,13 @@ def credentials(url: str) -> tuple[str, str] | None:
     return _inline(url) or _from_netrc(host) or _from_keyring(url, host)
 
 
-def _authorize(request: urllib.request.Request) -> urllib.request.Request:
-    bearer = _bearer(request.full_url)
-    if bearer is not None:
-        request.add_unredirected_header("Authorization", f"Bearer {bearer}")
-        return request
-    found = credentials(request.full_url)
-    if found is not None:
-        token = base64.b64encode(f"{found[0]}:{found[1]}".encode()).decode("ascii")
-        request.add_unredirected_header("Authorization", f"Basic {token}")
-    return request
-
-
-class _Redirects(urllib.request.HTTPRedirectHandler):
-    """Follows redirects with the credentials of the new URL's host (urllib drops unredirected headers)."""
-
-    def redirect_request(  # noqa: PLR0917 - urllib's signature
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: Any,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        new = super().redirect_request(req, fp, code, msg, headers, newurl)
-        return None if new is None else _authorize(new)
-
-
-_OPENER = urllib.request.build_opener(_Redirects())
-
-
-def request(
-    url: str, headers: Mapping[str, str] | None = None, *, method: str = "GET", data: bytes | None = None
-) -> urllib.request.Request:
-    """A request for ``url`` (without any ``user:password@``: ``take_credentials`` keeps it) with the
-    credentials of its origin, if any (a bearer token, inline, netrc or keyring)."""
-    return _authorize(
-        urllib.request.Request(take_credentials(url), data=data, method=method, headers=dict(headers or {}))
-    )
-
-
-def urlopen(
-    url: str,
-    headers: Mapping[str, str] | None = None,
-    *,
-    timeout: float,
-    method: str = "GET",
-    data: bytes | None = None,
-) -> Any:
-    """Open ``url`` like urllib.request.urlopen, with the credentials of its origin (the package indexes and
-    the verdict store both speak through here)."""
-    return _OPENER.open(request(url, headers, method=method, data=data), timeout=timeout)
-
-
 __all__ = [
     "USE_KEYRING",
+    "bearer",
     "bearer_for",
     "credentials",
     "forget",
     "redact",
-    "request",
     "scrub",
     "take_credentials",
-    "urlopen",
 ]

@@ -14,13 +14,14 @@ of its bytes hash to that); callers that need more check a member against the wh
 from __future__ import annotations
 
 import struct
+import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import BinaryIO, TypeVar
 
-from stackfarm import indexauth, proc
+from stackfarm import httpclient, indexauth, proc
 from stackfarm.errors import ArtifactError
 
 #: Members closer than this (bytes) are read in one request, the gap fetched and dropped.
@@ -54,8 +55,8 @@ class Member:
     mode: int  # unix permission bits (0 when the zip has none)
 
 
-def _plain_retry(_url: str, attempt: Callable[[float], _T]) -> _T:
-    return attempt(60.0)
+#: Without a caller's client: one attempt through stackfarm.httpclient (credentials, the budget), no retry.
+_ONCE = httpclient.Client(role="server", hint="check the URL", delays=(), sleep=time.sleep)
 
 
 class RemoteZip:
@@ -66,7 +67,7 @@ class RemoteZip:
         self.size = size
         self.fetched = 0  # bytes received, all requests together
         self.requests = 0
-        self._retrying: Retrying[bytes] = retrying or _plain_retry
+        self._retrying: Retrying[bytes] = retrying or _ONCE.call
         self.members = self._directory()
 
     # ----------------------------------------------------------------- HTTP
@@ -77,7 +78,7 @@ class RemoteZip:
 
         def once(timeout: float) -> bytes:
             headers = {"Range": spec, "User-Agent": _USER_AGENT}
-            with indexauth.urlopen(self.url, headers, timeout=timeout) as resp:
+            with httpclient.send(self.url, headers, timeout=timeout) as resp:
                 if resp.status != 206:
                     raise NoRanges(
                         f"{indexauth.redact(self.url)} ignores range requests (HTTP {resp.status})"

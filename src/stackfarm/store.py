@@ -26,7 +26,7 @@ never stored.
 
 A broken entry (a manifest that does not parse, a file missing or with other bytes) raises BrokenEntry: the
 caller says so and runs the cell again (its push repairs the entry). A store that does not answer, after
-bounded retries within stackfarm.indexwait's budget, is an EnvironmentProblem (exit 4) naming its URL: never
+bounded retries within its budget (stackfarm.httpclient), is an EnvironmentProblem (exit 4) naming its URL: never
 a silent "not stored".
 """
 
@@ -38,7 +38,6 @@ import json
 import os
 import re
 import tempfile
-import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
@@ -47,7 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import indexauth, indexwait, proc, storekeys, verdict
+from . import httpclient, indexauth, proc, storekeys, verdict
 from .errors import ConfigError, EnvironmentProblem, IndexUnreachableError, StackfarmError
 from .files import write_bytes_atomic
 from .storekeys import StoreKeys, Untrusted
@@ -150,6 +149,14 @@ def _sleep(seconds: float) -> None:
         raise proc.Stopped("verdict store retries stopped: the run is stopping")
 
 
+_HINT = "start the store (as root: .ci/servers.sh) or check --store"
+
+
+def _client() -> httpclient.Client:
+    """The store's client (stackfarm.httpclient): retries within the origin's budget, pausing RETRY_DELAYS."""
+    return httpclient.Client(role="verdict store", hint=_HINT, delays=RETRY_DELAYS, sleep=_sleep)
+
+
 @dataclass(frozen=True)
 class HttpTransport:
     """A store on an HTTP server that answers GET and PUT under a base URL (a WebDAV folder)."""
@@ -166,37 +173,28 @@ class HttpTransport:
     def _request(
         self, method: str, url: str, data: bytes | None = None, absent: frozenset[int] = frozenset()
     ) -> bytes | None:
-        def attempt(timeout: float) -> bytes | None:
-            try:  # the index's client: netrc, inline credentials, a bearer token (STACKFARM_STORE_TOKEN)
-                with indexauth.urlopen(
-                    url, {"User-Agent": _USER_AGENT}, timeout=timeout, method=method, data=data
-                ) as answer:
-                    body: bytes = answer.read()
-                    return body
-            except urllib.error.HTTPError as exc:
-                if exc.code in absent:
-                    exc.close()
-                    return None
-                raise
-
-        hint = "start the store (as root: .ci/servers.sh) or check --store"
+        # stackfarm.httpclient: netrc, inline credentials, a bearer token (STACKFARM_STORE_TOKEN), retries.
         try:
-            return indexwait.retrying(url, attempt, delays=RETRY_DELAYS, sleep=_sleep, hint=hint)
+            answer = _client().fetch(
+                url, {"User-Agent": _USER_AGENT}, method=method, data=data, absent=absent
+            )
         except IndexUnreachableError as exc:
             raise EnvironmentProblem(
                 f"verdict store {self.base} is unreachable: {method} {url}: {str(exc).splitlines()[0]}",
-                fix=f"{hint}; without a store, drop --store",
+                fix=f"{_HINT}; without a store, drop --store",
             ) from None
-        except urllib.error.HTTPError as exc:
+        except httpclient.HttpStatusError as exc:
             what = (
                 "accept PUT (nginx: dav_methods PUT; create_full_put_path on)"
                 if method == "PUT"
                 else "serve it"
             )
+            if exc.code in (401, 403):
+                what = f"take this runner's credentials ({STORE_TOKEN_ENV}, netrc, or user:token@ in --store)"
             raise EnvironmentProblem(
-                f"verdict store {self.base}: {method} {url} answered HTTP {exc.code} {exc.reason}",
-                fix=f"the server must {what} under {self.base}/",
+                f"verdict store {self.base}: {exc}", fix=f"the server must {what} under {self.base}/"
             ) from None
+        return None if answer is None else answer.body
 
     def get(self, key: str) -> bytes | None:
         return self._request("GET", self.url(key), absent=frozenset({404, 410}))
