@@ -250,7 +250,43 @@ def test_extension_built_against_another_torch_fails_naming_the_symbols(
     )
     if shutil.which("c++filt"):
         assert "c10::cuda::c10_cuda_check_implementation(int, char const*, char const*, int, bool)" in line
-    assert "built against another torch than torch 2.11.0: they are defined in torch 2.10.0" in ext.cause
+    # The cause is the cell's alone; the other cached torch is a hint, labelled as such, outside cause and line.
+    assert ext.cause == "built against another torch than torch 2.11.0"
+    assert ext.hint == "also cached here: defined in torch 2.10.0"
+    assert "2.10.0" not in line
+
+
+@needs_cc
+def test_a_verdict_does_not_change_with_what_else_lies_in_the_cache(tmp_path: Path) -> None:
+    """The same cell judged with an empty cache, then with another torch tree unpacked beside it: the same
+    cause and line (only the labelled hint differs); a declared comparison set gives the same hint whatever
+    the cache holds."""
+    torch = tmp_path / "torch"
+    c10 = build_so(torch / "torch/lib/libc10.so", c10_source(C10_ERROR), soname="libc10.so")
+    kern = tmp_path / "kern"
+    build_so(kern / "sgl_kernel/common_ops.abi3.so", uses_source(C10_ERROR, C10_CHECK), links=(c10,))
+    declared = tmp_path / "declared"  # a torch the caller names, outside the cache
+    build_so(declared / "torch/lib/libc10.so", c10_source(C10_ERROR, C10_CHECK), soname="libc10.so")
+    cell = _cell(component(torch, "torch", "2.11.0"), component(kern, "sgl-kernel", "0.3.21"))
+    compare = [component(declared, "torch", "2.9.1")]
+
+    def judged(compare: list[InstalledComponent] | None = None) -> LibraryVerdict:
+        elfsyms._MEMO.clear()
+        libs = check_cell(cell, Platform.from_tag("manylinux_2_39_x86_64"), compare=compare).libraries
+        return next(v for v in libs if v.lib.relpath == "sgl_kernel/common_ops.abi3.so")
+
+    empty, declared_empty = judged(), judged(compare=compare)
+    other = tmp_path / "sfcache" / "trees" / "def"  # then an earlier run leaves torch 2.10.0 in the cache
+    build_so(other / "torch/lib/libc10.so", c10_source(C10_ERROR, C10_CHECK), soname="libc10.so")
+    (other / "torch-2.10.0.dist-info").mkdir()
+    cached, declared_cached = judged(), judged(compare=compare)
+    assert (
+        empty.cause == cached.cause == declared_empty.cause == "built against another torch than torch 2.11.0"
+    )
+    assert empty.line("2.11.0") == cached.line("2.11.0")
+    assert (empty.hint, cached.hint) == ("", "also cached here: defined in torch 2.10.0")
+    expected = "defined in torch 2.9.1 (of the torch releases compared: 2.9.1)"
+    assert declared_empty.hint == declared_cached.hint == expected
 
 
 @needs_cc
@@ -406,15 +442,20 @@ def real_cache(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_real_mismatched_kernel_and_torch(
     torch: str, kernel: tuple[str, str], cuda: str, symbols: set[str], neighbour: str
 ) -> None:
-    result = check_cell(real_cell(torch, kernel, cuda), Platform.from_tag("manylinux_2_39_x86_64"))
+    # The test sets up what it asserts on: the torch the kernel was built against is fetched and declared as
+    # the comparison set, whatever else an earlier run left in the cache.
+    compare = [real_component("torch", neighbour)]
+    result = check_cell(
+        real_cell(torch, kernel, cuda), Platform.from_tag("manylinux_2_39_x86_64"), compare=compare
+    )
     failed = {v.lib.relpath: v for v in result.libraries if not v.ok}
     assert set(failed) == {"sgl_kernel/sm90/common_ops.abi3.so", "sgl_kernel/sm100/common_ops.abi3.so",
                            "sgl_kernel/flash_ops.abi3.so", "sgl_kernel/flashmla_ops.abi3.so"}  # fmt: skip
     common = failed["sgl_kernel/sm90/common_ops.abi3.so"]
     if shutil.which("c++filt"):
         assert {u.demangled for u in common.unresolved} == symbols
-    assert f"built against another torch than torch {torch}" in common.cause
-    assert f"defined in torch {neighbour}" in common.cause
+    assert common.cause == f"built against another torch than torch {torch}"
+    assert common.hint == f"defined in torch {neighbour} (of the torch releases compared: {neighbour})"
     assert common.line(torch).startswith(
         f"sgl_kernel/sm90/common_ops.abi3.so cannot load with torch {torch}: {len(symbols)} unresolved symbols: "
     )

@@ -4,7 +4,8 @@ Static part (any machine, no import): one testcase per shared object of the cell
 sgl_kernel's per-arch ops, deep_gemm, mscclpp...), its undefined dynamic symbols resolved against the libraries
 the cell ships, the platform tag's glibc/libstdc++ and the CUDA libraries the system provides
 (stackfarm.analysis.abicheck). A failing one says ``<lib> cannot load with torch X: N unresolved symbols: ...``
-and the likely cause (a c10/at/torch symbol: built against another torch, and which cached torch has it).
+and the likely cause (a c10/at/torch symbol: built against another torch); which other torch defines those
+symbols is the `hint` property, labelled "also cached here" (it depends on the cache, never on the verdict).
 Besides: the flashinfer distributions are one release, and no SONAME is shipped as two different builds.
 Every check reads what is installed (import_findings: each distribution's dist-info by importlib.metadata, along
 the roots the backend made and the suite's sys.path), never the versions the cell claims.
@@ -64,6 +65,8 @@ def test_library_loads(native: LibraryVerdict, record_property: RecordProperty) 
         record_property("missing_libraries", ", ".join(native.missing))
     if native.cause:
         record_property("cause", native.cause)
+    if native.hint:
+        record_property("hint", native.hint)
     if native.notes:
         record_property("notes", "; ".join(native.notes))
     if not native.ok:

@@ -12,7 +12,9 @@ looked up in its RPATH/RUNPATH (``$ORIGIN`` expanded), then among the cell's lib
   ``manylinux_2_39`` means glibc <= 2.39 and that distro's libstdc++), and the CUDA driver / toolkit libraries
   the image or the host provides (libcuda, libcudart, cuBLAS, cuDNN, NCCL...), listed by library;
 - **unresolved**: anything else, demangled, with the likely cause: a c10/at/torch symbol means the library was
-  built against another torch; other torch releases in the artifact cache are checked for it.
+  built against another torch. Which other torch releases define those symbols is a hint beside the cause, never
+  part of it: from the releases the caller declares (``compare``), else from the torch trees that happen to lie
+  in the artifact cache, labelled "also cached here" (what else was unpacked before must not change a verdict).
 
 Python's dlopen binds every symbol at load (RTLD_NOW), so one unresolved symbol is an ImportError.
 """
@@ -167,8 +169,11 @@ class LibraryVerdict:
     #: libcuda (driver API) symbols it needs: the driver floor reads them.
     driver_symbols: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    #: The cause line when symbols are unresolved (the first distinct causes, joined).
+    #: The cause line when symbols are unresolved (the first distinct causes, joined): facts of the cell alone.
     cause: str = ""
+    #: Which other torch releases define the unresolved torch symbols: of the declared comparison set, or
+    #: labelled "also cached here" (then it depends on the cache, and is kept out of `cause` and `line`).
+    hint: str = ""
 
     @property
     def ok(self) -> bool:
@@ -398,7 +403,7 @@ def _scopes(libs: Sequence[NativeLib], index: _Index) -> dict[int, tuple[list[Na
 
 
 def _torch_trees(cell: CellSpec) -> list[InstalledComponent]:
-    """Other torch releases whose unpacked trees lie in the artifact cache (neighbours to test symbols on)."""
+    """Other torch releases whose unpacked trees happen to lie in the artifact cache (a hint's neighbours)."""
     mine = next((c for c in cell.components if c.distribution == "torch"), None)
     roots = {default_root().parent / "trees"}
     if mine is not None and mine.root:
@@ -422,19 +427,35 @@ def _version_key(text: str) -> Version:
         return Version("0")
 
 
-def _neighbours(cell: CellSpec, symbols: set[str], cache: JsonCache | None) -> str:
-    """Which other cached torch releases define all of `symbols`."""
+def _neighbours(
+    cell: CellSpec, symbols: set[str], cache: JsonCache | None, compare: Sequence[InstalledComponent] | None
+) -> str:
+    """Which other torch releases define all of `symbols`: of `compare` (declared by the caller), else of the
+    trees the artifact cache happens to hold, labelled so."""
+    mine = next((c.version for c in cell.components if c.distribution == "torch"), None)
+    trees = _torch_trees(cell) if compare is None else [c for c in compare if c.version != mine]
     have = []
-    for comp in _torch_trees(cell):
+    for comp in sorted(trees, key=lambda c: _version_key(c.version)):
         libs = [lib for lib in native_libraries(comp, cache=cache) if lib.relpath.startswith("torch/lib/")]
         defined = {name for lib in libs for name in lib.info.defined}
         if symbols <= defined:
             have.append(comp.version)
-    return f"they are defined in torch {', '.join(have)}" if have else ""
+    if compare is not None:
+        compared = ", ".join(sorted({c.version for c in trees}, key=_version_key)) or "none"
+        found = f"defined in torch {', '.join(have)}" if have else "defined in none of them"
+        return f"{found} (of the torch releases compared: {compared})"
+    return f"also cached here: defined in torch {', '.join(have)}" if have else ""
 
 
-def check_cell(cell: CellSpec, platform: Platform, *, cache: JsonCache | None = None) -> CellAbi:
-    """Judge every native library of the cell (see the module docstring)."""
+def check_cell(
+    cell: CellSpec,
+    platform: Platform,
+    *,
+    cache: JsonCache | None = None,
+    compare: Sequence[InstalledComponent] | None = None,
+) -> CellAbi:
+    """Judge every native library of the cell (see the module docstring). `compare`: the torch releases whose
+    trees the hint of an unresolved torch symbol is computed from (None: whatever the cache holds, labelled)."""
     out = CellAbi()
     start = time.perf_counter()
     store = cache if cache is not None else JsonCache(default_root(), NAMESPACE)
@@ -451,7 +472,7 @@ def check_cell(cell: CellSpec, platform: Platform, *, cache: JsonCache | None = 
             pending.append((verdict, left))
     names = demangle(u.name for _, left in pending for u in left)
     torch_symbols = {u.name for _, left in pending for u in left if _TORCH_SYMBOL.match(u.name)}
-    neighbour = _neighbours(cell, torch_symbols, store) if torch_symbols else ""
+    hint = _neighbours(cell, torch_symbols, store, compare) if torch_symbols else ""
     for verdict, left in pending:
         verdict.unresolved = [
             Unresolved(u.name, names.get(u.name, u.name), u.version, v.cause)
@@ -460,9 +481,8 @@ def check_cell(cell: CellSpec, platform: Platform, *, cache: JsonCache | None = 
         causes = []
         ours = [u for u in left if u.name in torch_symbols]
         if ours:
-            causes.append(
-                f"built against another torch than torch {torch}" + (f": {neighbour}" if neighbour else "")
-            )
+            causes.append(f"built against another torch than torch {torch}")
+            verdict.hint = hint
         causes.extend(dict.fromkeys(u.cause for u in verdict.unresolved if u.cause))
         if len(ours) + sum(1 for u in verdict.unresolved if u.cause) < len(left):
             causes.append("the rest is defined by no library of the cell nor of the system")
