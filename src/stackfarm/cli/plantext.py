@@ -4,7 +4,7 @@ still a page, and says how to see the rest."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from rich.console import Console
 from rich.text import Text
@@ -58,19 +58,19 @@ def rows(
 ) -> list[tuple[str, str, str]]:
     """(cell id, status, detail) of each row shown; past SHOWN of a kind (unless `every`), one row ("", "…",
     what was left out)."""
-    kinds: list[tuple[str, str, Sequence[tuple[str, str]]]] = [
-        ("cells to run", "run", [(c.id, _run_detail(c, unreachable, drivers)) for c in p.cells]),
-        ("conflicts", "conflict", [(c.cell.id, "; ".join(c.problems)) for c in p.conflicts]),
-        ("excluded cells", "excluded", [(e.cell.id, e.reason) for e in p.excluded]),
-    ]
+    limit = None if every else SHOWN
+    kinds: list[tuple[str, str, int, list[tuple[str, str]]]] = [
+        ("cells to run", "run", len(p.cells),
+         [(c.id, _run_detail(c, unreachable, drivers)) for c in p.cells[:limit]]),
+        ("conflicts", "conflict", len(p.conflicts),
+         [(c.cell.id, "; ".join(c.problems)) for c in p.conflicts[:limit]]),
+        ("excluded cells", "excluded", len(p.excluded), [(e.cell.id, e.reason) for e in p.excluded[:limit]]),
+    ]  # fmt: skip
     out: list[tuple[str, str, str]] = []
-    for name, status, found in kinds:
-        shown = found if every else found[:SHOWN]
+    for name, status, total, shown in kinds:
         out += [(cell, status, detail) for cell, detail in shown]
-        if len(found) > len(shown):
-            out.append(
-                ("", "…", f"{len(found) - len(shown):,} more {name} not shown (`plan --all` lists them)")
-            )
+        if total > len(shown):
+            out.append(("", "…", f"{total - len(shown):,} more {name} not shown (`plan --all` lists them)"))
     return out
 
 
