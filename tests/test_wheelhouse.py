@@ -393,3 +393,15 @@ def test_a_wheelhouse_bundle_installs_offline_and_runs_a_host_cell(
         "a verdict under a profile is not reused without it"
     )
     assert [s["outcome"] for s in stored["report"]["suites"]] == ["passed", "passed"]
+
+
+def test_a_nodeps_wheel_is_carried_as_named_whatever_asks_for_it(tmp_path: Path) -> None:
+    path = _profile(tmp_path, GOOD + '\nnodeps = ["cuda-tile==1.7.0"]\n')
+    matrix = profile.load(path, load_matrix(REPO / "matrix.toml"))
+    items = [
+        _item("flashinfer-python", "0.6.12", "cuda-tile[tileiras]"),
+        _item("cuda-tile", "1.7.0", 'nvidia-cuda-tileiras; extra == "tileiras"', extras=("tileiras",)),
+    ]
+    roots = [("flashinfer-python===0.6.12", "cell"), ("cuda-tile==1.7.0", "nodeps")]
+    chosen = wheelhouse.select(items, roots, matrix)
+    assert chosen.carried == {"flashinfer-python": "cell", "cuda-tile": "nodeps"}

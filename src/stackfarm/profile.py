@@ -10,6 +10,7 @@ bundle, stackfarm.wheelhouse) is reproducible from the repository::
     platform = "manylinux_2_39_x86_64"    # its wheel platform tag
     provides = ["torch==2.11.0", ...]     # what the host already has installed: never carried
     pins = ["transformers==5.12.1"]       # carried whatever the host has (the host's copy breaks the stack)
+    nodeps = ["cuda-tile==1.7.0"]         # carried as is, outside pip's resolution (verified on the host)
     leave_out = { tilelang = "why" }      # dependencies deliberately not carried (named in the manifest)
 
     [targets]            # narrows matrix.toml's: archs a subset of its archs (its other runners stay)
@@ -96,6 +97,12 @@ PROFILE = Table(
             'requirements carried whatever the host has, e.g. pins = ["transformers==5.12.1"]',
             unique=True,
         ),
+        "nodeps": List(
+            Str("name==version", check=_requirement(True)),
+            "wheels carried as they are, outside pip's resolution and without their dependencies: a version that "
+            'resolution cannot take beside the rest and that was verified on the host, e.g. nodeps = ["cuda-tile==1.7.0"]',
+            unique=True,
+        ),
         "leave_out": Map(
             Str('why it is not carried, e.g. tilelang = "not imported by the suites"'),
             'dependencies deliberately not carried: leave_out = { <distribution> = "why" }',
@@ -122,6 +129,8 @@ class HostProfile:
     #: canonical distribution name -> the version the host has installed.
     provides: Mapping[str, str] = field(default_factory=dict)
     pins: tuple[str, ...] = ()
+    #: Carried as they are (`pip --no-deps`), outside the resolution: what else asks for them is not looked at.
+    nodeps: tuple[str, ...] = ()
     leave_out: Mapping[str, str] = field(default_factory=dict)
 
     def as_facts(self) -> dict[str, str]:
@@ -223,6 +232,7 @@ def _profile(path: Path, text: str, table: Mapping[str, Any]) -> HostProfile:
         platform=str(table["platform"]),
         provides=provides,
         pins=tuple(str(p) for p in table.get("pins", ())),
+        nodeps=tuple(str(p) for p in table.get("nodeps", ())),
         leave_out={canonicalize_name(k): str(v) for k, v in table.get("leave_out", {}).items()},
     )
 

@@ -211,13 +211,14 @@ def _pip_python(version: str) -> str:
 
 
 def resolve(
-    matrix: Matrix, reqs: Sequence[str], work: Path, *, log: Callable[[str], None] = print
+    matrix: Matrix, reqs: Sequence[str], work: Path, *, log: Callable[[str], None] = print, deps: bool = True
 ) -> list[Item]:
-    """pip's resolution of `reqs` for the profile's host (nothing installed, no big wheel downloaded)."""
+    """pip's resolution of `reqs` for the profile's host (nothing installed, no big wheel downloaded); `deps`
+    False: each requirement alone, without its dependencies (the profile's nodeps)."""
     assert matrix.profile is not None
     profile = matrix.profile
     python = _pip_python(profile.python)
-    report = work / "pip-report.json"
+    report = work / ("pip-report.json" if deps else "pip-report-nodeps.json")
     argv = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
             "--disable-pip-version-check", "--python-version", profile.python, "--implementation", "cp",
             "--abi", "cp" + profile.python.replace(".", ""), "--target", str(work / "target"),
@@ -225,7 +226,7 @@ def resolve(
     for tag in platform_tags(profile.platform):
         argv += ["--platform", tag]
     argv += _index_options(matrix, reqs)
-    argv += list(reqs)
+    argv += list(reqs) if deps else ["--no-deps", *reqs]
     log(
         f"resolving {len(reqs)} requirements for Python {profile.python} on {profile.platform} ({python} -m pip)"
     )
@@ -323,6 +324,7 @@ def select(items: Sequence[Item], roots: Sequence[tuple[str, str]], matrix: Matr
     profile = matrix.profile
     by_name = {i.name: i for i in items}
     pinned = {canonicalize_name(Requirement(p).name) for p in profile.pins}
+    as_is = {canonicalize_name(Requirement(p).name) for p in profile.nodeps}
     absent = _absent(matrix)
     machine = _machine(profile.platform)
     carried: dict[str, str] = {}
@@ -335,6 +337,10 @@ def select(items: Sequence[Item], roots: Sequence[tuple[str, str]], matrix: Matr
         todo.append((canonicalize_name(req.name), req, set(req.extras), why))
     while todo:
         name, req, want, why = todo.pop()
+        if name in as_is:  # carried as the profile names it, whatever else asks
+            carried.setdefault(name, "nodeps")
+            extras.setdefault(name, set())
+            continue
         if name in absent:
             left_out[name] = f"absent on the host ([[deviation]]: {absent[name].reason}); wanted by {why}"
             continue
@@ -498,6 +504,10 @@ def build(
         own = build_own_wheel(work)
         roots = requested(matrix, cell, own)
         items = resolve(matrix, to_resolve(matrix, roots), work, log=log)
+        if matrix.profile.nodeps:
+            alone = resolve(matrix, matrix.profile.nodeps, work, log=log, deps=False)
+            items = [*(i for i in items if i.name not in {a.name for a in alone}), *alone]
+            roots += [(p, "nodeps") for p in matrix.profile.nodeps]
         chosen = select(items, roots, matrix)
         staging = work / WHEELS
         staging.mkdir()
