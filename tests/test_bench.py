@@ -60,7 +60,7 @@ def test_runner_2_reuses_runner_1s_verdict(
 def test_no_nox_is_a_skipped_row_saying_how_to_get_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(bench.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(shutil, "which", lambda _name: None)
     [(name, seconds, note)] = bench._nox_vs_stackfarm(tmp_path / "matrix.toml", "c", tmp_path / "reports")
     assert name == "warm no-op: nox -s matrix vs stackfarm run"
     assert math.isnan(seconds)
