@@ -17,6 +17,7 @@ from __future__ import annotations
 import email
 import json
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,8 @@ from stackfarm.cli import main
 from stackfarm.errors import ExitCode
 from stackfarm.matrix import PatchSet, load
 from stackfarm.patches import make_patch
-from stackfarm.upgrade import Blocker, Candidate, recommend, timeline, torch_cuda
-from stackfarm.upgrade_patches import PatchStatus, choose, lineages
+from stackfarm.upgrade import Blocker, Candidate, Fixed, port_check, recommend, timeline, torch_cuda
+from stackfarm.upgrade_patches import LineageChoice, PatchStatus, choose, lineages
 from test_eagle3 import KIMI_PATCH, KIMI_UNPATCHED, _sglang_tree
 
 pytest_plugins = ("fakestack",)
@@ -343,3 +344,31 @@ def test_recommendation_and_timeline() -> None:
     assert (spans["fused-allreduce"].appears, spans["fused-allreduce"].gone, spans["fused-allreduce"].current) == (
         "1", None, True)  # fmt: skip
     assert recommend(start, [_cand("2", status="unavailable")]).release is None
+
+
+def test_a_moved_gate_keeps_its_patch_needed() -> None:
+    """A lineage that no longer applies retires only when nothing of what it fixed on the start release fails
+    without it; a failing finding of the same [features] entry under another key (the gate moved) keeps it."""
+    port = LineageChoice(lineage="gates", verdict="port", chosen="", member="gates-0.5.10", in_range=False,
+                         statuses=(), note="drift")  # fmt: skip
+    carried = LineageChoice(lineage="gates", verdict="carry", chosen="gates", member="gates", in_range=True,
+                            statuses=())  # fmt: skip
+    fixed = Fixed(key="capability:gate:sm_120:sglang:communicator.py:g:gated-off", title="g", sites=(),
+                  by=("gates",), feature="fusion")  # fmt: skip
+    base = replace(_cand("1"), patches=(carried,), fixed=(fixed,))
+    kept, blocker = port_check(port, base, {"capability:gate:sm_120:sglang:add_norm.py:g2:gated-off",
+                                             "feature:fusion"})  # fmt: skip
+    assert (kept.verdict, blocker) == ("port", None)  # the findings themselves are the blockers
+    retired, blocker = port_check(port, base, set())
+    assert retired.verdict == "retire"
+    assert blocker is None
+    # A lineage whose purpose no static finding shows is a blocker of its own where it stops applying.
+    _, blocker = port_check(port, replace(base, fixed=()), set())
+    assert blocker is not None
+    assert blocker.key == "patch:gates"
+
+
+def test_the_row_key_follows_the_judging_code_only() -> None:
+    names = {p.name for p in upgrade_static.code_files()}
+    assert {"captables.py", "capgates.py", "eagle3_models.py", "status.py", "capability_findings.py"} <= names
+    assert not names & {"abicheck.py", "elfsyms.py", "matrix.py", "artifacts.py", "upgrade.py"}

@@ -119,6 +119,8 @@ class Fixed:
     title: str
     sites: tuple[str, ...]
     by: tuple[str, ...]
+    #: The [features] entry the finding belongs to ("" for none): what a moved gate still shares.
+    feature: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,8 +309,11 @@ class Planner:
 
     # -- one stack ------------------------------------------------------------------------------------
 
-    def _blocker(self, formed: _Formed, kind: str, title: str, message: str, outcome: str = "fail") -> None:
-        formed.blockers.append(Blocker(key=f"{kind}:{title}", kind=kind, outcome=outcome, title=title,
+    def _blocker(
+        self, formed: _Formed, kind: str, title: str, message: str, *, outcome: str = "fail", key: str = ""
+    ) -> None:
+        """`key` stays the same from release to release (default: the kind and the title)."""
+        formed.blockers.append(Blocker(key=key or f"{kind}:{title}", kind=kind, outcome=outcome, title=title,
                                        sites=(), message=message))  # fmt: skip
 
     def form(self, version: str, start: Mapping[str, str], *, keep: bool = False) -> _Formed:
@@ -336,8 +341,10 @@ class Planner:
         except InvalidSpecifier:
             fits = True
         if not fits:
-            self._blocker(formed, "python", f"sglang {version} requires Python {needs}",
-                          f"the cell's python is {python}: add a python the release supports to [axes] python")  # fmt: skip
+            why = f"the cell's python is {python}: add a python the release supports to [axes] python"
+            self._blocker(
+                formed, "python", f"sglang {version} requires Python {needs}", why, key=f"python:{python}"
+            )
 
     def _pins(
         self, formed: _Formed, version: str, meta: email.message.Message, start: Mapping[str, str]
@@ -353,7 +360,7 @@ class Planner:
             value, how = _pinned(self.matrix, axis, start[axis], reqs)
             formed.notes.append(how)
             if value is None:
-                self._blocker(formed, "unavailable", f"{axis} for sglang {version}", how)
+                self._blocker(formed, "unavailable", f"{axis} for sglang {version}", how, key=f"pin:{axis}")
                 continue
             formed.values[axis] = value
         torch = formed.values.get("torch", "")
@@ -389,7 +396,9 @@ class Planner:
                 if formed.required and comp.distribution not in formed.required:
                     why += (f"; sglang {formed.values['sglang']} does not require it itself, but stackfarm's "
                             f"{comp.axis} axis installs it, so the farm cannot build this cell")  # fmt: skip
-                self._blocker(formed, "unavailable", f"{comp.distribution} {comp.version}", why)
+                formed.blockers.append(Blocker(key=f"unavailable:{comp.distribution}", kind="unavailable",
+                                               outcome="fail", title=f"no {comp.distribution} {comp.version}",
+                                               sites=(), message=why))  # fmt: skip
 
     def _driver(self, formed: _Formed) -> None:
         cuda = formed.values.get("cuda", "")
@@ -555,14 +564,14 @@ class Planner:
         blockers = [_finding_blocker(group, touched, by_set, chosen) for group in _grouped(row.patched)]
         failing = {f.key for f in row.patched}
         fixed = tuple(
-            Fixed(key=g[0].key, title=g[0].title, sites=_sites(g),
+            Fixed(key=g[0].key, title=g[0].title, sites=_sites(g), feature=g[0].feature,
                   by=tuple(n for n in chosen if touched.get(n, frozenset()) & set(_files(g))) or tuple(chosen))
             for g in _grouped(row.pristine) if g[0].key not in failing and g[0].outcome == "fail"
         )  # fmt: skip
-        pristine = {f.key for f in row.pristine}
+        pristine = {f.key for f in row.pristine} | {f"feature:{f.feature}" for f in row.pristine if f.feature}
         choices = []
         for raw in row.choices:
-            choice, blocker = _port_check(raw, base, pristine)
+            choice, blocker = port_check(raw, base, pristine)
             choices.append(choice)
             if blocker is not None:
                 blockers.append(blocker)
@@ -631,14 +640,16 @@ def _finding_blocker(
                    title=first.title, sites=_sites(group), message=first.message, fixes=tuple(fixes))  # fmt: skip
 
 
-def _port_check(
+def port_check(
     choice: LineageChoice, base: Candidate | None, pristine: set[str]
 ) -> tuple[LineageChoice, Blocker | None]:
     """A lineage that does not apply: retired when nothing it fixed on the start cell fails here without it,
     else a blocker when nothing static shows what it fixes (the findings say it otherwise)."""
     if choice.verdict != "port":
         return choice, None
-    purpose = {f.key for f in base.fixed if choice.lineage in _lineage_of(f.by, base)} if base else set()
+    mine = [f for f in base.fixed if choice.lineage in _lineage_of(f.by, base)] if base else []
+    # A finding of the same feature counts as the same need: the gate may have moved (another key).
+    purpose = {f.key for f in mine} | {f"feature:{f.feature}" for f in mine if f.feature}
     if purpose and not purpose & pristine:
         note = f"superseded: nothing it fixes on sglang {base.sglang if base else '?'} fails here without it"
         return replace(choice, verdict="retire", note=note), None
@@ -739,6 +750,7 @@ __all__ = [
     "Span",
     "UpgradePlan",
     "default_arch",
+    "port_check",
     "recommend",
     "releases",
     "timeline",

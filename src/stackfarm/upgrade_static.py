@@ -22,6 +22,7 @@ cache (stackfarm.analysis.cache), so a second planner run computes nothing.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import json
@@ -105,18 +106,96 @@ class Row:
 # --------------------------------------------------------------------------- the key
 
 
+def _module_file(package: Path, name: str) -> Path | None:
+    """The file of module `name` (dotted, under the ``stackfarm`` package at `package`), or None."""
+    parts = name.split(".")
+    if parts[0] != "stackfarm":
+        return None
+    base = package.joinpath(*parts[1:])
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _dotted(path: Path, package: Path) -> str:
+    rel = path.relative_to(package).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(("stackfarm", *parts))
+
+
+def _absolute(node: ast.ImportFrom, path: Path, package: Path) -> str:
+    if not node.level:
+        return node.module or ""
+    here = _dotted(path, package).split(".") if path.is_relative_to(package) else []
+    if path.name != "__init__.py":
+        here = here[:-1]
+    base = here[: len(here) - node.level + 1]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _provider(package: Path, module: str, name: str, depth: int = 0) -> set[Path]:
+    """The files behind `from module import name`: the submodule `name`, or, through a package's
+    ``__init__`` (hashed, not followed), the module it re-exports `name` from."""
+    found = _module_file(package, module)
+    if found is None:
+        return set()
+    if found.name != "__init__.py" or depth > 8:
+        return {found}
+    sub = _module_file(package, f"{module}.{name}")
+    if sub is not None:
+        return {found, sub}
+    for node in ast.walk(ast.parse(found.read_bytes())):
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            alias = next(a for a in node.names if (a.asname or a.name) == name)
+            return {found} | _provider(package, _absolute(node, found, package), alias.name, depth + 1)
+    return {found}
+
+
+def _imports(path: Path, package: Path) -> set[Path]:
+    """The stackfarm module files `path` imports."""
+    out: set[Path] = set()
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            out.update(f for a in node.names if (f := _module_file(package, a.name)) is not None)
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, path, package)
+            for alias in node.names:
+                out |= _provider(package, base, alias.name)
+    return out
+
+
+#: Where the judging code lives: the row's verdicts change only with these. The rest of stackfarm reads the
+#: inputs (wheels, matrix.toml, patch files), whose bytes are in the key themselves.
+_JUDGES = ("analysis", "patches", "upgrade_patches.py", "upgrade_static.py", "cellspec.py")
+
+
+def code_files() -> list[Path]:
+    """Every source file a row's verdicts come from: this module, 10-capability's findings, and the judging
+    modules (`_JUDGES`) they import, transitively (a package's ``__init__`` is hashed, and only the module it
+    re-exports an imported name from is followed): a change to an unrelated module recomputes nothing."""
+    package = Path(__file__).parent
+    judges = [package / j for j in _JUDGES]
+
+    def judging(path: Path) -> bool:
+        return any(path == j or path.is_relative_to(j) for j in judges)
+
+    todo = [Path(__file__), _FINDINGS / "capability_findings.py"]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        if path.name != "__init__.py":
+            todo.extend(f for f in _imports(path, package) - seen if judging(f))
+    return sorted(seen)
+
+
 def code_digest() -> str:
-    """The source of every analysis a row comes from: a change to any of them recomputes the rows."""
+    """The hash of `code_files`: a change to any of them recomputes the rows."""
     digest = hashlib.sha256(ROW_VERSION.encode())
-    here = Path(__file__).parent
-    files = [
-        *sorted((here / "analysis").glob("*.py")),
-        *sorted((here / "patches").glob("*.py")),
-        _FINDINGS / "capability_findings.py",
-        here / "upgrade_patches.py",
-        Path(__file__),
-    ]
-    for path in files:
+    for path in code_files():
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
