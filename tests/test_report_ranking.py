@@ -73,3 +73,20 @@ def test_failures_rank_before_errors_before_unanswered_and_gated_suites_sit_unde
     summary = html.unescape((fake_project.reports / "summary.html").read_text(encoding="utf-8"))
     assert re.findall(r'<li data-cells="\d+" data-severity="(\w+)">', summary) == order
     assert summary.count("gated off behind it (not run): 40-after, 50-after") == 2
+
+
+def test_a_conflict_ranks_with_the_failures() -> None:
+    """A conflict fails the run (exit 1), so its root cause is a failure, before any environment error."""
+    from stackfarm.sections.grid import root_causes
+    from stackfarm.verdict import CellReport, Status
+
+    cells = [
+        CellReport(cell="a", status=Status.ERROR, values={}, reason="index unreachable"),
+        CellReport(cell="b", status=Status.ERROR, values={}, reason="index unreachable"),
+        CellReport(
+            cell="c", status=Status.CONFLICT, values={}, reason="sglang 0.5.10 requires flashinfer 0.6.7"
+        ),
+    ]
+    found = root_causes(cells)
+    assert [(c.severity, c.cells) for c in found] == [("failed", ("c",)), ("error", ("a", "b"))]
+    assert found[0].reason.startswith("conflict: ")

@@ -95,7 +95,7 @@ SEVERITIES: tuple[Severity, ...] = ("failed", "error", "unanswered")
 _SEVERITY_OF: dict[str, Severity] = {
     "failed": "failed",
     "error": "error",
-    "conflict": "error",
+    "conflict": "failed",  # a conflict fails the run (exit 1): the cell contradicts SGLang's own pins
     "skipped": "unanswered",
     "incomplete": "unanswered",
 }
@@ -139,7 +139,7 @@ class _Problem:
 
 def _problems(cell: CellReport) -> Iterable[_Problem]:
     if cell.status in (Status.CONFLICT, Status.ERROR):
-        yield _Problem("error", f"{cell.status}: {cell.reason or cell.status}")
+        yield _Problem(_SEVERITY_OF[str(cell.status)], f"{cell.status}: {cell.reason or cell.status}")
         return
     if not cell.ran:
         return  # excluded on purpose: not a failure
