@@ -81,12 +81,15 @@ def test_a_conflict_ranks_with_the_failures() -> None:
     from stackfarm.verdict import CellReport, Status
 
     cells = [
-        CellReport(cell="a", status=Status.ERROR, values={}, reason="index unreachable"),
-        CellReport(cell="b", status=Status.ERROR, values={}, reason="index unreachable"),
+        CellReport(cell="cu130-x-sgl0.5.9", status=Status.ERROR, values={}, reason="index unreachable"),
+        CellReport(cell="cu130-y-sgl0.5.10", status=Status.ERROR, values={}, reason="index unreachable"),
         CellReport(
             cell="c", status=Status.CONFLICT, values={}, reason="sglang 0.5.10 requires flashinfer 0.6.7"
         ),
     ]
     found = root_causes(cells)
-    assert [(c.severity, c.cells) for c in found] == [("failed", ("c",)), ("error", ("a", "b"))]
+    assert [(c.severity, c.cells) for c in found] == [
+        ("failed", ("cu128-z-sgl0.5.10",)),
+        ("error", ("cu130-x-sgl0.5.9", "cu130-y-sgl0.5.10")),
+    ]
     assert found[0].reason.startswith("conflict: ")
