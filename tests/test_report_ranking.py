@@ -84,7 +84,10 @@ def test_a_conflict_ranks_with_the_failures() -> None:
         CellReport(cell="cu130-x-sgl0.5.9", status=Status.ERROR, values={}, reason="index unreachable"),
         CellReport(cell="cu130-y-sgl0.5.10", status=Status.ERROR, values={}, reason="index unreachable"),
         CellReport(
-            cell="c", status=Status.CONFLICT, values={}, reason="sglang 0.5.10 requires flashinfer 0.6.7"
+            cell="cu128-z-sgl0.5.10",
+            status=Status.CONFLICT,
+            values={},
+            reason="sglang 0.5.10 requires flashinfer 0.6.7",
         ),
     ]
     found = root_causes(cells)
