@@ -310,7 +310,8 @@ def proof_matrix(plan: UpgradePlan, matrix: Matrix, path: Path) -> Path:
     text = (
         f"# Written by `stackfarm plan-upgrade --from {start.cell}`: the cells that finish the proof of its\n"
         f"# recommendation (sglang {r.release}). Run: nox -s matrix -- --matrix {path.name}\n"
-        + tomlkit.dumps(doc)
+        f"# [axes], [[include]], [targets], [[models]], [patches.*] and [runners.*] are the planner's; the rest,\n"
+        f"# comments included, is {matrix.path.name}'s.\n\n" + tomlkit.dumps(doc)
     )
     write_atomic(path, text)
     try:
