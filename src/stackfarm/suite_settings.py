@@ -6,7 +6,8 @@ they read out of ``cell.settings``:
 
 - 10-capability (suites/10-capability/capability_findings.py): `environ`, `table_packages`, `flag_packages`;
 - 20-eagle3 (suites/20-eagle3/test_eagle3.py): `extra_targets`, `extra_drafts`, `compare_with`,
-  `runtime_pairs`, `runtime_timeout`, `attention_backend`.
+  `runtime_pairs`, `runtime_timeout`, `attention_backend`;
+- 15-toolchain (stackfarm.analysis.jitfindings.analyse): `environ` (as 10-capability's), `flashinfer_modes`.
 
 `SCHEMAS` maps a suite's name to its schema. A suite without one (00-stack) accepts no settings: any key in its
 settings table is an error, like an unknown key in a suite that has one.
@@ -18,9 +19,10 @@ from collections.abc import Mapping
 
 from packaging.version import InvalidVersion, Version
 
+from .analysis.jitfindings import MODES as TOOLCHAIN_MODES
 from .numerics.settings import SCHEMA as NUMERICS
 from .numerics.settings import SUITE as NUMERICS_SUITE
-from .schema import Either, List, Map, Number, Str, Table
+from .schema import Either, Enum, List, Map, Number, Str, Table
 from .throughput.settings import SCHEMA as THROUGHPUT
 from .throughput.settings import SUITE as THROUGHPUT_SUITE
 
@@ -78,9 +80,24 @@ CAPABILITY = Table(
     noun="setting",
 )
 
+#: [suites.15-toolchain.settings]
+TOOLCHAIN = Table(
+    {
+        "environ": CAPABILITY.fields["environ"],
+        "flashinfer_modes": List(
+            Enum(TOOLCHAIN_MODES, noun="mode"),
+            'which of flashinfer\'s arch lists to compile, e.g. ["jit"] or ["jit", "aot"]',
+            min_len=1,
+            unique=True,
+        ),
+    },
+    noun="setting",
+)
+
 #: Suite name -> the schema of its settings table.
 SCHEMAS: Mapping[str, Table] = {
     "10-capability": CAPABILITY,
+    "15-toolchain": TOOLCHAIN,
     "20-eagle3": EAGLE3,
     NUMERICS_SUITE: NUMERICS,
     THROUGHPUT_SUITE: THROUGHPUT,

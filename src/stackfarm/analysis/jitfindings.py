@@ -1,0 +1,418 @@
+"""15-toolchain's analysis: for each target arch, what Triton and flashinfer will ask their compilers for at
+first use, read from their own source, and whether the cell's compilers accept it (`toolchain.probe`).
+
+Triton (the version the cell's torch pins): ``sm_arch_from_capability`` names the ``--gpu-name``, ``get_ptxas``
+picks the bundled binary (3.6 adds ``ptxas-blackwell`` for capability >= 100), ``ptx_get_version`` the PTX ISA;
+all three are run as the release wrote them (`relexec`) with the arch's capability. flashinfer: its
+``CompilationContext`` (flashinfer/compilation_context.py) is built the two ways flashinfer builds it: at JIT
+time from the device's capability ("jit"), and from ``FLASHINFER_CUDA_ARCH_LIST="<major>.<minor>"`` as an AOT
+build of flashinfer-jit-cache is told ("aot"); ``get_nvcc_flags_list()`` gives the ``-gencode`` flags, which
+the toolkit (`toolchain.toolkit_in`) compiles: nvcc with exactly that flag where the toolkit has nvcc, else its
+ptxas for the code target. A Blackwell target also assembles the FP4 conversion flashinfer's kernels emit.
+
+Outcomes: pass (every compile accepted), fail (a compile rejected, or flashinfer's own arch logic gives no
+target: the finding names the compiler and version, the target, the deciding source line, the command and its
+first error line), skip (the compile cannot be attempted: no wheel, no compiler, unreadable source), n/a (the
+cell has no such component).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any, Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import Version
+
+from stackfarm.analysis.arch import Arch, ArchError, parse_target
+from stackfarm.analysis.relexec import Unresolvable, Warnings, fake_os, fake_torch, load_definitions
+from stackfarm.analysis.toolchain import (
+    FP4_BODY,
+    Compiler,
+    ToolchainError,
+    Toolkit,
+    compiler_at,
+    machine_toolkit,
+    probe,
+    probe_ptx,
+    ptx_isa,
+    toolkit_in,
+    wheel_bin_dir,
+)
+from stackfarm.cellspec import CellSpec, InstalledComponent, dist_info
+
+Outcome = Literal["pass", "fail", "skip", "n/a"]
+#: Fetches an unpacked wheel (distribution, version) -> root; raises `Unavailable` when it cannot.
+Fetch = Callable[[str, str], Path]
+#: Reads a distribution's metadata Requires-Dist (distribution, version) -> requirements.
+Requires = Callable[[str, str], list[str]]
+MODES = ("jit", "aot")
+_ENV = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux", "os_name": "posix"}
+
+
+class NoTarget(RuntimeError):
+    """flashinfer's own arch logic gives nvcc no target for the arch (its message, and the deciding line)."""
+
+    def __init__(self, message: str, line: int) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+class Unavailable(Exception):
+    """A wheel the analysis needs cannot be had here (offline, not on the index): unanswered."""
+
+
+@dataclass(frozen=True)
+class ToolFinding:
+    kind: str  # "triton" | "flashinfer-jit" | "flashinfer-aot" | "toolkit"
+    arch: str
+    component: str  # "triton 3.5.1", "flashinfer-python 0.6.3"
+    compiler: str  # Compiler.describe(), "" when none was found
+    target: str  # what the compiler is asked for ("sm_120a", "compute_120f/sm_120f")
+    file: str
+    line: int
+    outcome: Outcome
+    message: str
+    command: str = ""
+    error: str = ""
+    #: Which toolkit was used and why (a stand-in wheel says so).
+    note: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}-{self.arch}"
+
+
+def requirement_pin(requires: list[str], names: tuple[str, ...], extras: tuple[str, ...] = ()) -> str | None:
+    """The version a ``==`` requirement on one of `names` pins (markers for Linux x86_64; ``==V.*`` -> V)."""
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() not in names:
+            continue
+        envs = [{**_ENV, "extra": e} for e in (extras or ("",))]
+        if req.marker is not None and not any(req.marker.evaluate(env) for env in envs):
+            continue
+        pins = [s.version for s in req.specifier if s.operator == "=="]
+        if pins:
+            return pins[0].removesuffix(".*")
+    return None
+
+
+def _metadata_requires(comp: InstalledComponent) -> list[str]:
+    info = dist_info(comp)
+    if info is None or not (info / "METADATA").is_file():
+        return []
+    text = (info / "METADATA").read_text(encoding="utf-8", errors="replace")
+    return [ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Requires-Dist:")]
+
+
+def _find(cell: CellSpec, names: tuple[str, ...]) -> InstalledComponent | None:
+    return next((c for c in cell.components if c.distribution.lower() in names), None)
+
+
+def find_toolkit(cell: CellSpec, fetch: Fetch, requires: Requires) -> Toolkit:
+    """The toolkit flashinfer's JIT uses in this cell (module docstring of `toolchain`); raises `Unavailable`."""
+    if cell.backend in ("docker", "host"):
+        found = machine_toolkit()
+        if found is not None:
+            return toolkit_in(
+                found, f"toolkit at {found.parent}", f"the {cell.backend} backend's CUDA toolkit"
+            )
+    own = _find(cell, ("nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc-cu13", "nvidia-cuda-nvcc"))
+    if own is not None and own.root and (bin_dir := wheel_bin_dir(Path(own.root))) is not None:
+        return toolkit_in(bin_dir, f"{own.distribution} {own.version} wheel", "the cell's nvcc wheel")
+    torch = _find(cell, ("torch",))
+    if torch is None:
+        raise Unavailable("the cell has no torch to read its CUDA release from, and no nvcc wheel")
+    pins = _metadata_requires(torch)
+    dist, version = "nvidia-cuda-nvcc-cu12", requirement_pin(pins, ("nvidia-cuda-nvrtc-cu12",))
+    if version is None and (kit := requirement_pin(pins, ("cuda-toolkit",))) is not None:
+        dist, version = (
+            "nvidia-cuda-nvcc",
+            requirement_pin(requires("cuda-toolkit", kit), ("nvidia-cuda-nvcc",), ("nvcc",)),
+        )
+    if version is None:
+        raise Unavailable(
+            f"torch {torch.version}'s metadata pins no nvidia-cuda-nvrtc-cu12 / cuda-toolkit release"
+        )
+    root = fetch(dist, version)
+    bin_dir = wheel_bin_dir(root)
+    if bin_dir is None:
+        raise Unavailable(f"the {dist} {version} wheel has no nvidia/*/bin/ptxas")
+    why = (f"stand-in for the image's CUDA toolkit: the {dist} wheel of the CUDA release torch {torch.version} "
+           "pins (this machine has no toolkit of the cell's)")  # fmt: skip
+    return toolkit_in(bin_dir, f"{dist} {version} wheel", why)
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+# --------------------------------------------------------------------------- Triton
+
+
+class _Tool:
+    """Triton's ``knobs.NvidiaTool`` as its env_nvidia_tool builds it: TRITON_<NAME>_PATH, else the bundled bin/."""
+
+    def __init__(self, knob: str, root: Path, environ: Mapping[str, str]) -> None:
+        binary = knob.replace("_", "-")
+        env = environ.get(f"TRITON_{knob.upper()}_PATH")
+        self.path = env if env else str(root / "triton" / "backends" / "nvidia" / "bin" / binary)
+        self.compiler = compiler_at(
+            Path(self.path), f"triton {binary}" if not env else f"TRITON_{knob.upper()}_PATH"
+        )
+        self.version = self.compiler.release
+
+
+def _triton_knobs(root: Path, environ: Mapping[str, str]) -> SimpleNamespace:
+    class _Nvidia:
+        mock_ptx_version = None
+
+        def __getattr__(self, knob: str) -> _Tool:
+            return _Tool(knob, root, environ)
+
+    return SimpleNamespace(nvidia=_Nvidia())
+
+
+def triton_finding(arch: Arch, root: Path, version: str, environ: Mapping[str, str]) -> ToolFinding:
+    """What Triton `version` (unpacked at `root`) runs ptxas with on `arch`, and whether that ptxas accepts it."""
+    import functools
+
+    path = root / "triton" / "backends" / "nvidia" / "compiler.py"
+    rel = _rel(path, root)
+    cap = arch.major * 10 + arch.minor
+    component = f"triton {version}"
+    names = ("get_ptxas", "ptx_get_version", "sm_arch_from_capability")
+    try:
+        defs = load_definitions(path, names, {"knobs": _triton_knobs(root, environ), "functools": functools})
+        gpu_name = str(defs.get("sm_arch_from_capability")(cap))
+        get_ptxas = defs.get("get_ptxas")
+        tool = get_ptxas(cap) if get_ptxas.__code__.co_argcount else get_ptxas()
+        isa_int = int(defs.get("ptx_get_version")(tool.version))
+    except (Unresolvable, ToolchainError) as exc:
+        return ToolFinding("triton", str(arch), component, "", "", rel, 0, "skip", f"{component}: {exc}")
+    except Exception as exc:  # the release's own code raised for this arch: what Triton does at first use
+        return ToolFinding("triton", str(arch), component, "", "", rel, 0, "fail",
+                           f"{component} raises before compiling for {arch}: {type(exc).__name__}: {exc}")  # fmt: skip
+    line = defs.lines["sm_arch_from_capability"]
+    compiler: Compiler = tool.compiler
+    isa = f"{isa_int // 10}.{isa_int % 10}"
+    # Triton's make_ptx writes `.target sm_<capability>` and make_cubin runs `ptxas --gpu-name=<gpu_name>`.
+    try:
+        result = probe(compiler, (f"--gpu-name={gpu_name}",), probe_ptx(isa, f"sm_{cap}"))
+    except ToolchainError as exc:
+        return ToolFinding(
+            "triton", str(arch), component, compiler.describe(), gpu_name, rel, line, "skip", str(exc)
+        )
+    where = f"{rel}:{line}"
+    if result.ok:
+        msg = f"{compiler.describe()} accepts {gpu_name} (PTX ISA {isa}), which {component} asks for on {arch} ({where})"
+        return ToolFinding("triton", str(arch), component, compiler.describe(), gpu_name, rel, line, "pass", msg,
+                           result.command)  # fmt: skip
+    msg = (f"{compiler.describe()} rejects {gpu_name}, which {component} asks for on {arch} ({where}): "
+           f"`{result.command}`: {result.error}")  # fmt: skip
+    return ToolFinding("triton", str(arch), component, compiler.describe(), gpu_name, rel, line, "fail", msg,
+                       result.command, result.error)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- flashinfer
+
+_GENCODE = re.compile(r"-gencode=arch=(compute_\w+),code=(sm_\w+)")
+
+
+def _cpp_ext(toolkit: Toolkit) -> ModuleType:
+    """flashinfer.jit.cpp_ext's ``is_cuda_version_at_least``: nvcc's "release X.Y" against the version, as its
+    get_cuda_version reads it (the toolkit's ptxas gives the same release where the wheel has no nvcc)."""
+    mod = ModuleType("flashinfer.jit.cpp_ext")
+    release = (toolkit.nvcc or toolkit.ptxas).release
+    mod.is_cuda_version_at_least = lambda v: Version(release) >= Version(v)  # type: ignore[attr-defined]
+    mod.get_cuda_version = lambda: Version(release)  # type: ignore[attr-defined]
+    return mod
+
+
+def flashinfer_targets(
+    root: Path, arch: Arch, mode: str, toolkit: Toolkit, environ: Mapping[str, str]
+) -> tuple[list[tuple[str, str]], list[str], int]:
+    """The (compute, sm) pairs flashinfer's CompilationContext gives nvcc on `arch` in `mode`, its warnings and
+    the deciding line; raises `Unresolvable`, or `NoTarget` with flashinfer's own message when it gives none."""
+    path = root / "flashinfer" / "compilation_context.py"
+    env = {k: v for k, v in environ.items() if k != "FLASHINFER_CUDA_ARCH_LIST"}
+    if mode == "aot":
+        env["FLASHINFER_CUDA_ARCH_LIST"] = f"{arch.major}.{arch.minor}"
+    warnings = Warnings()
+    stubs = {"flashinfer.jit.cpp_ext": _cpp_ext(toolkit), "os": fake_os(env)}
+    namespace: dict[str, Any] = {"os": stubs["os"], "torch": fake_torch((arch.major, arch.minor)), "logger": warnings,
+                                 "__stubs__": stubs}  # fmt: skip
+    if not path.is_file():
+        raise Unresolvable(f"{_rel(path, root)} is not in this flashinfer: its arch list is not read here")
+    defs = load_definitions(path, ("CompilationContext",), namespace)
+    # The deciding line: the arch normalisation where the release has one (0.6.7+), else the constructor.
+    lines = defs.lines
+    line = (
+        lines.get("CompilationContext._normalize_cuda_arch") or lines.get("CompilationContext.__init__") or 0
+    )
+    try:
+        flags = defs.get("CompilationContext")().get_nvcc_flags_list()
+    except RuntimeError as exc:
+        raise NoTarget("; ".join([str(exc), *(f"logged: {w}" for w in warnings.messages)]), line) from exc
+    return [(m.group(1), m.group(2)) for f in flags if (m := _GENCODE.fullmatch(f))], warnings.messages, line
+
+
+def _compile(toolkit: Toolkit, compute: str, sm: str, fp4: bool) -> tuple[Compiler, Any]:
+    code = sm.removeprefix("sm_")
+    compiler = toolkit.nvcc or toolkit.ptxas
+    isa = ptx_isa(compiler.release)
+    ptx = probe_ptx(isa, sm, FP4_BODY if fp4 else "")
+    if toolkit.nvcc is not None:  # flashinfer's own flag, through nvcc (which checks compute_X itself)
+        return compiler, probe(compiler, (f"-gencode=arch={compute},code={sm}", "-cubin"), ptx)
+    return compiler, probe(compiler, (f"-arch=sm_{code}",), ptx)
+
+
+def flashinfer_finding(
+    comp: InstalledComponent, arch: Arch, mode: str, toolkit: Toolkit, environ: Mapping[str, str]
+) -> ToolFinding:
+    root = Path(comp.root)
+    kind, component = f"flashinfer-{mode}", f"{comp.distribution} {comp.version}"
+    rel = "flashinfer/compilation_context.py"
+    asked = (
+        "at JIT time"
+        if mode == "jit"
+        else f'with FLASHINFER_CUDA_ARCH_LIST="{arch.major}.{arch.minor}" (AOT)'
+    )
+    try:
+        targets, _, line = flashinfer_targets(root, arch, mode, toolkit, environ)
+    except Unresolvable as exc:
+        return ToolFinding(kind, str(arch), component, "", "", rel, 0, "skip", f"{component}: {exc}")
+    except NoTarget as exc:
+        msg = (f"{component} {asked} on {arch} gives nvcc no target with {toolkit.ptxas.describe()} "
+               f"({rel}:{exc.line}): {exc}")  # fmt: skip
+        return ToolFinding(
+            kind, str(arch), component, toolkit.ptxas.describe(), "", rel, exc.line, "fail", msg
+        )
+    where = f"{rel}:{line}"
+    done = []
+    for compute, sm in targets:
+        # Blackwell targets: flashinfer compiles its FP4 kernels for every target (-DFLASHINFER_ENABLE_FP4_E2M1
+        # in COMMON_NVCC_FLAGS), and they emit the e2m1x2 conversion there (our reading; flashinfer#1966).
+        fp4 = int(re.sub(r"\D", "", sm)[:-1] or 0) >= 10
+        try:
+            compiler, result = _compile(toolkit, compute, sm, fp4)
+        except ToolchainError as exc:
+            return ToolFinding(
+                kind, str(arch), component, toolkit.ptxas.describe(), sm, rel, line, "skip", str(exc)
+            )
+        what = f"{compute}/{sm}" + (" with the FP4 e2m1x2 conversion" if fp4 else "")
+        if not result.ok:
+            msg = (f"{compiler.describe()} rejects {what}, which {component} asks for {asked} on {arch} ({where}): "
+                   f"`{result.command}`: {result.error}")  # fmt: skip
+            return ToolFinding(kind, str(arch), component, compiler.describe(), f"{compute}/{sm}", rel, line, "fail",
+                               msg, result.command, result.error)  # fmt: skip
+        done.append((compiler, what, result.command))
+    if not done:
+        return ToolFinding(kind, str(arch), component, toolkit.ptxas.describe(), "", rel, line, "fail",
+                           f"{component} {asked} on {arch} gives no -gencode target ({where})")  # fmt: skip
+    compiler = done[0][0]
+    msg = f"{compiler.describe()} accepts {', '.join(w for _, w, _ in done)}: what {component} asks for {asked} on {arch} ({where})"
+    return ToolFinding(kind, str(arch), component, compiler.describe(), ", ".join(w for _, w, _ in done), rel, line,
+                       "pass", msg, done[0][2])  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the cell
+
+
+def _archs(cell: CellSpec) -> tuple[list[Arch], list[ToolFinding]]:
+    archs, errors = [], []
+    for name in cell.archs:
+        try:
+            archs.append(parse_target(name))
+        except ArchError as exc:
+            errors.append(ToolFinding("error", str(name), "", "", "", "matrix.toml", 0, "fail",
+                                      f"[targets] archs: {exc}"))  # fmt: skip
+    return archs, errors
+
+
+def analyse(
+    cell: CellSpec, fetch: Fetch, requires: Requires, settings: Mapping[str, Any]
+) -> list[ToolFinding]:
+    """Every finding of the cell: per target arch, Triton's ptxas and flashinfer's JIT (and AOT) targets."""
+    archs, out = _archs(cell)
+    environ = {str(k): str(v) for k, v in dict(settings.get("environ", {})).items()}
+    modes = [str(m) for m in settings.get("flashinfer_modes", ["jit"])]
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        out.append(ToolFinding("error", "all", "", "", "", "matrix.toml", 0, "fail",
+                               f"[suites.15-toolchain.settings] flashinfer_modes: {bad} not in {list(MODES)}"))  # fmt: skip
+        modes = [m for m in modes if m in MODES]
+    out += _triton(cell, archs, fetch, environ)
+    out += _flashinfer(cell, archs, modes=modes, fetch=fetch, requires=requires, environ=environ)
+    return out
+
+
+def _triton(cell: CellSpec, archs: list[Arch], fetch: Fetch, environ: Mapping[str, str]) -> list[ToolFinding]:
+    own = _find(cell, ("triton",))
+    torch = _find(cell, ("torch",))
+    version = (
+        own.version if own else requirement_pin(_metadata_requires(torch), ("triton",)) if torch else None
+    )
+    if version is None:
+        why = (
+            "the cell has no triton, and its torch pins none" if torch else "the cell has no torch or triton"
+        )
+        return [ToolFinding("triton", str(a), "triton", "", "", "", 0, "n/a", why) for a in archs]
+    try:
+        root = Path(own.root) if own and own.root else fetch("triton", version)
+    except Unavailable as exc:
+        return [ToolFinding("triton", str(a), f"triton {version}", "", "", "", 0, "skip",
+                            f"triton {version} (pinned by the cell's torch) cannot be had here: {exc}") for a in archs]  # fmt: skip
+    return [triton_finding(a, root, version, environ) for a in archs]
+
+
+def _flashinfer(
+    cell: CellSpec,
+    archs: list[Arch],
+    *,
+    modes: list[str],
+    fetch: Fetch,
+    requires: Requires,
+    environ: Mapping[str, str],
+) -> list[ToolFinding]:
+    comp = _find(cell, ("flashinfer-python", "flashinfer"))
+    if comp is None:
+        return [ToolFinding(f"flashinfer-{m}", str(a), "flashinfer", "", "", "", 0, "n/a", "the cell has no flashinfer")
+                for m in modes for a in archs]  # fmt: skip
+    component = f"{comp.distribution} {comp.version}"
+    try:
+        toolkit = find_toolkit(cell, fetch, requires)
+    except (Unavailable, ToolchainError) as exc:
+        return [ToolFinding(f"flashinfer-{m}", str(a), component, "", "", "", 0, "skip",
+                            f"no CUDA toolkit for {component}'s JIT: {exc}") for m in modes for a in archs]  # fmt: skip
+    return [
+        replace(flashinfer_finding(comp, a, m, toolkit, environ), note=toolkit.why)
+        for m in modes
+        for a in archs
+    ]
+
+
+__all__ = [
+    "MODES",
+    "Fetch",
+    "Requires",
+    "ToolFinding",
+    "Unavailable",
+    "analyse",
+    "find_toolkit",
+    "flashinfer_finding",
+    "flashinfer_targets",
+    "requirement_pin",
+    "triton_finding",
+]

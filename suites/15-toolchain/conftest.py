@@ -1,0 +1,42 @@
+"""15-toolchain: the analysis runs once per session, at collection; each finding becomes one testcase."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import pytest
+from toolchain_cell import cell_findings
+
+from stackfarm.analysis.jitfindings import ToolFinding
+from stackfarm.cellspec import load
+
+
+@functools.cache
+def findings() -> list[ToolFinding]:
+    path = os.environ.get("STACKFARM_CELL")
+    if not path:
+        return [ToolFinding("error", "all", "", "", "", "", 0, "fail",
+                            "STACKFARM_CELL is not set: suites are run by stackfarm (python -m stackfarm run)")]  # fmt: skip
+    try:
+        cell = load(path)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        return [ToolFinding("error", "all", "", "", "", path, 0, "fail", f"cannot read {path}: {exc}")]
+    return cell_findings(cell)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest warns that record_property "is incompatible with junit_family xunit2", yet writes the properties.
+    config.addinivalue_line("filterwarnings", "ignore:record_property is incompatible:pytest.PytestWarning")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "finding" not in metafunc.fixturenames:
+        return
+    found = findings()
+    seen: dict[str, int] = {}
+    ids = []
+    for f in found:
+        seen[f.id] = seen.get(f.id, 0) + 1
+        ids.append(f.id if seen[f.id] == 1 else f"{f.id}#{seen[f.id]}")
+    metafunc.parametrize("finding", found, ids=ids)

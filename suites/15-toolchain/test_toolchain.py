@@ -1,0 +1,36 @@
+"""15-toolchain: will the compilers this cell JIT-compiles with at first use accept each target arch? Static on
+any machine (CPU only): the compilers come from the cell's wheels (stackfarm.analysis.toolchain), what they are
+asked for from Triton's and flashinfer's own source (stackfarm.analysis.jitfindings).
+
+One testcase per finding, id ``<kind>-<arch>``, with the properties arch, component, compiler, target, file,
+line, command, error, detail (and toolkit: which CUDA toolkit was used and why).
+
+Settings ([suites.15-toolchain.settings], optional): flashinfer_modes = ["jit"] (default) or ["jit", "aot"]
+(also what an AOT build of flashinfer-jit-cache with FLASHINFER_CUDA_ARCH_LIST="<major>.<minor>" asks for);
+environ = { NAME = "value" }: the deployment's environment (TRITON_PTXAS_PATH, FLASHINFER_CUDA_ARCH_LIST...).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from stackfarm.analysis.jitfindings import ToolFinding
+from stackfarm.cellspec import RecordProperty
+from stackfarm.suitekit import NA, not_applicable
+
+
+def test_finding(finding: ToolFinding, record_property: RecordProperty) -> None:
+    """triton: Triton's bundled ptxas accepts the --gpu-name Triton builds for the arch; flashinfer-jit /
+    flashinfer-aot: the CUDA toolkit accepts every -gencode target flashinfer's CompilationContext gives;
+    error: an input the analysis could not use."""
+    for key in ("arch", "component", "compiler", "target", "file", "line", "command", "error"):
+        record_property(key, str(getattr(finding, key)))
+    record_property("detail", finding.message)
+    if finding.note:
+        record_property("toolkit", finding.note)
+    if finding.outcome == "n/a":
+        not_applicable(NA.COMPONENT_ABSENT, finding.message)
+    if finding.outcome == "skip":
+        pytest.skip(finding.message)
+    if finding.outcome == "fail":
+        pytest.fail(finding.message, pytrace=False)
