@@ -1,0 +1,125 @@
+"""15-toolchain on real wheels (integration): the compilers PyPI ships, on the failures real threads report and
+on the releases that fixed them, and the suite on the default matrix's cells from the artifact cache.
+
+- triton-lang/triton#8539 ``ptxas fatal : Value 'sm_121a' is not defined``: Triton 3.5.1's compiler.py
+  (``sm_arch_from_capability``: suffix "a" from capability 90; ``get_ptxas()``: the one bundled ptxas, 12.8.93)
+  asks for sm_121a, which that ptxas does not know. Triton 3.6.0's ``get_ptxas(arch)`` picks the bundled
+  ``ptxas-blackwell`` (12.9.86) from capability 100: it accepts sm_121a.
+- flashinfer-ai/flashinfer#1966 ``Instruction 'cvt with .e2m1x2' not supported on .target 'sm_120'``: flashinfer
+  0.6.3's CompilationContext keeps FLASHINFER_CUDA_ARCH_LIST="12.0" as compute_120/sm_120 (no suffix), and CUDA
+  12.8.1's ptxas (nvidia-cuda-nvcc-cu12 12.8.93) rejects the FP4 conversion there. 0.6.7.post2's
+  ``_normalize_cuda_arch`` makes it compute_120f/sm_120f, which CUDA 13.0's nvcc (13.0.88) compiles; under CUDA
+  12.8 the same code refuses up front ("SM 12.x requires CUDA >= 12.9").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from stackfarm.analysis.arch import parse_target
+from stackfarm.analysis.jitfindings import flashinfer_finding, triton_finding
+from stackfarm.analysis.toolchain import Toolkit, toolkit_in, wheel_bin_dir
+from stackfarm.cellspec import CellSpec, InstalledComponent
+from test_elfsyms import real_component
+from test_toolchain import run_suite
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.integration
+
+
+def _wheel(distribution: str, version: str) -> Path:
+    """An unpacked wheel from the default matrix's indexes, kept in the real artifact cache."""
+    from stackfarm.artifacts import Cache
+    from stackfarm.matrix import load
+    from stackfarm.plan import Component
+    from stackfarm.resolve import Resolver
+
+    matrix = load(REPO / "matrix.toml")
+    resolver = Resolver(matrix, Cache())
+    comp = Component(axis="toolchain", distribution=distribution, version=version,
+                     index=matrix.index_for(distribution, version))  # fmt: skip
+    return resolver.cache.unpack(resolver.artifact(comp, "3.11"))
+
+
+def _toolkit(distribution: str, version: str) -> Toolkit:
+    bin_dir = wheel_bin_dir(_wheel(distribution, version))
+    assert bin_dir is not None
+    return toolkit_in(bin_dir, f"{distribution} {version} wheel", "test")
+
+
+def test_triton_351_bundled_ptxas_rejects_sm_121a_and_360_accepts() -> None:
+    sm121 = parse_target("sm_121")
+    old = triton_finding(sm121, _wheel("triton", "3.5.1"), "3.5.1", {})
+    assert old.outcome == "fail", old.message
+    assert (old.target, old.file, old.line) == ("sm_121a", "triton/backends/nvidia/compiler.py", 99)
+    assert old.compiler == "ptxas 12.8.93 (triton ptxas)"
+    assert old.error == "ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'"
+    assert "--gpu-name=sm_121a probe.ptx" in old.command
+    new = triton_finding(sm121, _wheel("triton", "3.6.0"), "3.6.0", {})
+    assert new.outcome == "pass", new.message
+    assert new.compiler == "ptxas-blackwell 12.9.86 (triton ptxas-blackwell)"
+    # The workaround the thread gives: TRITON_PTXAS_PATH at a newer ptxas (here CUDA 13.0's).
+    ptxas13 = _toolkit("nvidia-cuda-nvcc", "13.0.88").ptxas.path
+    fixed = triton_finding(sm121, _wheel("triton", "3.5.1"), "3.5.1", {"TRITON_PTXAS_PATH": str(ptxas13)})
+    assert fixed.outcome == "pass", fixed.message
+
+
+def _flashinfer(version: str) -> InstalledComponent:
+    return real_component("flashinfer-python", version)
+
+
+def test_flashinfer_063_aot_sm_120_fails_fp4_under_cuda_128() -> None:
+    sm120 = parse_target("sm_120")
+    kit128 = _toolkit("nvidia-cuda-nvcc-cu12", "12.8.93")
+    old = flashinfer_finding(_flashinfer("0.6.3"), sm120, "aot", kit128, {})
+    assert old.outcome == "fail", old.message
+    assert old.target == "compute_120/sm_120"
+    assert old.error.endswith("error   : Instruction 'cvt with .e2m1x2' not supported on .target 'sm_120'")
+    assert old.compiler == "ptxas 12.8.93 (nvidia-cuda-nvcc-cu12 12.8.93 wheel)"
+    # At JIT time the same release asks for sm_120a, where the conversion assembles.
+    assert flashinfer_finding(_flashinfer("0.6.3"), sm120, "jit", kit128, {}).outcome == "pass"
+
+
+def test_flashinfer_067_aot_sm_120_passes_under_cuda_130_refuses_under_128() -> None:
+    sm120 = parse_target("sm_120")
+    fixed = flashinfer_finding(
+        _flashinfer("0.6.7.post2"), sm120, "aot", _toolkit("nvidia-cuda-nvcc", "13.0.88"), {}
+    )
+    assert fixed.outcome == "pass", fixed.message
+    assert fixed.target == "compute_120f/sm_120f with the FP4 e2m1x2 conversion"
+    assert fixed.compiler == "nvcc 13.0.88 (nvidia-cuda-nvcc 13.0.88 wheel)"
+    kit128 = _toolkit("nvidia-cuda-nvcc-cu12", "12.8.93")
+    refused = flashinfer_finding(_flashinfer("0.6.7.post2"), sm120, "jit", kit128, {})
+    assert refused.outcome == "fail"
+    assert "SM 12.x requires CUDA >= 12.9" in refused.message
+    source = (Path(_flashinfer("0.6.7.post2").root) / refused.file).read_text().splitlines()
+    assert source[refused.line - 1].strip().startswith("def _normalize_cuda_arch(")  # the deciding function
+
+
+def _cell(torch: str, kernel: tuple[str, str], fi: str, sglang: str, cuda: str) -> CellSpec:
+    comps = (real_component("torch", torch), real_component(*kernel), real_component("flashinfer-python", fi),
+             real_component("sglang", sglang))  # fmt: skip
+    return CellSpec(id=f"cu{cuda}-fi{fi}-sgl{sglang}", values={"torch": torch, "cuda": cuda, "python": "3.11"},
+                    backend="local", components=comps, archs=("sm_120", "sm_90"), matrix=str(REPO / "matrix.toml"),
+                    settings={"15-toolchain": {"flashinfer_modes": ["jit"]}})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("torch", "kernel", "fi", "sglang", "cuda", "failing"),
+    [
+        ("2.9.1", ("sgl-kernel", "0.3.21"), "0.6.3", "0.5.9", "12.8", set()),
+        # flashinfer 0.6.7.post2 needs CUDA >= 12.9 for any SM 12.x target: its JIT has no sm_120 target here.
+        ("2.9.1", ("sglang-kernel", "0.4.1"), "0.6.7.post2", "0.5.10", "12.8", {"test_finding[flashinfer-jit-sm_120]"}),
+        ("2.11.0", ("sglang-kernel", "0.4.4"), "0.6.12", "0.5.15", "13.0", set()),  # the H200 stack
+    ],
+)  # fmt: skip
+def test_default_cells(
+    tmp_path: Path, torch: str, kernel: tuple[str, str], fi: str, sglang: str, cuda: str, failing: set[str]
+) -> None:
+    cell = _cell(torch, kernel, fi, sglang, cuda)
+    cases = run_suite(tmp_path, cell)
+    assert {n for n, c in cases.items() if c["outcome"] == "failed"} == failing
+    assert len(cases) == 4
+    assert all(c["outcome"] != "skipped" for c in cases.values()), cases
