@@ -266,3 +266,70 @@ def test_suite_end_to_end(tmp_path: Path) -> None:
     assert "SM 12.x requires CUDA >= 12.9" in jit["detail"]
     assert jit["toolkit"] == "the cell's nvcc wheel"
     assert cases["test_finding[flashinfer-jit-sm_90]"]["outcome"] == "passed"
+
+
+# sglang#37105's shape: a selector written as `device_sm_major >= 10` routes every Blackwell to an sm100-only
+# kernel, whose generator (flashinfer's, by its supported majors) refuses sm_120.
+SELECTION_TREE = {
+    "sel/__init__.py": "",
+    "sel/args.py": """\
+        import torch
+        from sel.support import is_sm90
+        from elsewhere import is_flashinfer_available
+        class ServerArgs:
+            def pick_backend(self, use_mla):
+                device_sm_major = torch.cuda.get_device_capability()[0]
+                if device_sm_major >= 10:
+                    return "trtllm_mla"
+                if is_sm90():
+                    return "fa3"
+                return "flashinfer" if is_flashinfer_available() else "triton"
+        """,
+    "sel/support.py": """\
+        import torch
+        def is_sm90():
+            return torch.cuda.get_device_capability()[0] == 9
+        """,
+    "sel/gen.py": """\
+        import torch
+        def gen_trtllm_module():
+            major = torch.cuda.get_device_capability()[0]
+            if major not in [10, 11]:
+                raise RuntimeError(f"No supported CUDA architectures found for major versions [10, 11].")
+            return "spec"
+        """,
+}
+
+
+def _selection_cell(tmp_path: Path) -> CellSpec:
+    root = tmp_path / "tree"
+    for rel, text in SELECTION_TREE.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
+    comp = InstalledComponent(axis="sglang", distribution="sglang", version="0.0", filename="", sha256="",
+                              source="", root=str(root))  # fmt: skip
+    return CellSpec(id="sel", values={"cuda": "12.8"}, backend="local", components=(comp,),
+                    archs=("sm_120", "sm_100", "sm_90", "sm_80"))  # fmt: skip
+
+
+SELECTORS = {"attention": {"selector": "sel.args:ServerArgs.pick_backend",
+                           "admits": {"trtllm_mla": "sel.gen:gen_trtllm_module"}}}  # fmt: skip
+
+
+def test_selection_names_the_selector_and_the_refusing_gate(tmp_path: Path) -> None:
+    from stackfarm.analysis.backendsel import cell_choices
+
+    found = {f.id: f for f in cell_choices(_selection_cell(tmp_path), SELECTORS)}
+    bad = found["selection-attention-trtllm_mla-sm_120"]
+    assert bad.outcome == "fail"
+    assert bad.message.startswith(
+        "sel.args:ServerArgs.pick_backend can pick 'trtllm_mla' on sm_120 (sel/args.py:8), but its gate "
+        "sel.gen:gen_trtllm_module does not admit sm_120 (sel/gen.py:"
+    )
+    assert found["selection-attention-trtllm_mla-sm_100"].outcome == "pass"
+    assert found["selection-attention-fa3-sm_90"].outcome == "n/a"  # no gate declared for fa3: not asked
+    assert "selection-attention-trtllm_mla-sm_90" not in found  # the selector cannot pick it there
+    assert "selection-attention-fa3-sm_120" not in found
+    # A choice of literals on an unknown condition: both are possible (none is dropped as unknown).
+    assert found["selection-attention-flashinfer-sm_80"].outcome == "n/a"
+    assert found["selection-attention-triton-sm_80"].line == 11

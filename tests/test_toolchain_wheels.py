@@ -123,3 +123,35 @@ def test_default_cells(
     assert {n for n, c in cases.items() if c["outcome"] == "failed"} == failing
     assert len(cases) == 4
     assert all(c["outcome"] != "skipped" for c in cases.values()), cases
+
+
+SELECTORS = {"attention": {"selector": "sglang.srt.server_args:ServerArgs._get_default_attn_backend",
+                           "admits": {"fa3": "sglang.srt.layers.attention.attention_registry:"
+                                             "create_flashattention_v3_backend"}}}  # fmt: skip
+
+
+@pytest.mark.parametrize(("sglang", "fi"), [("0.5.10", "0.6.7.post2"), ("0.5.15", "0.6.12")])
+def test_attention_selection_on_real_releases(sglang: str, fi: str) -> None:
+    """SGLang's default attention backend per arch (its _get_default_attn_backend, 1.2: "trtllm_mha does not
+    support SM120, which will fall back to flashinfer"): fa3 only on sm_90, where its creator's assert admits
+    it (that assert refuses sm_120); trtllm_mha only on sm_100 (its arch check is in flashinfer's C++
+    TllmGenFmhaRunner, no Python gate: not checked); on sm_120 flashinfer or triton."""
+    from stackfarm.analysis.backendsel import cell_choices
+    from stackfarm.analysis.capgates import evaluate_gate
+    from stackfarm.analysis.sourcetree import SourceTree
+
+    comps = (real_component("sglang", sglang), real_component("flashinfer-python", fi))
+    cell = CellSpec(id="sel", values={"cuda": "12.8"}, backend="local", components=comps,
+                    archs=("sm_120", "sm_100", "sm_90"))  # fmt: skip
+    found = {f.id: f for f in cell_choices(cell, SELECTORS)}
+    assert found["selection-attention-trtllm_mha-sm_100"].outcome == "n/a"
+    assert found["selection-attention-fa3-sm_90"].outcome == "pass"
+    assert not [i for i in found if i.startswith(("selection-attention-trtllm", "selection-attention-fa3")) and
+                i.endswith("sm_120")]  # fmt: skip
+    assert not [f.message for f in found.values() if f.outcome == "fail"]
+    assert {"flashinfer", "triton"} <= {f.target for f in found.values() if f.arch == "sm_120"}
+    tree = SourceTree([c.root for c in comps])
+    refused = evaluate_gate(
+        tree, SELECTORS["attention"]["admits"]["fa3"], parse_target("sm_120"), "12.8"
+    )
+    assert refused.state in ("off", "crash"), refused

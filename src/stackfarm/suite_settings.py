@@ -7,7 +7,8 @@ they read out of ``cell.settings``:
 - 10-capability (suites/10-capability/capability_findings.py): `environ`, `table_packages`, `flag_packages`;
 - 20-eagle3 (suites/20-eagle3/test_eagle3.py): `extra_targets`, `extra_drafts`, `compare_with`,
   `runtime_pairs`, `runtime_timeout`, `attention_backend`;
-- 15-toolchain (stackfarm.analysis.jitfindings.analyse): `environ` (as 10-capability's), `flashinfer_modes`.
+- 15-toolchain (stackfarm.analysis.jitfindings.analyse): `environ` (as 10-capability's), `flashinfer_modes`,
+  `selectors` (stackfarm.analysis.backendsel).
 
 `SCHEMAS` maps a suite's name to its schema. A suite without one (00-stack) accepts no settings: any key in its
 settings table is an error, like an unknown key in a suite that has one.
@@ -28,6 +29,7 @@ from .throughput.settings import SUITE as THROUGHPUT_SUITE
 
 _CLASS = r"[A-Za-z_][A-Za-z0-9_]*"
 _PACKAGE = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_GATE = r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*"
 
 
 def _version(text: str) -> str | None:
@@ -89,6 +91,25 @@ TOOLCHAIN = Table(
             'which of flashinfer\'s arch lists to compile, e.g. ["jit"] or ["jit", "aot"]',
             min_len=1,
             unique=True,
+        ),
+        "selectors": Map(
+            Table(
+                {
+                    "selector": Str(
+                        'a function "module:qualname" that returns a backend name', pattern=_GATE
+                    ),
+                    "admits": Map(
+                        Str('the backend\'s gate, "module:qualname"', pattern=_GATE),
+                        'backend name -> the gate deciding whether it runs on a GPU: admits = { fa3 = "m:f" }',
+                        noun="backend",
+                    ),
+                },
+                'a table: { selector = "module:qualname", admits = { <backend> = "module:qualname" } }',
+                required=("selector",),
+                noun="key",
+            ),
+            "[suites.15-toolchain.settings.selectors.<name>] tables",
+            noun="selector",
         ),
     },
     noun="setting",

@@ -7,7 +7,9 @@ line, command, error, detail (and toolkit: which CUDA toolkit was used and why).
 
 Settings ([suites.15-toolchain.settings], optional): flashinfer_modes = ["jit"] (default) or ["jit", "aot"]
 (also what an AOT build of flashinfer-jit-cache with FLASHINFER_CUDA_ARCH_LIST="<major>.<minor>" asks for);
-environ = { NAME = "value" }: the deployment's environment (TRITON_PTXAS_PATH, FLASHINFER_CUDA_ARCH_LIST...).
+environ = { NAME = "value" }: the deployment's environment (TRITON_PTXAS_PATH, FLASHINFER_CUDA_ARCH_LIST...);
+selectors.<name> = { selector = "module:qualname", admits = { <backend> = "module:qualname" } }: backend
+auto-selection checked per arch (stackfarm.analysis.backendsel).
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ from stackfarm.suitekit import NA, not_applicable
 def test_finding(finding: ToolFinding, record_property: RecordProperty) -> None:
     """triton: Triton's bundled ptxas accepts the --gpu-name Triton builds for the arch; flashinfer-jit /
     flashinfer-aot: the CUDA toolkit accepts every -gencode target flashinfer's CompilationContext gives;
+    selection: a backend the release's auto-selection can pick on the arch is admitted there by its gate;
     error: an input the analysis could not use."""
     for key in ("arch", "component", "compiler", "target", "file", "line", "command", "error"):
         record_property(key, str(getattr(finding, key)))
     record_property("detail", finding.message)
     if finding.note:
         record_property("toolkit", finding.note)
-    if finding.outcome == "n/a":
-        not_applicable(NA.COMPONENT_ABSENT, finding.message)
+    if finding.outcome == "n/a":  # a selected backend with no gate declared: the matrix does not ask
+        not_applicable(NA.NOT_CONFIGURED if finding.kind == "selection" and finding.target else NA.COMPONENT_ABSENT,
+                       finding.message)  # fmt: skip
     if finding.outcome == "skip":
         pytest.skip(finding.message)
     if finding.outcome == "fail":

@@ -81,10 +81,12 @@ class ToolFinding:
     error: str = ""
     #: Which toolkit was used and why (a stand-in wheel says so).
     note: str = ""
+    #: What else tells findings of one kind and arch apart ("<selector>-<backend>" for a selection).
+    name: str = ""
 
     @property
     def id(self) -> str:
-        return f"{self.kind}-{self.arch}"
+        return f"{self.kind}-{self.name}-{self.arch}" if self.name else f"{self.kind}-{self.arch}"
 
 
 def requirement_pin(requires: list[str], names: tuple[str, ...], extras: tuple[str, ...] = ()) -> str | None:
