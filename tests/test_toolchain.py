@@ -333,3 +333,28 @@ def test_selection_names_the_selector_and_the_refusing_gate(tmp_path: Path) -> N
     # A choice of literals on an unknown condition: both are possible (none is dropped as unknown).
     assert found["selection-attention-flashinfer-sm_80"].outcome == "n/a"
     assert found["selection-attention-triton-sm_80"].line == 11
+
+
+def test_toolkit_from_torchs_cuda_pins(tmp_path: Path) -> None:
+    """No nvcc in the cell: the nvcc wheel of the release torch's NVRTC pin names (cu13 naming here), fetched;
+    a cell whose CUDA differs from that release says so in the toolkit note."""
+    from stackfarm.analysis.jitfindings import find_toolkit
+
+    info = tmp_path / "torch" / "torch-2.9.1+cu130.dist-info"
+    info.mkdir(parents=True)
+    info.joinpath("METADATA").write_text("Name: torch\nRequires-Dist: nvidia-cuda-nvrtc==13.0.48; "
+                                         "platform_system == 'Linux'\n")  # fmt: skip
+    torch = InstalledComponent(axis="torch", distribution="torch", version="2.9.1+cu130", filename="", sha256="",
+                               source="", root=str(tmp_path / "torch"))  # fmt: skip
+    asked = []
+
+    def fetch(distribution: str, version: str) -> Path:
+        asked.append((distribution, version))
+        _ptxas(tmp_path / "nvcc" / "nvidia" / "cu13" / "bin", "13.0", "13.0.48")
+        return tmp_path / "nvcc"
+
+    cell = CellSpec(id="c", values={"cuda": "12.8"}, backend="local", components=(torch,))
+    kit = find_toolkit(cell, fetch, lambda d, v: [])
+    assert asked == [("nvidia-cuda-nvcc", "13.0.48")]
+    assert kit.ptxas.version == "13.0.48"
+    assert kit.why.endswith("NOTE: the cell's CUDA is 12.8, this toolkit is 13.0")

@@ -15,6 +15,7 @@ on the releases that fixed them, and the suite on the default matrix's cells fro
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,7 +126,7 @@ def test_default_cells(
     assert all(c["outcome"] != "skipped" for c in cases.values()), cases
 
 
-SELECTORS = {"attention": {"selector": "sglang.srt.server_args:ServerArgs._get_default_attn_backend",
+SELECTORS: dict[str, dict[str, Any]] = {"attention": {"selector": "sglang.srt.server_args:ServerArgs._get_default_attn_backend",
                            "admits": {"fa3": "sglang.srt.layers.attention.attention_registry:"
                                              "create_flashattention_v3_backend"}}}  # fmt: skip
 
@@ -151,7 +152,5 @@ def test_attention_selection_on_real_releases(sglang: str, fi: str) -> None:
     assert not [f.message for f in found.values() if f.outcome == "fail"]
     assert {"flashinfer", "triton"} <= {f.target for f in found.values() if f.arch == "sm_120"}
     tree = SourceTree([c.root for c in comps])
-    refused = evaluate_gate(
-        tree, SELECTORS["attention"]["admits"]["fa3"], parse_target("sm_120"), "12.8"
-    )
+    refused = evaluate_gate(tree, SELECTORS["attention"]["admits"]["fa3"], parse_target("sm_120"), "12.8")
     assert refused.state in ("off", "crash"), refused

@@ -54,6 +54,11 @@ MODES = ("jit", "aot")
 _ENV = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux", "os_name": "posix"}
 
 
+#: torch's pin on NVRTC names the CUDA release; the nvcc wheel of that release has the same version.
+_NVRTC_TO_NVCC = {"nvidia-cuda-nvrtc-cu12": "nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvrtc-cu11": "nvidia-cuda-nvcc-cu11",
+                  "nvidia-cuda-nvrtc": "nvidia-cuda-nvcc"}  # fmt: skip
+
+
 class NoTarget(RuntimeError):
     """flashinfer's own arch logic gives nvcc no target for the arch (its message, and the deciding line)."""
 
@@ -134,7 +139,10 @@ def find_toolkit(cell: CellSpec, fetch: Fetch, requires: Requires) -> Toolkit:
     if torch is None:
         raise Unavailable("the cell has no torch to read its CUDA release from, and no nvcc wheel")
     pins = _metadata_requires(torch)
-    dist, version = "nvidia-cuda-nvcc-cu12", requirement_pin(pins, ("nvidia-cuda-nvrtc-cu12",))
+    dist, version = "", None
+    for nvrtc, nvcc in _NVRTC_TO_NVCC.items():  # nvrtc and nvcc of one CUDA release share the version
+        if version is None and (version := requirement_pin(pins, (nvrtc,))) is not None:
+            dist = nvcc
     if version is None and (kit := requirement_pin(pins, ("cuda-toolkit",))) is not None:
         dist, version = (
             "nvidia-cuda-nvcc",
@@ -142,7 +150,7 @@ def find_toolkit(cell: CellSpec, fetch: Fetch, requires: Requires) -> Toolkit:
         )
     if version is None:
         raise Unavailable(
-            f"torch {torch.version}'s metadata pins no nvidia-cuda-nvrtc-cu12 / cuda-toolkit release"
+            f"torch {torch.version}'s metadata pins no nvidia-cuda-nvrtc(-cu12/-cu11) / cuda-toolkit release"
         )
     root = fetch(dist, version)
     bin_dir = wheel_bin_dir(root)
@@ -150,7 +158,14 @@ def find_toolkit(cell: CellSpec, fetch: Fetch, requires: Requires) -> Toolkit:
         raise Unavailable(f"the {dist} {version} wheel has no nvidia/*/bin/ptxas")
     why = (f"stand-in for the image's CUDA toolkit: the {dist} wheel of the CUDA release torch {torch.version} "
            "pins (this machine has no toolkit of the cell's)")  # fmt: skip
-    return toolkit_in(bin_dir, f"{dist} {version} wheel", why)
+    toolkit = toolkit_in(bin_dir, f"{dist} {version} wheel", why)
+    cuda = cell.values.get("cuda", "")
+    if (
+        cuda and cuda != toolkit.ptxas.release
+    ):  # the image carries the cell's CUDA: the stand-in is another one
+        note = f"{why}; NOTE: the cell's CUDA is {cuda}, this toolkit is {toolkit.ptxas.release}"
+        toolkit = replace(toolkit, why=note)
+    return toolkit
 
 
 def _rel(path: Path, root: Path) -> str:
