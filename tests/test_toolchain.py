@@ -358,3 +358,19 @@ def test_toolkit_from_torchs_cuda_pins(tmp_path: Path) -> None:
     assert asked == [("nvidia-cuda-nvcc", "13.0.48")]
     assert kit.ptxas.version == "13.0.48"
     assert kit.why.endswith("NOTE: the cell's CUDA is 12.8, this toolkit is 13.0")
+
+
+def test_triton_installed_beside_torch_is_the_one_judged(tmp_path: Path) -> None:
+    """A site-packages root (docker, host) holding the pinned triton: that copy is judged, nothing is fetched."""
+    site = tmp_path / "site"
+    (site / "torch-2.9.1.dist-info").mkdir(parents=True)
+    (site / "torch-2.9.1.dist-info" / "METADATA").write_text("Name: torch\nRequires-Dist: triton==3.5.1\n")
+    (site / "triton-3.5.1.dist-info").mkdir()
+    _triton(site, blackwell=False)
+    torch = InstalledComponent(axis="torch", distribution="torch", version="2.9.1", filename="", sha256="",
+                               source="", root=str(site))  # fmt: skip
+    cell = CellSpec(id="c", values={}, backend="docker", components=(torch,), archs=("sm_120", "sm_121"))
+    found = {f.id: f for f in analyse(cell, _no_fetch, lambda d, v: [], {}) if f.kind == "triton"}
+    assert found["triton-sm_120"].outcome == "pass"
+    assert found["triton-sm_121"].outcome == "fail"
+    assert found["triton-sm_121"].component == "triton 3.5.1"

@@ -375,6 +375,15 @@ def analyse(
     return out
 
 
+def _installed_beside(comp: InstalledComponent | None, distribution: str, version: str) -> Path | None:
+    """`comp`'s root where it is a site-packages that also holds `distribution` `version` (docker, host): the
+    installed copy is the one that runs."""
+    if comp is None or not comp.root:
+        return None
+    info = Path(comp.root) / f"{distribution}-{version}.dist-info"
+    return Path(comp.root) if info.is_dir() else None
+
+
 def _triton(cell: CellSpec, archs: list[Arch], fetch: Fetch, environ: Mapping[str, str]) -> list[ToolFinding]:
     own = _find(cell, ("triton",))
     torch = _find(cell, ("torch",))
@@ -387,7 +396,11 @@ def _triton(cell: CellSpec, archs: list[Arch], fetch: Fetch, environ: Mapping[st
         )
         return [ToolFinding("triton", str(a), "triton", "", "", "", 0, "n/a", why) for a in archs]
     try:
-        root = Path(own.root) if own and own.root else fetch("triton", version)
+        root = (
+            Path(own.root)
+            if own and own.root
+            else _installed_beside(torch, "triton", version) or fetch("triton", version)
+        )
     except Unavailable as exc:
         return [ToolFinding("triton", str(a), f"triton {version}", "", "", "", 0, "skip",
                             f"triton {version} (pinned by the cell's torch) cannot be had here: {exc}") for a in archs]  # fmt: skip
