@@ -10,6 +10,8 @@ on the releases that fixed them, and the suite on the default matrix's cells fro
   12.8.1's ptxas (nvidia-cuda-nvcc-cu12 12.8.93) rejects the FP4 conversion there. 0.6.7.post2's
   ``_normalize_cuda_arch`` makes it compute_120f/sm_120f, which CUDA 13.0's nvcc (13.0.88) compiles; under CUDA
   12.8 the same code refuses up front ("SM 12.x requires CUDA >= 12.9").
+- flashinfer#1657/#1658 ``Unsupported gpu architecture 'compute_90a'``: CUDA 11.8's ptxas rejects the sm_90a
+  flashinfer asks for on Hopper; CUDA 12.8's accepts it.
 """
 
 from __future__ import annotations
@@ -154,3 +156,19 @@ def test_attention_selection_on_real_releases(sglang: str, fi: str) -> None:
     tree = SourceTree([c.root for c in comps])
     refused = evaluate_gate(tree, SELECTORS["attention"]["admits"]["fa3"], parse_target("sm_120"), "12.8")
     assert refused.state in ("off", "crash"), refused
+
+
+def test_flashinfer_jit_sm_90a_needs_a_toolkit_that_knows_it() -> None:
+    """flashinfer#1657/#1658 (`nvcc fatal : Unsupported gpu architecture 'compute_90a'` from an older system
+    toolkit): flashinfer 0.6.3 asks for compute_90a/sm_90a at JIT time on an H100/H200 (suffix "a" from major 9);
+    CUDA 11.8's ptxas (nvidia-cuda-nvcc-cu11 11.8.89) does not know sm_90a, CUDA 12.8.1's does."""
+    sm90 = parse_target("sm_90")
+    old = flashinfer_finding(
+        _flashinfer("0.6.3"), sm90, "jit", _toolkit("nvidia-cuda-nvcc-cu11", "11.8.89"), {}
+    )
+    assert old.outcome == "fail", old.message
+    assert old.target == "compute_90a/sm_90a"
+    assert old.error == "ptxas fatal   : Value 'sm_90a' is not defined for option 'gpu-name'"
+    assert old.compiler == "ptxas 11.8.89 (nvidia-cuda-nvcc-cu11 11.8.89 wheel)"
+    kit128 = _toolkit("nvidia-cuda-nvcc-cu12", "12.8.93")
+    assert flashinfer_finding(_flashinfer("0.6.3"), sm90, "jit", kit128, {}).outcome == "pass"
