@@ -131,7 +131,6 @@ def test_real_matrix_loads_as_written() -> None:
             "decode_tok_s": 200,
             "itl_ms": 5.0,
             "batch8_tok_s": 1600,
-            "ttft_ms": 40,
             "eagle3_decode_tok_s": 540,
             "eagle3_batch8_tok_s": 3800,
             "eagle3_over_baseline@0.9": 1.9,

@@ -73,3 +73,17 @@ def test_a_bad_record_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["thresholds", "--from", str(tmp_path)]) == 2
     assert "not a readable throughput.json" in capsys.readouterr().err
     assert main(["thresholds", "--from", str(H200), "--max-cv", "3"]) == 2
+
+
+def test_every_h200_threshold_sits_on_a_stable_figure() -> None:
+    """Each figure [thresholds.1x-h200] bounds has CV <= 2 % in the committed H200 record (TTFT at a 16-token prompt
+    does not, and carries no bound)."""
+    from stackfarm.matrix import load
+
+    table = load(Path(__file__).parents[1] / "matrix.toml").thresholds["1x-h200"]
+    found = {r.figure: r for r in derive.readings([_record()])}
+    for key in table:
+        if key == "max_regression_pct":
+            continue
+        assert key in found, f"{key} is not measured in {H200.name}"
+        assert found[key].unstable is None, f"{key}: {found[key].unstable}"
