@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -27,9 +27,6 @@ from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of, pytho
 from .throughput import thresholds as throughput_thresholds
 from .throughput.settings import SUITE as THROUGHPUT_SUITE
 from .throughput.settings import Settings as ThroughputSettings
-
-if TYPE_CHECKING:
-    from .profile import HostProfile
 
 _TOP_KEYS = (
     "axes",
@@ -182,7 +179,7 @@ class Matrix:
     #: [store] trusted_keys: the runner public keys (files or folders) whose store entries are believed.
     trusted_runner_keys: tuple[Path, ...] = ()
     #: The host profile layered over the file (`--profile`, stackfarm.profile), None without one.
-    profile: HostProfile | None = None
+    profile: matrix_tables.HostProfile | None = None
 
     @property
     def root(self) -> Path:

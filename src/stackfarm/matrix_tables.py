@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -298,12 +300,39 @@ STORE = Table(
     },
 )
 
+# --------------------------------------------------------------------------- a host profile, as loaded
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostProfile:
+    """A host profile as loaded: who it is, and what its bundle carries (stackfarm.wheelhouse)."""
+
+    name: str
+    path: Path
+    #: sha256 of the file's bytes: an input of every cell run under it.
+    sha256: str
+    runner: str
+    python: str
+    platform: str
+    #: canonical distribution name -> the version the host has installed.
+    provides: Mapping[str, str] = field(default_factory=dict)
+    pins: tuple[str, ...] = ()
+    #: Carried as they are (`pip --no-deps`), outside the resolution: what else asks for them is not looked at.
+    nodeps: tuple[str, ...] = ()
+    leave_out: Mapping[str, str] = field(default_factory=dict)
+
+    def as_facts(self) -> dict[str, str]:
+        """What a verdict records about the profile it ran under."""
+        return {"profile.name": self.name, "profile.sha256": self.sha256, "profile.path": str(self.path)}
+
+
 __all__ = [
     "DEVIATION",
     "DOCKER",
     "DOCKER_KEYS",
     "STORE",
     "ULIMITS",
+    "HostProfile",
     "feature",
     "runner",
     "runner_count_rule",

@@ -36,7 +36,6 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ from . import matrix as matrix_module
 from . import matrix_tables, schema
 from .errors import ConfigError, did_you_mean
 from .matrix import Matrix, Suite
+from .matrix_tables import HostProfile
 from .schema import List, Map, Str, Table
 
 if sys.version_info >= (3, 11):
@@ -113,29 +113,6 @@ PROFILE = Table(
     required=("name", "runner", "python", "platform"),
     noun="key",
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class HostProfile:
-    """A host profile as loaded: who it is, and what its bundle carries (stackfarm.wheelhouse)."""
-
-    name: str
-    path: Path
-    #: sha256 of the file's bytes: an input of every cell run under it.
-    sha256: str
-    runner: str
-    python: str
-    platform: str
-    #: canonical distribution name -> the version the host has installed.
-    provides: Mapping[str, str] = field(default_factory=dict)
-    pins: tuple[str, ...] = ()
-    #: Carried as they are (`pip --no-deps`), outside the resolution: what else asks for them is not looked at.
-    nodeps: tuple[str, ...] = ()
-    leave_out: Mapping[str, str] = field(default_factory=dict)
-
-    def as_facts(self) -> dict[str, str]:
-        """What a verdict records about the profile it ran under."""
-        return {"profile.name": self.name, "profile.sha256": self.sha256, "profile.path": str(self.path)}
 
 
 def _read(path: Path) -> tuple[str, dict[str, Any]]:

@@ -7,7 +7,7 @@ they read out of ``cell.settings``:
 - 10-capability (suites/10-capability/capability_findings.py): `environ`, `table_packages`, `flag_packages`;
 - 20-eagle3 (suites/20-eagle3/test_eagle3.py): `extra_targets`, `extra_drafts`, `compare_with`,
   `runtime_pairs`, `runtime_timeout`, `attention_backend`;
-- 15-toolchain (stackfarm.analysis.jitfindings.analyse): `environ` (as 10-capability's), `flashinfer_modes`,
+- 15-toolchain (suites/15-toolchain, its analysis in analysis/jitfindings.py): `environ` (as 10-capability's), `flashinfer_modes`,
   `selectors` (stackfarm.analysis.backendsel).
 
 `SCHEMAS` maps a suite's name to its schema. A suite without one (00-stack) accepts no settings: any key in its
@@ -20,12 +20,14 @@ from collections.abc import Mapping
 
 from packaging.version import InvalidVersion, Version
 
-from .analysis.jitfindings import MODES as TOOLCHAIN_MODES
 from .numerics.settings import SCHEMA as NUMERICS
 from .numerics.settings import SUITE as NUMERICS_SUITE
 from .schema import Either, Enum, List, Map, Number, Str, Table
 from .throughput.settings import SCHEMA as THROUGHPUT
 from .throughput.settings import SUITE as THROUGHPUT_SUITE
+
+#: How 15-toolchain may ask flashinfer for its kernels: JIT at first use, and the AOT build (analysis/jitfindings.py).
+TOOLCHAIN_MODES = ("jit", "aot")
 
 _CLASS = r"[A-Za-z_][A-Za-z0-9_]*"
 _PACKAGE = r"[A-Za-z0-9][A-Za-z0-9._-]*"
