@@ -232,7 +232,10 @@ def test_mismatched_kernel_fails_in_the_suite(tmp_path: Path) -> None:
         "sgl_kernel/sm90/common_ops.abi3.so cannot load with torch 2.11.0: 2 unresolved symbols: "
     )
     assert "c10_cuda_check_implementation" in case["message"]
-    assert "defined in torch 2.9.1" in case["message"]
+    # The cause does not depend on what else lies in the cache: which other torch defines the symbols is a hint
+    # of its own (from a declared comparison set, else labelled "also cached here"), never in the failure line.
+    assert case["message"].rstrip().endswith("(built against another torch than torch 2.11.0)")
+    assert "defined in torch" not in case["message"]
 
 
 @pytest.mark.integration
