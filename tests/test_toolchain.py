@@ -374,3 +374,26 @@ def test_triton_installed_beside_torch_is_the_one_judged(tmp_path: Path) -> None
     assert found["triton-sm_120"].outcome == "pass"
     assert found["triton-sm_121"].outcome == "fail"
     assert found["triton-sm_121"].component == "triton 3.5.1"
+
+
+@pytest.mark.parametrize(
+    ("metadata", "outcome"),
+    [
+        (None, "skip"),  # torch's METADATA unreadable: which Triton it brings is unknown
+        ("Name: torch\nRequires-Dist: triton>=3.5\n", "skip"),  # a range, not one release
+        ("Name: torch\nRequires-Dist: filelock\n", "n/a"),  # read, and no Triton at all
+    ],
+)
+def test_an_unreadable_triton_pin_is_unanswered_not_absent(
+    tmp_path: Path, metadata: str | None, outcome: str
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    if metadata is not None:
+        (site / "torch-2.9.1.dist-info").mkdir()
+        (site / "torch-2.9.1.dist-info" / "METADATA").write_text(metadata)
+    torch = InstalledComponent(axis="torch", distribution="torch", version="2.9.1", filename="", sha256="",
+                               source="", root=str(site))  # fmt: skip
+    cell = CellSpec(id="c", values={}, backend="local", components=(torch,), archs=("sm_120",))
+    found = [f for f in analyse(cell, _no_fetch, lambda d, v: [], {}) if f.kind == "triton"]
+    assert [f.outcome for f in found] == [outcome]

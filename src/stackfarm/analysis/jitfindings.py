@@ -121,6 +121,18 @@ def _metadata_requires(comp: InstalledComponent) -> list[str]:
     return [ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Requires-Dist:")]
 
 
+def _triton_unknown(torch: InstalledComponent) -> str | None:
+    """Why torch's Triton cannot be told (its METADATA unreadable, or a Triton requirement without an == pin), or
+    None when torch's metadata is read and requires no Triton at all (then Triton is absent: n/a)."""
+    info = dist_info(torch)
+    if info is None or not (info / "METADATA").is_file():
+        return f"torch {torch.version}'s METADATA cannot be read here, so which Triton it brings is unknown"
+    named = [r for r in _metadata_requires(torch) if r.split(";")[0].strip().lower().startswith("triton")]
+    if named:
+        return f"torch {torch.version} requires {named[0]!r}, not one Triton release: which ptxas JITs is unknown"
+    return None
+
+
 def _find(cell: CellSpec, names: tuple[str, ...]) -> InstalledComponent | None:
     return next((c for c in cell.components if c.distribution.lower() in names), None)
 
@@ -392,8 +404,13 @@ def _triton(cell: CellSpec, archs: list[Arch], fetch: Fetch, environ: Mapping[st
         own.version if own else requirement_pin(_metadata_requires(torch), ("triton",)) if torch else None
     )
     if version is None:
+        unknown = _triton_unknown(torch) if torch and not own else None
+        if unknown is not None:  # torch is there but what it pins cannot be read: unanswered, never n/a
+            return [ToolFinding("triton", str(a), "triton", "", "", "", 0, "skip", unknown) for a in archs]
         why = (
-            "the cell has no triton, and its torch pins none" if torch else "the cell has no torch or triton"
+            "the cell has no triton, and its torch requires none"
+            if torch
+            else "the cell has no torch or triton"
         )
         return [ToolFinding("triton", str(a), "triton", "", "", "", 0, "n/a", why) for a in archs]
     try:
