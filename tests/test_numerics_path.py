@@ -90,15 +90,6 @@ def test_correct_paths_agree(models: dict[str, Path], baseline: tuple[Generation
         assert judge(comparison, max_near_tie_rate=0.25, max_drift=0.1).ok
 
 
-def test_the_draft_reads_the_last_aux_state() -> None:
-    names = {s.name: s for s in pathmodel.path_draft_specs(pathmodel.PATH_TARGET)}
-    fc = names["fc.weight"].make()
-    h = pathmodel.PATH_TARGET.hidden
-    assert fc.shape == (h, 3 * h)
-    assert float(fc[:, : 2 * h].abs().sum()) == 0.0
-    assert float((fc[:, 2 * h :] - __import__("torch").eye(h)).abs().sum()) == 0.0
-
-
 def test_bad_shapes_are_refused() -> None:
     from dataclasses import replace
 

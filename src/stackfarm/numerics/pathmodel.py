@@ -26,8 +26,11 @@ divergence is real, and the baseline itself must produce `path_sequence` exactly
 runs is caught too). `bug` plants kernel-like defects into the target, for the checks that a divergence is caught:
 ``"attention"`` (the key unrotated: attention reads the current position, an off-by-one in the KV cache) and
 ``"mlp"`` (down columns shifted by one: the MLP's output row indexing is off). The EAGLE-3 draft (`path_draft_specs`)
-passes the target's last auxiliary hidden state through fc and decodes it with the embedding, so its first draft
-token is right and later ones mostly not (accept length about 2).
+computes the same function from its own token history (a lag-1 head and an MLP memory in its one layer) and gives
+back the state it carries between steps, so its drafts are right: SGLang's accept path runs on every verify
+(accept length 3.99 of 4 in `tests/test_numerics_path_draft.py`'s simulation of SGLang's draft forward; the
+draft this replaced decoded the target's last aux state, proposed the token it had just been given, and measured
+1.03 on the H200).
 """
 
 from __future__ import annotations
@@ -221,32 +224,142 @@ def path_target_specs(
     return specs
 
 
-def path_draft_specs(shape: LlamaShape = PATH_TARGET, *, seed: int = 0) -> list[TensorSpec]:
-    """The path target's EAGLE-3 draft: fc = [0 | ... | I] (the last auxiliary hidden state, where the MLP memory
-    has written perm[t_prev]), attention and MLP adding nothing, the head = the target's embedding."""
-    _check(shape)
-    h, q, inter, aux = shape.hidden, shape.heads * shape.head_dim, shape.intermediate, len(AUX_LAYERS)
+#: The draft's residual channels: block A (the token one back, which the draft's memory reads) and block B (its
+#: memory's values, which its LM head reads); channel 0 stays empty (the bias channel lives in the embeddings).
+DRAFT_A = range(1, 65)
+DRAFT_B = range(65, 193)
+#: The draft's cancelling heads (lag 0) give back the hidden state it carries from its previous step, scaled by
+#: this estimate of that state's rms (mean 4.69, range 2.1-5.3, in `tests/test_numerics_path_draft.py`'s simulation).
+DRAFT_CANCEL = 4.69
 
-    def fc() -> torch.Tensor:
+
+def _draft_qk(shape: LlamaShape, lags: Sequence[int], *, rotate: bool) -> Callable[[], torch.Tensor]:
+    """The draft's q_proj / k_proj over [embeddings | hidden]: head i reads the bias channel, its key rotated by
+    `lags[i]` positions, so its scores peak at that lag (the target's layer 0 is the lag-1 case)."""
+
+    def make() -> torch.Tensor:
         import torch
 
-        return torch.cat([torch.zeros(h, h * (aux - 1)), torch.eye(h)], dim=1)
+        half = shape.head_dim // 2
+        amp = math.sqrt(PEAK_SCORE * math.sqrt(shape.head_dim) / half)
+        weight = torch.zeros(shape.heads * shape.head_dim, 2 * shape.hidden)
+        for head, lag in enumerate(lags):
+            for i, theta in enumerate(thetas(shape)):
+                row = head * shape.head_dim
+                weight[row + i, 0] = amp * (math.cos(lag * theta) if rotate else 1.0) / BIAS
+                weight[row + i + half, 0] = amp * (math.sin(lag * theta) if rotate else 0.0) / BIAS
+        return weight
 
+    return make
+
+
+def _draft_heads(
+    shape: LlamaShape,
+) -> tuple[list[int], Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
+    """Head 0 (lag 1) carries block A of the previous input embedding; heads 1.. (lag 0) carry blocks A and B of
+    the incoming hidden state back out, negated (v_proj, then o_proj)."""
+    d, h = shape.head_dim, shape.hidden
+    carried = list(DRAFT_A) + list(DRAFT_B)
+    if len(DRAFT_A) != d or len(carried) > (shape.heads - 1) * d or DRAFT_B[-1] >= h:
+        raise ValueError(f"the path draft needs head_dim {len(DRAFT_A)} and {shape.heads} heads, not {shape}")
+    lags = [1] + [0] * (shape.heads - 1)
+
+    def v_proj() -> torch.Tensor:
+        import torch
+
+        weight = torch.zeros(shape.heads * d, 2 * h)
+        for i, channel in enumerate(DRAFT_A):
+            weight[i, channel] = 1.0  # the embedding half
+        for i, channel in enumerate(carried):
+            weight[d + i, h + channel] = 1.0  # the hidden half
+        return weight
+
+    def o_proj() -> torch.Tensor:
+        import torch
+
+        weight = torch.zeros(h, shape.heads * d)
+        for i, channel in enumerate(DRAFT_A):
+            weight[channel, i] = ALPHA
+        for i, channel in enumerate(carried):
+            weight[channel, d + i] = -DRAFT_CANCEL
+        return weight
+
+    return lags, v_proj, o_proj
+
+
+#: The draft memory's pre-activation on the right key (its input's block A has norm ~sqrt(hidden)).
+DRAFT_KEY = 12.0
+#: The draft memory's output norm (block B), against ~ALPHA x sqrt(len(DRAFT_A)) for block A.
+DRAFT_VALUE = 64.0
+
+
+def _unit_rows(table: torch.Tensor) -> torch.Tensor:
+    unit: torch.Tensor = table / table.norm(dim=1, keepdim=True)
+    return unit
+
+
+def _draft_memory(shape: LlamaShape, seed: int, *, role: str) -> Callable[[], torch.Tensor]:
+    """The draft's MLP memory: keys read block A (the direction of E[i] there, so the right key's activation is
+    the same for every token), values write the direction of E[perm[i]] in block B."""
+
+    def make() -> torch.Tensor:
+        import torch
+
+        table = _embedding(shape, seed)()
+        a, b = list(DRAFT_A), list(DRAFT_B)
+        if role == "key":
+            keys = torch.zeros(shape.intermediate, shape.hidden)
+            keys[: shape.vocab, a] = _unit_rows(table[:, a]) * (DRAFT_KEY / math.sqrt(shape.hidden))
+            return keys
+        act = DRAFT_KEY * DRAFT_KEY / (1.0 + math.exp(-DRAFT_KEY))  # silu(k) * k
+        perm = torch.tensor(permutation(shape.vocab, seed))
+        values = torch.zeros(shape.hidden, shape.intermediate)
+        values[b, : shape.vocab] = _unit_rows(table[perm][:, b]).t() * (DRAFT_VALUE / act)
+        return values
+
+    return make
+
+
+def _draft_head(shape: LlamaShape, seed: int) -> Callable[[], torch.Tensor]:
+    """The draft's LM head: the direction of each token's embedding in block B."""
+
+    def make() -> torch.Tensor:
+        table = _embedding(shape, seed)()
+        head = table * 0.0
+        head[:, list(DRAFT_B)] = _unit_rows(table[:, list(DRAFT_B)])
+        return head
+
+    return make
+
+
+def path_draft_specs(shape: LlamaShape = PATH_TARGET, *, seed: int = 0) -> list[TensorSpec]:
+    """The path target's EAGLE-3 draft: it predicts perm[the token one back] from its own token history, like
+    the target's first two layers in one (a lag-1 attention head, an MLP memory), so its drafts are right and
+    EAGLE-3's accept path runs on every verify.
+
+    SGLang's draft takes at position j the token j + 1 (its input is shifted by one) and the target's hidden
+    state at j; its next step takes the pre-norm hidden state of its previous one. fc is zero (the target's
+    states are captured and multiplied, but add nothing); head 0 brings the previous input embedding into block A;
+    the memory keyed on block A writes E[perm[token]] into block B, which the head reads; heads 1.. give back
+    the carried state (`DRAFT_CANCEL`), so that each step sees its own token, not the sum of all steps so far."""
+    _check(shape)
+    h, q, inter, aux = shape.hidden, shape.heads * shape.head_dim, shape.intermediate, len(AUX_LAYERS)
+    lags, v_proj, o_proj = _draft_heads(shape)
     p = "layers.0."
     return [
-        TensorSpec(f"{p}self_attn.q_proj.weight", (q, 2 * h), _rnd(seed, 10_001, q, 2 * h)),
-        TensorSpec(f"{p}self_attn.k_proj.weight", (q, 2 * h), _rnd(seed, 10_002, q, 2 * h)),
-        TensorSpec(f"{p}self_attn.v_proj.weight", (q, 2 * h), _rnd(seed, 10_003, q, 2 * h)),
-        TensorSpec(f"{p}self_attn.o_proj.weight", (h, q), _zeros(h, q)),
-        TensorSpec(f"{p}mlp.gate_proj.weight", (inter, h), _rnd(seed, 10_004, inter, h)),
-        TensorSpec(f"{p}mlp.up_proj.weight", (inter, h), _rnd(seed, 10_005, inter, h)),
-        TensorSpec(f"{p}mlp.down_proj.weight", (h, inter), _zeros(h, inter)),
+        TensorSpec(f"{p}self_attn.q_proj.weight", (q, 2 * h), _draft_qk(shape, lags, rotate=False)),
+        TensorSpec(f"{p}self_attn.k_proj.weight", (q, 2 * h), _draft_qk(shape, lags, rotate=True)),
+        TensorSpec(f"{p}self_attn.v_proj.weight", (q, 2 * h), v_proj),
+        TensorSpec(f"{p}self_attn.o_proj.weight", (h, q), o_proj),
+        TensorSpec(f"{p}mlp.gate_proj.weight", (inter, h), _draft_memory(shape, seed, role="key")),
+        TensorSpec(f"{p}mlp.up_proj.weight", (inter, h), _draft_memory(shape, seed, role="key")),
+        TensorSpec(f"{p}mlp.down_proj.weight", (h, inter), _draft_memory(shape, seed, role="value")),
         TensorSpec(f"{p}input_layernorm.weight", (h,), _ones(h)),
         TensorSpec(f"{p}post_attention_layernorm.weight", (h,), _ones(h)),
         TensorSpec(f"{p}hidden_norm.weight", (h,), _ones(h)),
-        TensorSpec("fc.weight", (h, h * aux), fc),
+        TensorSpec("fc.weight", (h, h * aux), _zeros(h, h * aux)),
         TensorSpec("norm.weight", (h,), _ones(h)),
-        TensorSpec("lm_head.weight", (shape.vocab, h), _embedding(shape, seed)),
+        TensorSpec("lm_head.weight", (shape.vocab, h), _draft_head(shape, seed)),
     ]
 
 
