@@ -1,0 +1,70 @@
+"""The README's GPU command on the lent H200, as committed in tests/test_gpu_runs/h200-2026-12-02: one
+`stackfarm run --backend host --python python3 --profile runners/1x-h200.toml --cells 'cu130-torch2.11.0*'` from
+a fresh clone plus the `stackfarm bundle` wheelhouse (00 -> 40, gates on; 1352 s). Its stored verdict is re-judged
+from its own JUnit files (never believed), and `[thresholds.1x-h200]` is what `stackfarm thresholds` derives from
+this run and the earlier one (tests/test_throughput_fixtures/h200_planted_curve_throughput.json)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from stackfarm import verdict
+from stackfarm.matrix import load
+from stackfarm.throughput import derive
+
+REPO = Path(__file__).parents[1]
+RUN = Path(__file__).parent / "test_gpu_runs" / "h200-2026-12-02"
+CELL = "cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"
+EARLIER = Path(__file__).parent / "test_throughput_fixtures" / "h200_planted_curve_throughput.json"
+
+
+def _records() -> list[dict[str, Any]]:
+    return [json.loads(p.read_text(encoding="utf-8")) for p in (EARLIER, RUN / CELL / "throughput.json")]
+
+
+def test_the_run_passes_when_re_judged_from_its_junit_files() -> None:
+    stored = verdict.read(RUN / CELL / verdict.VERDICT)
+    fresh = verdict.rejudged(stored)
+    assert verdict.rejudge_problem(stored) is None
+    assert fresh.status is verdict.Status.PASSED
+    suites = {s.suite: s.outcome for s in fresh.suites}
+    assert set(suites) == {
+        "00-stack", "05-import", "10-capability", "15-toolchain", "20-eagle3", "30-numerics", "40-throughput"
+    }  # fmt: skip
+    assert set(suites.values()) == {"passed"}
+    facts = fresh.backend_facts
+    assert facts["profile.name"] == "1x-h200"
+    want = __import__("hashlib").sha256((REPO / "runners" / "1x-h200.toml").read_bytes()).hexdigest()
+    assert facts["profile.sha256"] == want, "runners/1x-h200.toml changed since this run: re-run it on the H200"
+
+
+def test_the_h200_table_is_derived_from_the_two_runs() -> None:
+    """matrix.toml's [thresholds.1x-h200] is `stackfarm thresholds --from <run 1> --from <run 2>`, bound for bound."""
+    shipped = load(REPO / "matrix.toml").thresholds["1x-h200"]
+    found = {r.figure: r for r in derive.readings(_records())}
+    for key, value in shipped.items():
+        if key == "max_regression_pct":
+            continue
+        reading = found[key]
+        assert reading.unstable is None, f"{key}: {reading.unstable}"
+        assert reading.agrees(), f"{key}: medians {reading.medians} differ by more than the runs' CV"
+        assert reading.bound == value, f"{key}: the runs give {reading.bound}, matrix.toml has {value}"
+
+
+def test_no_unstable_figure_carries_a_bound() -> None:
+    shipped = load(REPO / "matrix.toml").thresholds["1x-h200"]
+    unstable = {r.figure for r in derive.readings(_records()) if r.unstable is not None}
+    assert {"ttft_ms", "batch8_ttft_ms", "eagle3_ttft_ms"} <= unstable
+    assert not unstable & set(shipped)
+
+
+def test_both_numerics_defects_were_caught_on_the_gpu_and_nothing_tied() -> None:
+    rows = {r["test"].split("::")[-1]: r for r in json.loads((RUN / CELL / "numerics.json").read_text("utf-8"))}
+    for bug in ("attention", "mlp"):
+        row = rows[f"test_e2e_gpu_bug[{bug}]"]
+        assert row["ok"] is False and " 0 near-tie(s), 8 real" in row["verdict"]
+    for config in ("eagle3-bfloat16", "eagle3-tree-bfloat16"):
+        row = rows[f"test_e2e_gpu[{config}]"]
+        assert row["ok"] is True and row["verdict"].startswith("8/8 prompts identical")
