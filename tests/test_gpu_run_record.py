@@ -6,6 +6,7 @@ this run and the earlier one (tests/test_throughput_fixtures/h200_planted_curve_
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,10 @@ def test_the_run_passes_when_re_judged_from_its_junit_files() -> None:
     assert set(suites.values()) == {"passed"}
     facts = fresh.backend_facts
     assert facts["profile.name"] == "1x-h200"
-    want = __import__("hashlib").sha256((REPO / "runners" / "1x-h200.toml").read_bytes()).hexdigest()
-    assert facts["profile.sha256"] == want, "runners/1x-h200.toml changed since this run: re-run it on the H200"
+    want = hashlib.sha256((REPO / "runners" / "1x-h200.toml").read_bytes()).hexdigest()
+    assert facts["profile.sha256"] == want, (
+        "runners/1x-h200.toml changed since this run: re-run it on the H200"
+    )
 
 
 def test_the_h200_table_is_derived_from_the_two_runs() -> None:
@@ -61,10 +64,14 @@ def test_no_unstable_figure_carries_a_bound() -> None:
 
 
 def test_both_numerics_defects_were_caught_on_the_gpu_and_nothing_tied() -> None:
-    rows = {r["test"].split("::")[-1]: r for r in json.loads((RUN / CELL / "numerics.json").read_text("utf-8"))}
+    rows = {
+        r["test"].split("::")[-1]: r for r in json.loads((RUN / CELL / "numerics.json").read_text("utf-8"))
+    }
     for bug in ("attention", "mlp"):
         row = rows[f"test_e2e_gpu_bug[{bug}]"]
-        assert row["ok"] is False and " 0 near-tie(s), 8 real" in row["verdict"]
+        assert row["ok"] is False
+        assert " 0 near-tie(s), 8 real" in row["verdict"]
     for config in ("eagle3-bfloat16", "eagle3-tree-bfloat16"):
         row = rows[f"test_e2e_gpu[{config}]"]
-        assert row["ok"] is True and row["verdict"].startswith("8/8 prompts identical")
+        assert row["ok"] is True
+        assert row["verdict"].startswith("8/8 prompts identical")

@@ -610,6 +610,8 @@ class E2EConfig:
 _TP2 = {"tp_size": 2}
 #: SGLang's per-request accept length counts the prefill token (32 tokens / 8 verifies = 4, give or take one).
 PLANTED_ACCEPT_TOL = 0.25
+#: The path draft's accept length floor on the chain (3 steps, top-1), below the 3.99 simulated.
+PATH_ACCEPT_FLOOR = 3.0
 E2E = (
     E2EConfig(name="eagle3", reference={}, candidate=EAGLE3_CHAIN, needs_draft=True),
     E2EConfig(name="eagle3-tree", reference={}, candidate=EAGLE3_TREE, needs_draft=True),
@@ -785,6 +787,16 @@ def test_e2e_gpu(
         assert got is not None, "SGLang reported no accept length"
         assert abs(got - want) <= PLANTED_ACCEPT_TOL, (
             f"the planted draft should accept everything (accept length {want:g}), SGLang reports {got}"
+        )
+    if settings.model == "path" and settings.model_path is None and config.candidate is EAGLE3_CHAIN:
+        # The path draft computes the target's function from its own history (pathmodel.path_draft_specs): a
+        # CPU simulation of SGLang's draft forward accepts 3.99 of 4; an accept path that rejects right drafts
+        # (or a draft forward that differs from that simulation) falls below this.
+        record_property("path_accept_length_floor", f"{PATH_ACCEPT_FLOOR:g}")
+        got = comparison.accept_length
+        assert got is not None, "SGLang reported no accept length"
+        assert got >= PATH_ACCEPT_FLOOR, (
+            f"the path draft's drafts are right (accept length 3.99 of 4 simulated), SGLang reports {got}"
         )
 
 
