@@ -125,21 +125,10 @@ def test_real_matrix_loads_as_written() -> None:
     assert m.suites[0].gate is True
     assert m.suites[0].timeout == 900
     assert m.suites[0].needs_gpu is False
-    assert dict(m.thresholds) == {
-        "8x-rtx-pro-6000": {"decode_tok_s": 92.6, "eagle3_over_baseline": 1.0},
-        "1x-h200": {
-            "decode_tok_s": 200,
-            "itl_ms": 5.0,
-            "batch8_tok_s": 1600,
-            "eagle3_decode_tok_s": 540,
-            "eagle3_batch8_tok_s": 3800,
-            "eagle3_over_baseline@0.9": 1.9,
-            "eagle3_over_baseline@0.5": 1.0,
-            "eagle3_over_baseline@0": 0.6,
-            "break_even_acceptance": 0.45,
-            "max_regression_pct": 20,
-        },
-    }
+    assert set(m.thresholds) == {"8x-rtx-pro-6000", "1x-h200"}
+    assert dict(m.thresholds["8x-rtx-pro-6000"]) == {"decode_tok_s": 92.6, "eagle3_over_baseline": 1.0}
+    # the H200 bounds are derived from two H200 runs, bound for bound: tests/test_gpu_run_record.py owns them
+    assert m.thresholds["1x-h200"]["max_regression_pct"] == 20
     assert isinstance(m.features, dict)
 
 
