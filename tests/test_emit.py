@@ -275,7 +275,11 @@ def test_buildkite_pipeline_matches_buildkites_schema(plan300: dict[str, Any]) -
     assert all(c["agents"]["queue"] in ("8x-rtx-pro-6000", "1x-h200") for c in cells)
     one = next(c for c in cells if c["label"].endswith("-sgl0.5.1"))
     cell = one["label"].split(" ", 1)[1]
-    assert one["command"] == f"python -m stackfarm run --cells {cell} --jobs 1"
+    # The worker reads the plan (its basis, its input hashes) and runs the plan's matrix, never ./matrix.toml.
+    assert one["command"] == (
+        "buildkite-agent artifact download plan.json . && "
+        f"python -m stackfarm run --cells {cell} --jobs 1 --plan plan.json --matrix {plan300['matrix']['path']}"
+    )
     assert one["artifact_paths"] == [f"reports/{cell}/**/*"]
     assert len({c["key"] for c in cells}) == 290
     wait, merge = steps[-2:]
@@ -436,8 +440,9 @@ def test_stored_cells_and_conflicts_still_reach_the_gate(plan300: dict[str, Any]
     }
     jobs = gha.workflow(doc)["jobs"]
     merge = next(s["run"] for s in jobs["report"]["steps"] if s.get("name") == "merge the reports")
-    assert (
-        merge == f"python -m stackfarm report --reports reports --gate --from {url} --backend docker --no-gpu"
+    assert merge == (
+        f"python -m stackfarm report --reports reports --gate --from {url} --plan plan.json "
+        f"--matrix {doc['matrix']['path']} --backend docker --no-gpu"
     )
     assert "sglang 0.5.0 requires torch==2.9.1" in jobs["conflicts"]["env"]["CONFLICTS"]
     assert "exit 1" in jobs["conflicts"]["steps"][0]["run"]
