@@ -302,6 +302,7 @@ class Runner:
             matrix=str(self.matrix.path.resolve()),
             deviations=tuple(d.as_dict() for d in self.matrix.deviations),
             profile=str(self.matrix.profile.path) if self.matrix.profile is not None else "",
+            runner=str(kind.get("name", "")) if isinstance(kind := inputs.get("runner"), dict) else "",
         )
         spec_path = workdir / "cell.json"
         spec.dump(spec_path)
