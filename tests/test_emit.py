@@ -571,3 +571,32 @@ def test_a_cell_an_old_driver_cannot_run_goes_to_the_kind_that_can(
         "runner old-driver: driver 570.86.15 < 580.65.06: CUDA 13.0 needs driver >= 580.65.06 (CUDA 13.x) "
         "(no forward_compat on this runner)"
     ]
+
+
+def test_every_worker_and_merge_carries_the_plan_and_its_matrix(plan300: dict[str, Any]) -> None:
+    """A plan made from `--matrix X`: every engine's workers run X on the plan's terms (a Kubernetes Job's own
+    plan keeps the contract: matrix, hash basis, store), and every merge reads the plan."""
+    x = plan300["matrix"]["path"]
+    doc = {**plan300, "hash_basis": {"backend": "docker", "gpu": True}}
+    calls = [j for j in gha.workflow(doc, plan="plans/p.json")["jobs"].values() if "uses" in j]
+    assert calls
+    assert all((j["with"]["matrix"], j["with"]["backend"], j["with"]["plan"]) == (x, "docker", "plans/p.json")
+               for j in calls)  # fmt: skip
+    cells_yml = CELLS_YML.read_text()
+    assert '--matrix "${MATRIX}" --backend "${BACKEND}"' in cells_yml
+    assert '${PLAN:+--plan "${PLAN}"}' in cells_yml
+    merge = gha.workflow(doc, plan="plans/p.json")["jobs"]["report"]["steps"]
+    assert any(
+        "--plan plans/p.json" in s.get("run", "") and f"--matrix {x}" in s.get("run", "") for s in merge
+    )
+    for resource in k8s.manifests(doc):
+        if resource["kind"] == "ConfigMap":
+            own = json.loads(resource["data"]["plan.json"])
+            assert (own["matrix"], own["hash_basis"]) == (plan300["matrix"], doc["hash_basis"])
+        else:
+            args = resource["spec"]["template"]["spec"]["containers"][0]["args"]
+            assert args[args.index("--matrix") + 1] == x
+    (pipeline,) = buildkite.pipelines(doc)
+    commands = [s["command"] for g in pipeline["steps"] if "group" in g for s in g["steps"]]
+    assert all(f"--plan plan.json --matrix {x}" in c for c in commands)
+    assert "--plan plan.json" in next(s["command"] for s in pipeline["steps"] if s.get("key") == "merge")

@@ -104,6 +104,7 @@ def workflow(
                 # The plan's matrix and backend: a plan made from --matrix X runs X, under the plan's basis.
                 **({"matrix": contract.matrix.path} if contract.matrix else {}),
                 **({"backend": contract.basis.backend} if contract.basis else {}),
+                "plan": plan,  # the workers check their input hashes against it
             },
             # What a worker pushes is signed with the runner key (stackfarm.storekeys), a repository secret.
             **({"secrets": {RUNNER_KEY: f"${{{{ secrets.{RUNNER_KEY} }}}}"}} if store_of(doc) else {}),
