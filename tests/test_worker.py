@@ -255,3 +255,10 @@ def test_report_with_the_plan_and_no_store_counts_every_planned_cell(
     assert main(merge[:-1]) == 0, "without --gate: the report, exit 0"
     assert _worker(fake_project, plan, "1") == ExitCode.OK
     assert main(merge) == ExitCode.OK
+    # A verdict there of other inputs than the plan's is not the planned cell's.
+    other = json.loads(plan.read_text())
+    other["cells"][1]["input_hash"] = "0" * 64
+    plan.write_text(json.dumps(other))
+    capsys.readouterr()
+    assert main(merge) == ExitCode.INCOMPLETE
+    assert f"{cells[1]}: its verdict is of other inputs" in capsys.readouterr().out

@@ -466,6 +466,8 @@ class Planned:
     why: str | None
     #: Why no runner kind runs it ("" when one does): no job made its verdict.
     unrunnable: str = ""
+    #: The plan found its verdict in the plan's store (no job ran it): only `--from` merges it.
+    stored: bool = False
 
 
 def planned_hashes(
@@ -481,7 +483,13 @@ def planned_hashes(
         p, unreachable = plan_matrix(matrix, resolver, None)
         doc = plan_document(matrix, p, unreachable, resolver, backend=args.backend, gpu=not args.no_gpu)
     cells = [
-        Planned(str(c["id"]), c.get("input_hash"), c.get("input_hash_error"), str(c.get("unrunnable") or ""))
+        Planned(
+            str(c["id"]),
+            c.get("input_hash"),
+            c.get("input_hash_error"),
+            str(c.get("unrunnable") or ""),
+            bool(c.get("stored")),
+        )
         for c in doc["cells"]
     ]
     return cells, [(str(c["id"]), [str(p) for p in c.get("problems", [])]) for c in doc.get("conflicts", [])]
@@ -491,6 +499,12 @@ def _save_conflicts(reports: Path, conflicts: Sequence[tuple[str, list[str]]]) -
     """As `run` records them: every planned cell is in the merged report, a conflict as a conflict."""
     for cell, problems in conflicts:
         verdict.save(reports, CellReport(cell=cell, status=Status.CONFLICT, reason="; ".join(problems)))
+
+
+def _why_absent(one: Planned) -> str:
+    if one.stored:
+        return "the plan found it in its store, which only `report --from STORE` merges"
+    return f"unrunnable: {one.unrunnable}" if one.unrunnable else "its job left none"
 
 
 def check_planned(reports: Path, console: Console, args: argparse.Namespace) -> list[str]:
@@ -504,9 +518,9 @@ def check_planned(reports: Path, console: Console, args: argparse.Namespace) -> 
     for one in cells:
         have = found.get(one.cell)
         if have is None:
-            why = f"unrunnable: {one.unrunnable}" if one.unrunnable else "its job left none"
-            missing.append(f"{one.cell}: no verdict under {reports}/ ({why})")
-        elif one.input_hash and have.input_hash and have.input_hash != one.input_hash:
+            missing.append(f"{one.cell}: no verdict under {reports}/ ({_why_absent(one)})")
+        # (The host backend hashes the installed stack, never the plan's wheels: no hash of it is a plan's.)
+        elif one.input_hash and have.input_hash not in ("", one.input_hash) and have.report.backend != "host":
             missing.append(
                 f"{one.cell}: its verdict is of other inputs ({have.input_hash[:12]}…) than the plan's "
                 f"({one.input_hash[:12]}…)"

@@ -51,12 +51,13 @@ def step_key(cell_id: str, taken: set[str]) -> str:
 
 
 def cell_step(
-    cell: CellDoc, key: str, store: str | None = None, worker: Sequence[str] = ()
+    cell: CellDoc, key: str, store: str | None = None, *, plan: str | None = None, doc: CellDoc | None = None
 ) -> dict[str, Any]:
-    """`worker`: what the run carries of the plan (stackfarm.emit.worker_args: --plan, --matrix, --store)."""
+    """`plan`: the plan artifact the step downloads and runs on (its terms: hash basis, input hashes); `doc`:
+    the plan document, whose matrix and store the run is given (stackfarm.emit.worker_args)."""
     cell_id = str(cell["id"])
+    worker = worker_args(doc or {}, plan)
     push = f" --store {shlex.quote(store)}" if store and "--store" not in worker else ""
-    plan = worker[list(worker).index("--plan") + 1] if "--plan" in worker else None
     fetch = f"buildkite-agent artifact download {shlex.quote(plan)} . && " if plan else ""
     args = f" {shlex.join(worker)}" if worker else ""
     return {
@@ -71,12 +72,12 @@ def cell_step(
 
 
 def _groups(
-    part: Sequence[CellDoc], number: int, parts: int, taken: set[str], worker: Sequence[str] = ()
+    part: Sequence[CellDoc], number: int, parts: int, taken: set[str], *, doc: CellDoc, plan: str
 ) -> list[dict[str, Any]]:
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for cell in part:
         by_kind.setdefault(str(cell["runner"]), []).append(
-            cell_step(cell, step_key(str(cell["id"]), taken), worker=worker)
+            cell_step(cell, step_key(str(cell["id"]), taken), plan=plan, doc=doc)
         )
     suffix = f" (part {number} of {parts})" if parts > 1 else ""
     return [{"group": f"{kind}{suffix}", "steps": steps} for kind, steps in by_kind.items()]
@@ -143,7 +144,7 @@ def pipelines(
         steps: list[Any] = []
         if number == 1 and len(parts) > 1:
             steps.append(_upload_rest(len(parts), plan))
-        steps += _groups(part, number, len(parts), taken, worker_args(doc, plan))
+        steps += _groups(part, number, len(parts), taken, doc=doc, plan=plan)
         if number == 1:
             steps += _merge_steps(doc, plan, ran=True)
         docs.append({"steps": steps})
