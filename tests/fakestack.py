@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import textwrap
 import zipfile
 from collections.abc import Iterable, Mapping, Sequence
@@ -119,11 +120,11 @@ def write_wheel(
     version: str,
     *,
     requires: Iterable[str] = (),
-    files: Mapping[str, str] | None = None,
+    files: Mapping[str, str | bytes] | None = None,
 ) -> Path:
     """Write ``<name>-<version>-py3-none-any.whl`` into `folder` and return its path.
 
-    `files` maps paths inside the wheel to their text; by default the wheel holds its import package
+    `files` maps paths inside the wheel to their text (or bytes); by default the wheel holds its import package
     (``PACKAGE[distribution]/__init__.py``) with ``__version__`` and ``__distribution__``.
     """
     name = _escaped(distribution)
@@ -146,7 +147,7 @@ def write_wheel(
         ]
     )
     wheel = f"Wheel-Version: 1.0\nGenerator: stackfarm-fakestack\nRoot-Is-Purelib: true\nTag: {WHEEL_TAG}\n"
-    members: dict[str, bytes] = {path: text.encode() for path, text in files.items()}
+    members: dict[str, bytes] = {p: t.encode() if isinstance(t, str) else t for p, t in files.items()}
     members[f"{info}/METADATA"] = metadata.encode()
     members[f"{info}/WHEEL"] = wheel.encode()
     record_path = f"{info}/RECORD"
@@ -161,6 +162,42 @@ def write_wheel(
             entry.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(entry, data)
     return path
+
+
+#: What the kernel wheel of `native_kernel_files` links from the driver: at import (through its extension
+#: module) and lazily (a library no extension needs).
+AT_IMPORT_SYMBOL = "cuGreenCtxStreamCreate"  # CUDA 12.5: driver >= 555.42.02
+LAZY_SYMBOL = "cuCtxGetDevice_v2"  # CUDA 13.0: driver >= 580.65.06
+
+
+def native_kernel_files(work: Path, package: str = "sgl_kernel") -> dict[str, str | bytes]:
+    """A kernel package with real shared objects, compiled here (cc): the extension module ``ops.so``
+    (PyInit_ops) needs ``libkern.so`` (found by $ORIGIN), which calls AT_IMPORT_SYMBOL of libcuda.so.1;
+    ``lazy.so``, which no extension needs (Python would dlopen it later), calls LAZY_SYMBOL. libcuda.so.1 is a
+    stub built only to link against: the driver is the system's, never the wheel's."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler (cc/gcc) on PATH")
+    work.mkdir(parents=True, exist_ok=True)
+
+    def build(name: str, source: str, *args: str) -> Path:
+        (work / f"{name}.c").write_text(source, encoding="utf-8")
+        subprocess.run([cc, "-shared", "-fPIC", "-o", str(work / name), str(work / f"{name}.c"), *args],
+                       check=True, capture_output=True)  # fmt: skip
+        return work / name
+
+    build("libcuda.so.1", f"int {AT_IMPORT_SYMBOL}(void) {{ return 0; }}\nint {LAZY_SYMBOL}(void) {{ return 0; }}\n",
+          "-Wl,-soname,libcuda.so.1")  # fmt: skip
+    cuda = ("-L", str(work), "-l:libcuda.so.1")
+    build("libkern.so", f"int {AT_IMPORT_SYMBOL}(void);\nint kern(void) {{ return {AT_IMPORT_SYMBOL}(); }}\n",
+          "-Wl,-soname,libkern.so", *cuda)  # fmt: skip
+    build("lazy.so", f"int {LAZY_SYMBOL}(void);\nint lazy(void) {{ return {LAZY_SYMBOL}(); }}\n", *cuda)
+    build("ops.so", "int kern(void);\nvoid *PyInit_ops(void) { kern(); return 0; }\n",
+          "-L", str(work), "-l:libkern.so", "-Wl,-rpath,$ORIGIN")  # fmt: skip
+    return {
+        f"{package}/__init__.py": '"""A fake kernel package with native libraries (stackfarm tests)."""\n',
+        **{f"{package}/{name}": (work / name).read_bytes() for name in ("ops.so", "libkern.so", "lazy.so")},
+    }
 
 
 def write_stack(folder: Path, distributions: Iterable[tuple[str, str]] = DISTRIBUTIONS) -> list[Path]:
@@ -466,9 +503,11 @@ def fake_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeProject
 
 
 __all__ = [
+    "AT_IMPORT_SYMBOL",
     "CONFLICT",
     "CU130",
     "DISTRIBUTIONS",
+    "LAZY_SYMBOL",
     "NEW",
     "OLD",
     "SGLANG_PINS",
@@ -478,6 +517,7 @@ __all__ = [
     "fake_project",
     "kernel_distribution",
     "make_project",
+    "native_kernel_files",
     "write_stack",
     "write_suite",
     "write_wheel",

@@ -77,7 +77,12 @@ def test_driver_problems_report_the_cuda13_cells(write_matrix: WriteMatrix) -> N
     problems = driver_problems(matrix, cells)
     assert sorted(problems) == sorted(c.id for c in cells if c.id.startswith("cu130"))
     assert problems
-    assert all("cannot run on runner 1x-h200: driver 535.0 < 580.65.06" in p for p in problems.values())
+    assert all(
+        p.startswith(
+            "unrunnable on every runner kind whose cells globs match it: runner 1x-h200: driver 535.0 < 580.65.06"
+        )
+        for p in problems.values()
+    )
     # the libraries' driver API raises the CUDA 12.8 floor above 535 too
     cu128 = next(c.id for c in cells if c.id.startswith("cu128"))
     more = driver_problems(matrix, cells, {cu128: ["cuGreenCtxCreate"]})
@@ -149,7 +154,35 @@ def test_plan_says_which_cells_the_routed_runner_cannot_run(
         driver = "535.0"
         """,
     )
-    assert main(["plan", "--json", "--matrix", str(fake_project.matrix)]) == 0
-    problems = json.loads(capsys.readouterr().out)["driver_problems"]
+    # A cell no runner kind can run keeps the plan incomplete (exit 3), a status of its own, no runner.
+    assert main(["plan", "--json", "--matrix", str(fake_project.matrix)]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    problems = doc["driver_problems"]
     assert list(problems) == [cell_id(CU130)]
     assert "535" in problems[cell_id(CU130)]
+    by_id = {c["id"]: c for c in doc["cells"]}
+    assert (by_id[cell_id(CU130)]["status"], by_id[cell_id(CU130)]["runner"]) == ("unrunnable", None)
+    assert (by_id[cell_id(OLD)]["status"], by_id[cell_id(OLD)]["runner"]) == ("run", "1x-old")
+
+
+def test_route_passes_over_a_kind_whose_driver_is_too_old(write_matrix: WriteMatrix) -> None:
+    """The one dispatch rule: the first kind whose globs match and whose driver runs the floor; a cell no such
+    kind can run is unrunnable (naming each kind passed over); one no glob matches is unrouted."""
+    old = driver.Runner(name="old", labels=("old",), arch="sm_90", gpus=1, cells=("*",), driver="570.86.15")
+    new = driver.Runner(
+        name="new", labels=("new",), arch="sm_90", gpus=1, cells=("cu130-*",), driver="580.95.05"
+    )
+    cu130, cu128 = cell_id(CU130), cell_id(OLD)
+    found = driver.route(cu130, "13.0", (old, new))
+    assert (found.status, found.runner) == ("run", new)
+    assert found.passed_over == ("runner old: driver 570.86.15 < 580.65.06: CUDA 13.0 needs driver >= 580.65.06 "
+                                 "(CUDA 13.x) (no forward_compat on this runner)",)  # fmt: skip
+    assert driver.route(cu128, "12.8", (old, new)).runner == old
+    alone = driver.route(cu130, "13.0", (old,))
+    assert (alone.status, alone.runner) == ("unrunnable", None)
+    assert "runner old: driver 570.86.15 < 580.65.06" in alone.reason
+    # The symbols its libraries loaded at import link raise the floor past a driver the CUDA floor allows.
+    green = driver.route(cu128, "12.8", (old,), ["cuCtxGetDevice_v2"])
+    assert green.status == "unrunnable"
+    assert "cuCtxGetDevice_v2 is a CUDA 13.0 driver API" in green.reason
+    assert driver.route(cu128, "12.8", (new,)).status == "unrouted"

@@ -22,15 +22,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fakestack import CU130, OLD, FakeProject, cell_id
 from stackfarm import verdict
 from stackfarm.cli import emit as emit_cli
 from stackfarm.emit import EmitError, buildkite, gha, k8s, pending, yamltext
+from stackfarm.errors import ExitCode
 from stackfarm.matrix import load
 from stackfarm.plan import plan
 from stackfarm.planjson import plan_document
 from stackfarm.verdict import CellReport, Status, SuiteResult
 
 yaml = pytest.importorskip("yaml")
+
+pytest_plugins = ("fakestack",)
 
 REPO = Path(__file__).resolve().parent.parent
 CELLS_YML = REPO / ".github" / "workflows" / "cells.yml"
@@ -275,7 +279,11 @@ def test_buildkite_pipeline_matches_buildkites_schema(plan300: dict[str, Any]) -
     assert all(c["agents"]["queue"] in ("8x-rtx-pro-6000", "1x-h200") for c in cells)
     one = next(c for c in cells if c["label"].endswith("-sgl0.5.1"))
     cell = one["label"].split(" ", 1)[1]
-    assert one["command"] == f"python -m stackfarm run --cells {cell} --jobs 1"
+    # The worker reads the plan (its basis, its input hashes) and runs the plan's matrix, never ./matrix.toml.
+    assert one["command"] == (
+        "buildkite-agent artifact download plan.json . && "
+        f"python -m stackfarm run --cells {cell} --jobs 1 --plan plan.json --matrix {plan300['matrix']['path']}"
+    )
     assert one["artifact_paths"] == [f"reports/{cell}/**/*"]
     assert len({c["key"] for c in cells}) == 290
     wait, merge = steps[-2:]
@@ -436,8 +444,9 @@ def test_stored_cells_and_conflicts_still_reach_the_gate(plan300: dict[str, Any]
     }
     jobs = gha.workflow(doc)["jobs"]
     merge = next(s["run"] for s in jobs["report"]["steps"] if s.get("name") == "merge the reports")
-    assert (
-        merge == f"python -m stackfarm report --reports reports --gate --from {url} --backend docker --no-gpu"
+    assert merge == (
+        f"python -m stackfarm report --reports reports --gate --from {url} --plan plan.json "
+        f"--matrix {doc['matrix']['path']} --backend docker --no-gpu"
     )
     assert "sglang 0.5.0 requires torch==2.9.1" in jobs["conflicts"]["env"]["CONFLICTS"]
     assert "exit 1" in jobs["conflicts"]["steps"][0]["run"]
@@ -462,3 +471,132 @@ def test_stored_cells_and_conflicts_still_reach_the_gate(plan300: dict[str, Any]
     (alone,) = buildkite.pipelines(everything_stored)
     assert _schema_errors(alone, "buildkite") == []
     assert [s.get("key") for s in alone["steps"]] == ["merge", "conflicts"]
+
+
+# --------------------------------------------------------------------------- driver floors decide dispatch
+
+_OLD_DRIVER = """
+[runners.old-driver]
+labels = ["self-hosted", "old"]
+gpus = 1
+driver = "570.86.15"
+cells = ["*"]
+"""
+_NEW_DRIVER = """
+[runners.new-driver]
+labels = ["self-hosted", "new"]
+gpus = 1
+driver = "580.95.05"
+cells = ["cu130-*"]
+"""
+
+
+def _dispatched(
+    fake_project: FakeProject, capsys: pytest.CaptureFixture[str], extra: str, code: int
+) -> dict[str, Any]:
+    """Plan OLD (CUDA 12.8) and CU130 (CUDA 13.0) with these runner kinds; per engine, cell id -> runner kind of
+    every cell it dispatches (plan, gha matrix, emit gha / buildkite / k8s)."""
+    from stackfarm.cli import main
+
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix([OLD, CU130], extra=extra)
+    capsys.readouterr()
+    assert (
+        main(["plan", "--json", "--matrix", str(fake_project.matrix), "--backend", "local", "--no-gpu"])
+        == code
+    )
+    plan = fake_project.root / "plan.json"
+    plan.write_text(capsys.readouterr().out)
+    doc = json.loads(plan.read_text())
+    out: dict[str, Any] = {
+        "doc": doc,
+        "plan": {c["id"]: c["runner"] for c in doc["cells"] if c["status"] == "run"},
+    }
+    assert main(["gha", "matrix", "--plan", str(plan)]) == code
+    matrix, err = capsys.readouterr()
+    out["gha matrix"] = {e["cell"]: e["runner"] for e in json.loads(matrix)["include"]}
+    out["gha matrix errors"] = err
+    emitted = yaml.safe_load(_emit(["gha", "--plan", str(plan)], capsys))
+    out["emit gha"] = {
+        e["cell"]: e["runner"]
+        for job in emitted["jobs"].values()
+        if "with" in job
+        for e in json.loads(job["with"]["cells"])
+    }
+    pipeline = yaml.safe_load(_emit(["buildkite", "--plan", str(plan)], capsys))
+    out["emit buildkite"] = {
+        s["label"].split(" ", 1)[1]: s["agents"]["queue"]
+        for g in pipeline["steps"]
+        if "group" in g
+        for s in g["steps"]
+    }
+    out["emit k8s"] = {
+        c["id"]: c["runner"]
+        for r in yaml.safe_load_all(_emit(["k8s", "--plan", str(plan)], capsys))
+        if r["kind"] == "ConfigMap"
+        for c in json.loads(r["data"]["plan.json"])["cells"]
+    }
+    return out
+
+
+ENGINES = ("plan", "gha matrix", "emit gha", "emit buildkite", "emit k8s")
+
+
+def test_a_runner_with_driver_570_gets_no_cuda_13_cell_anywhere(
+    fake_project: FakeProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its only kind has driver 570.86.15: the CUDA 13.0 cell is unrunnable (a status of its own, plan and gha
+    matrix exit 3), dispatched by no engine; the CUDA 12.8 cell runs there."""
+    got = _dispatched(fake_project, capsys, _OLD_DRIVER, ExitCode.INCOMPLETE)
+    for engine in ENGINES:
+        assert got[engine] == {cell_id(OLD): "old-driver"}, engine
+    [cu130] = [c for c in got["doc"]["cells"] if c["id"] == cell_id(CU130)]
+    assert (cu130["status"], cu130["runner"], cu130["labels"]) == ("unrunnable", None, [])
+    assert (
+        "runner old-driver: driver 570.86.15 < 580.65.06: CUDA 13.0 needs driver >= 580.65.06"
+        in cu130["unrunnable"]
+    )
+    assert cu130["driver_floor"]["driver"] == "580.65.06"
+    assert f"::error title={cell_id(CU130)} unrunnable::" in got["gha matrix errors"]
+
+
+def test_a_cell_an_old_driver_cannot_run_goes_to_the_kind_that_can(
+    fake_project: FakeProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got = _dispatched(fake_project, capsys, _OLD_DRIVER + _NEW_DRIVER, ExitCode.OK)
+    for engine in ENGINES:
+        assert got[engine] == {cell_id(OLD): "old-driver", cell_id(CU130): "new-driver"}, engine
+    [cu130] = [c for c in got["doc"]["cells"] if c["id"] == cell_id(CU130)]
+    assert cu130["passed_over"] == [
+        "runner old-driver: driver 570.86.15 < 580.65.06: CUDA 13.0 needs driver >= 580.65.06 (CUDA 13.x) "
+        "(no forward_compat on this runner)"
+    ]
+
+
+def test_every_worker_and_merge_carries_the_plan_and_its_matrix(plan300: dict[str, Any]) -> None:
+    """A plan made from `--matrix X`: every engine's workers run X on the plan's terms (a Kubernetes Job's own
+    plan keeps the contract: matrix, hash basis, store), and every merge reads the plan."""
+    x = plan300["matrix"]["path"]
+    doc = {**plan300, "hash_basis": {"backend": "docker", "gpu": True}}
+    calls = [j for j in gha.workflow(doc, plan="plans/p.json")["jobs"].values() if "uses" in j]
+    assert calls
+    assert all((j["with"]["matrix"], j["with"]["backend"], j["with"]["plan"]) == (x, "docker", "plans/p.json")
+               for j in calls)  # fmt: skip
+    cells_yml = CELLS_YML.read_text()
+    assert '--matrix "${MATRIX}" --backend "${BACKEND}"' in cells_yml
+    assert '${PLAN:+--plan "${PLAN}"}' in cells_yml
+    merge = gha.workflow(doc, plan="plans/p.json")["jobs"]["report"]["steps"]
+    assert any(
+        "--plan plans/p.json" in s.get("run", "") and f"--matrix {x}" in s.get("run", "") for s in merge
+    )
+    for resource in k8s.manifests(doc):
+        if resource["kind"] == "ConfigMap":
+            own = json.loads(resource["data"]["plan.json"])
+            assert (own["matrix"], own["hash_basis"]) == (plan300["matrix"], doc["hash_basis"])
+        else:
+            args = resource["spec"]["template"]["spec"]["containers"][0]["args"]
+            assert args[args.index("--matrix") + 1] == x
+    (pipeline,) = buildkite.pipelines(doc)
+    commands = [s["command"] for g in pipeline["steps"] if "group" in g for s in g["steps"]]
+    assert all(f"--plan plan.json --matrix {x}" in c for c in commands)
+    assert "--plan plan.json" in next(s["command"] for s in pipeline["steps"] if s.get("key") == "merge")

@@ -307,6 +307,28 @@ def _unreadable(project: FakeProject, _index: str) -> None:
     assert "run `stackfarm run` first" not in done.out
 
 
+@scenario(4, "a-docker-plans-worker-without-an-engine")
+def _basis_refused(project: FakeProject, _index: str) -> None:
+    """A worker of a plan hashed for Docker, where no engine answers: refused before any work, both hash bases
+    named (its verdicts would be pushed under hashes no merge of the plan reads), never a silent local run."""
+    project.suite("00-ok", "pass")
+    project.write_matrix()
+    plan = stackfarm(
+        project, "plan", "--json", "--matrix", str(project.matrix), "--backend", "docker", "--no-gpu"
+    )
+    assert plan.code == 0, plan.out
+    (project.root / "plan.json").write_text(plan.out)
+    no_engine = {"STACKFARM_DOCKER": str(project.root / "no-docker")}
+    done = stackfarm(project, "run", "--plan", "plan.json", "--cell-index", "0", "--reports",
+                     str(project.reports), env=no_engine)  # fmt: skip
+    assert done.code == 4, done.out
+    assert (
+        "the plan's input hashes are for backend docker, without a GPU; this machine can run backend local"
+        in done.out
+    )
+    nothing_ran(project)
+
+
 # --------------------------------------------------------------------------- 130: interrupted
 
 

@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from fakestack import NEW, OLD, FakeProject, cell_id
+from fakestack import (
+    AT_IMPORT_SYMBOL,
+    LAZY_SYMBOL,
+    NEW,
+    OLD,
+    FakeProject,
+    cell_id,
+    native_kernel_files,
+    write_wheel,
+)
 from stackfarm import verdict
 from stackfarm.artifacts import Cache
 from stackfarm.errors import ExitCode
@@ -139,3 +148,86 @@ def test_a_wheel_that_cannot_be_looked_up_leaves_the_hash_null_with_the_reason(
     doc = cells(plan_document(matrix, planned, {}, Resolver(matrix, Cache())))
     assert doc[cell_id(OLD)]["input_hash"] is None
     assert "flashinfer-cubin" in doc[cell_id(OLD)]["input_hash_error"]
+
+
+# --------------------------------------------------------------------------- driver-API symbols route cells
+
+DRIVERS = """
+[runners.driver-550]
+labels = ["self-hosted", "d550"]
+gpus = 1
+driver = "550.54.14"
+cells = ["*"]
+
+[runners.driver-570]
+labels = ["self-hosted", "d570"]
+gpus = 1
+driver = "570.86.15"
+cells = ["*"]
+"""
+
+
+def _native_kernels(project: FakeProject, tmp_path: Path, *suites: str) -> None:
+    """OLD's kernel wheel with real libraries (fakestack.native_kernel_files: cuGreenCtxStreamCreate, CUDA 12.5,
+    at import; cuCtxGetDevice_v2, CUDA 13.0, in a library no extension needs), two kinds of older drivers."""
+    files = native_kernel_files(tmp_path / "cc")
+    files["sgl_kernel/__init__.py"] = (
+        f'__version__ = "{OLD["sgl_kernel"]}"\n__distribution__ = "sgl-kernel"\n'
+    )
+    write_wheel(project.wheels, "sgl-kernel", OLD["sgl_kernel"], files=files)
+    for suite in ("00-ok", *suites):
+        project.suite(suite, "pass")
+    project.write_matrix([OLD], extra=DRIVERS)
+
+
+def test_the_symbols_an_import_links_route_a_cell_past_an_older_driver(
+    fake_project: FakeProject, tmp_path: Path
+) -> None:
+    _native_kernels(fake_project, tmp_path)
+    # Nothing unpacked and no --symbols: the symbols are unknown (said), the CUDA 12.8 floor alone routes it.
+    [unread] = document(fake_project)["cells"]
+    assert (unread["runner"], unread["driver_symbols"]) == ("driver-550", None)
+    assert "is not unpacked in the cache (`plan --symbols` reads it)" in unread["driver_symbols_note"]
+    [cell] = document(fake_project, fetch_symbols=True)["cells"]
+    assert cell["driver_symbols"] == [AT_IMPORT_SYMBOL], "the lazy library's symbol does not count"
+    assert (cell["status"], cell["runner"]) == ("run", "driver-570")
+    assert cell["driver_floor"]["driver"] == "555.42.02"
+    assert cell["passed_over"] == [
+        f"runner driver-550: driver 550.54.14 < 555.42.02: {AT_IMPORT_SYMBOL} is a CUDA 12.5 driver API: "
+        "driver >= 555.42.02 (no forward_compat on this runner)"
+    ]
+    # The plan's worker adopts that kind: it hashes the cell as the plan did (else it would refuse the cell).
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(document(fake_project, fetch_symbols=True)))
+    argv = ["--plan", str(plan), "--cell-index", "0", "--backend", "local"]
+    assert fake_project.run(*argv) == ExitCode.OK
+    assert verdict.read(verdict.path_of(fake_project.reports, cell["id"])).input_hash == cell["input_hash"]
+
+
+def test_a_suite_that_dlopens_every_library_counts_the_lazy_ones(
+    fake_project: FakeProject, tmp_path: Path
+) -> None:
+    """With 05-import in the matrix (its GPU part dlopens each library) the lazy library's CUDA 13.0 symbol
+    counts: no kind's driver runs the cell, unrunnable, never dispatched."""
+    _native_kernels(fake_project, tmp_path, "05-import")
+    [cell] = document(fake_project, fetch_symbols=True)["cells"]
+    assert sorted(cell["driver_symbols"]) == sorted([AT_IMPORT_SYMBOL, LAZY_SYMBOL])
+    assert (cell["status"], cell["runner"]) == ("unrunnable", None)
+    assert f"{LAZY_SYMBOL} is a CUDA 13.0 driver API" in cell["unrunnable"]
+
+
+def test_a_worker_refuses_a_cell_whose_inputs_hash_otherwise_than_the_plans(
+    fake_project: FakeProject, tmp_path: Path
+) -> None:
+    """The plan's input hash is the worker's contract: a cell whose inputs changed since (here a suite edited)
+    is an environment error naming both hashes, nothing run."""
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix([OLD])
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(document(fake_project)))
+    planned = json.loads(plan.read_text())["cells"][0]["input_hash"]
+    (fake_project.suites / "00-ok" / "test_more.py").write_text("def test_more():\n    pass\n")
+    assert fake_project.run("--plan", str(plan), "--cell-index", "0") == ExitCode.ENVIRONMENT
+    reason = verdict.read(verdict.path_of(fake_project.reports, cell_id(OLD))).report.reason
+    assert f"the plan's is {planned}" in reason
+    assert fake_project.runs() == []

@@ -69,6 +69,9 @@ class CellSpec:
     #: The host profile the cell runs under (`--profile`, stackfarm.profile), "" without one: a suite that loads
     #: the matrix again (20-eagle3) layers it too, so it finds the wheels where the host keeps them.
     profile: str = ""
+    #: The [runners.<kind>] the cell is dispatched to and hashed for (stackfarm.driver.route; a plan's worker
+    #: takes the plan's), "" when the matrix declares none: the suites ask what that kind is asked.
+    runner: str = ""
 
     def component(self, distribution: str) -> InstalledComponent:
         for comp in self.components:

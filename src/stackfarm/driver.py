@@ -21,7 +21,7 @@ import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from packaging.version import InvalidVersion, Version
 
@@ -171,11 +171,82 @@ def runs_on(driver: str, floor: Floor, cuda: str, *, forward_compat: bool = Fals
     return f"driver {driver} < {floor.driver}: {floor.reason}{compat}"
 
 
+#: Used when matrix.toml has no [runners] table: every cell on one generic GPU runner (no driver stated).
+DEFAULT_RUNNER = Runner(
+    name="gpu", labels=("self-hosted", "linux", "x64", "gpu"), arch=None, gpus=1, cells=("*",)
+)
+
+
 def runner_for(matrix: Matrix, cell_id: str) -> Runner | None:
-    """The first [runners.<kind>] whose `cells` globs match the cell id (how the nightly routes it)."""
+    """The first [runners.<kind>] whose `cells` globs match the cell id, whatever its driver (the kind the
+    matrix names for the cell; `route` is where it is dispatched)."""
     return next(
         (r for r in matrix.runners.values() if any(fnmatch.fnmatchcase(cell_id, g) for g in r.cells)), None
     )
+
+
+#: A route's status: "run" (dispatched to `runner`), "unrunnable" (some kind's globs match it, and no such
+#: kind's driver can run it), "unrouted" (no kind's cells globs match it).
+RouteStatus = Literal["run", "unrunnable", "unrouted"]
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a cell is dispatched: the first runner kind whose cells globs match it and whose driver can run
+    it (the CUDA floor and the driver-API symbols' floor), or none, with why each matching kind cannot."""
+
+    status: RouteStatus
+    runner: Runner | None
+    #: The cell's driver floor (None: no floor known, e.g. a CUDA stackfarm has no table for).
+    floor: Floor | None
+    #: "runner <kind>: why its driver cannot run the cell", for every matching kind passed over, in order.
+    passed_over: tuple[str, ...] = ()
+
+    @property
+    def reason(self) -> str:
+        """One line: why the cell runs nowhere (empty when it runs)."""
+        if self.status == "unrouted":
+            return "it matches no [runners.*] cells glob: no runner kind would run it"
+        if self.status == "unrunnable":
+            return "unrunnable on every runner kind whose cells globs match it: " + "; ".join(
+                self.passed_over
+            )
+        return ""
+
+
+def route(cell_id: str, cuda: str, runners: Sequence[Runner], symbols: Iterable[str] = ()) -> Route:
+    """The one dispatch rule (`plan`, `gha matrix`, the emitters and the runner's input hash all call it): the
+    first kind of `runners` (file order) whose cells globs match `cell_id` and whose stated driver runs the
+    cell's floor (`cuda`, raised by `symbols`: the driver-API symbols its libraries loaded at import link, see
+    stackfarm.analysis.abicheck.import_driver_symbols); a kind stating no driver runs any cell."""
+    floor = cell_floor(cuda, symbols)
+    passed: list[str] = []
+    matched = False
+    for kind in runners:
+        if not any(fnmatch.fnmatchcase(cell_id, g) for g in kind.cells):
+            continue
+        matched = True
+        why = None
+        if kind.driver is not None and floor is not None:
+            why = runs_on(kind.driver, floor, cuda, forward_compat=kind.forward_compat)
+        if why is None:
+            return Route("run", kind, floor, tuple(passed))
+        passed.append(f"runner {kind.name}: {why}")
+    return Route("unrunnable" if matched else "unrouted", None, floor, tuple(passed))
+
+
+def matrix_runners(matrix: Matrix) -> tuple[Runner, ...]:
+    """The matrix's runner kinds in file order; the generic GPU kind when it declares none."""
+    return tuple(matrix.runners.values()) or (DEFAULT_RUNNER,)
+
+
+def routed_runner(matrix: Matrix, cell_id: str, cuda: str) -> Runner | None:
+    """The kind a cell of this CUDA is dispatched to by its CUDA floor alone (what a runner can tell before it
+    realises the cell); the first matching kind when none can run it, so that its verdict still says which."""
+    if not matrix.runners:
+        return None
+    found = route(cell_id, cuda, matrix_runners(matrix))
+    return found.runner if found.runner is not None else runner_for(matrix, cell_id)
 
 
 class _PlanCell(Protocol):
@@ -188,22 +259,19 @@ class _PlanCell(Protocol):
 def driver_problems(
     matrix: Matrix, cells: Sequence[_PlanCell], symbols: Mapping[str, Iterable[str]] | None = None
 ) -> dict[str, str]:
-    """cell id -> why the runner kind it is routed to cannot run it, for the cells whose runner states a driver.
+    """cell id -> why no runner kind its globs match can run it (`route`'s reason), for the cells some kind
+    would otherwise take; a cell routed past a kind is not a problem (it runs on the next one).
 
-    `symbols` (cell id -> the driver-API symbols its libraries need, from 05-import) raises the floor where
-    known; the plan has only the CUDA version."""
+    `symbols` (cell id -> the driver-API symbols its libraries loaded at import link) raises the floor."""
     out: dict[str, str] = {}
+    if not matrix.runners:
+        return out
     for cell in cells:
-        runner = runner_for(matrix, cell.id)
-        if runner is None or runner.driver is None:
-            continue
-        cuda = cell.as_dict().get("cuda", "")
-        floor = cell_floor(cuda, (symbols or {}).get(cell.id, ()))
-        if floor is None:
-            continue
-        why = runs_on(runner.driver, floor, cuda, forward_compat=runner.forward_compat)
-        if why is not None:
-            out[cell.id] = f"cannot run on runner {runner.name}: {why}"
+        found = route(
+            cell.id, cell.as_dict().get("cuda", ""), matrix_runners(matrix), (symbols or {}).get(cell.id, ())
+        )
+        if found.status == "unrunnable":
+            out[cell.id] = found.reason
     return out
 
 
@@ -226,16 +294,22 @@ def installed_driver() -> str | None:
 
 
 __all__ = [
+    "DEFAULT_RUNNER",
     "DRIVER_API",
     "FORWARD_COMPAT_MIN",
     "MAJOR_FLOOR",
     "TOOLKIT_DRIVER",
     "Floor",
+    "Route",
+    "RouteStatus",
     "cell_floor",
     "cuda_floor",
     "driver_key",
     "driver_problems",
     "installed_driver",
+    "matrix_runners",
+    "route",
+    "routed_runner",
     "runner_for",
     "runs_on",
     "symbol_floor",

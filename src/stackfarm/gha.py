@@ -5,18 +5,19 @@ annotations from a reports folder.
     stackfarm gha annotate [--reports DIR] [--expect FILE]
 
 `matrix` turns the plan into the nightly's job matrix (``{"include": [{"cell", "runner", "labels", "arch",
-"gpus"}]}``): each cell runs on the first ``[runners.<kind>]`` of matrix.toml whose ``cells`` globs match its
-id. `annotate` turns the reports into GitHub annotations (an error per failed suite, conflict, error or missing
+"gpus"}]}``): each cell runs on the kind the plan dispatched it to (stackfarm.driver.route over the plan's
+matrix: the first ``[runners.<kind>]`` whose ``cells`` globs match its id and whose driver runs it); a cell no
+kind can run gets no job, an error annotation, and the command exits 3. `annotate` turns the reports into GitHub annotations (an error per failed suite, conflict, error or missing
 cell, a warning per incomplete one) and the command exits 1 when there is an error.
 """
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .driver import DEFAULT_RUNNER, route
 from .errors import ConfigError
 from .history import Run
 from .matrix import Runner, load, locate
@@ -24,11 +25,6 @@ from .verdict import Status
 
 #: A kind of self-hosted runner: matrix.toml's [runners.<kind>] (the schema is matrix.py's).
 RunnerKind = Runner
-
-#: Used when matrix.toml has no [runners] table: every cell on one generic GPU runner.
-DEFAULT_RUNNER = Runner(
-    name="gpu", labels=("self-hosted", "linux", "x64", "gpu"), arch=None, gpus=1, cells=("*",)
-)
 
 
 def read_runners(matrix_path: Path) -> tuple[tuple[Runner, ...], list[str]]:
@@ -43,23 +39,49 @@ def read_runners(matrix_path: Path) -> tuple[tuple[Runner, ...], list[str]]:
 
 
 def job_matrix(plan: Mapping[str, Any], runners: Sequence[RunnerKind], matrix_path: Path) -> dict[str, Any]:
-    """The plan's cells as a GitHub Actions matrix: one entry per cell, on the first runner kind matching it."""
-    include = []
+    """The plan's cells as a GitHub Actions matrix (`dispatch`'s first part)."""
+    return dispatch(plan, runners, matrix_path)[0]
+
+
+def dispatch(
+    plan: Mapping[str, Any], runners: Sequence[RunnerKind], matrix_path: Path
+) -> tuple[dict[str, Any], list[str]]:
+    """The plan's cells as a GitHub Actions matrix: one entry per cell on the kind the plan dispatched it to
+    (stackfarm.driver.route, by the plan's matrix; a cell of an older plan without a routing is routed here by
+    its CUDA floor); and one line per cell dispatched nowhere (unrunnable on every kind), which gets no job."""
+    include, unrunnable = [], []
+    by_name = {k.name: k for k in runners}
     for cell in plan.get("cells", []):
         cell_id = str(cell["id"])
-        kind = next((k for k in runners if any(fnmatch.fnmatchcase(cell_id, g) for g in k.cells)), None)
-        if kind is None:
+        if "status" in cell:
+            status, reason = str(cell["status"]), str(cell.get("unrunnable") or "")
+            kind = by_name.get(str(cell.get("runner"))) if status == "run" else None
+            if status == "run" and kind is None:
+                raise ConfigError(
+                    matrix_path,
+                    f"the plan dispatches cell {cell_id} to runner kind {cell.get('runner')!r}, which this "
+                    "matrix does not declare",
+                    line=locate(matrix_path, "runners"),
+                    fix="give `gha matrix` the plan's matrix (--matrix), or make the plan again",
+                )
+        else:
+            found = route(cell_id, str((cell.get("values") or {}).get("cuda", "")), runners)
+            status, reason, kind = found.status, found.reason, found.runner
+        if status == "unrouted":
             raise ConfigError(
                 matrix_path,
                 f"cell {cell_id} matches no [runners.*] cells glob: it would never run",
                 line=locate(matrix_path, "runners"),
                 fix='add a catch-all kind last (cells = ["*"]) or a glob for it',
             )
+        if kind is None:
+            unrunnable.append(f"{cell_id}: {reason}")
+            continue
         include.append(
             {"cell": cell_id, "runner": kind.name, "labels": list(kind.labels), "arch": kind.arch or "",
              "gpus": kind.gpus}
         )  # fmt: skip
-    return {"include": include}
+    return {"include": include}, unrunnable
 
 
 def _escape_data(text: str) -> str:
@@ -96,4 +118,12 @@ def gha_annotations(run: Run, expected: Sequence[str] = ()) -> list[str]:
     return out
 
 
-__all__ = ["DEFAULT_RUNNER", "RunnerKind", "annotation", "gha_annotations", "job_matrix", "read_runners"]
+__all__ = [
+    "DEFAULT_RUNNER",
+    "RunnerKind",
+    "annotation",
+    "dispatch",
+    "gha_annotations",
+    "job_matrix",
+    "read_runners",
+]

@@ -2,8 +2,17 @@
 
 Each cell of the plan carries, beside its values and components:
 
-- ``runner``, ``labels``, ``gpus``, ``arch``: the first ``[runners.<kind>]`` of matrix.toml whose ``cells`` globs
-  match its id (stackfarm.gha's rule; one generic GPU kind when the matrix has no [runners]);
+- ``runner``, ``labels``, ``gpus``, ``arch``: where it is dispatched (stackfarm.driver.route, the one rule every
+  engine uses): the first ``[runners.<kind>]`` of matrix.toml whose ``cells`` globs match its id and whose
+  ``driver`` can run it (one generic GPU kind when the matrix has no [runners]); all null when none can;
+- ``status``: ``run`` (dispatched), ``unrunnable`` (no kind its globs match has a driver that runs it; the reason
+  in ``unrunnable``, each kind passed over in ``passed_over``) or ``unrouted`` (no kind's globs match it); a cell
+  that is not ``run`` is dispatched by no engine and keeps every merge's gate incomplete;
+- ``driver_floor`` (``{driver, reason}`` or null): the higher of its CUDA's floor and the floor of the driver-API
+  symbols its libraries loaded at import link (stackfarm.analysis.abicheck.import_driver_symbols; every
+  library when the matrix runs 05-import, which dlopens each one); ``driver_symbols``: those symbols, or null
+  when they were not read (``driver_symbols_note`` says why: no kind states a driver, or a wheel's tree is not
+  in the cache and `plan --symbols` was not asked);
 - ``estimated_seconds``: the median over the past runs of a history folder (``--history DIR``: one copy of
   reports/ per run, as the nightly keeps) of the cell's suite times added up; null without a history or when
   the cell never ran there;
@@ -13,6 +22,11 @@ Each cell of the plan carries, beside its values and components:
   index that did not answer, a wheel the index lacks);
 - ``stored``: whether the shared verdict store (``--store DIR|URL``, stackfarm.store) holds a verdict that may
   stand for this input hash.
+
+The document's ``matrix`` (``{path, sha256}``: the file planned and its content's sha256), ``hash_basis``
+(``{backend, gpu}``) and ``store`` are the plan's contract (`PlanContract`): a worker (`run --plan`) runs the
+plan's matrix, refusing one whose content differs, hashes and pushes under the plan's basis, refusing when it
+cannot honour it, and the merge (`report --plan`) counts every planned cell.
 
 The store is keyed by input hash (``<store>/<input hash>/<cell>/``, as `stackfarm run --store` pushes). A verdict
 there counts as stored exactly when the runner would reuse it (its files' sha256 as the entry's manifest says,
@@ -26,15 +40,16 @@ from __future__ import annotations
 import fnmatch
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from . import verdict
 from .artifacts import Artifact
-from .emit import runner_fields
-from .errors import ArtifactError
-from .gha import DEFAULT_RUNNER
+from .cellspec import InstalledComponent
+from .driver import Route, matrix_runners, route, runner_for
+from .errors import ArtifactError, ConfigError, StackfarmError
+from .files import sha256_file
 from .matrix import Matrix, Runner
 from .plan import Cell, Component, Plan, input_hash
 from .resolve import Resolver
@@ -44,10 +59,130 @@ from .store import BrokenEntry, Store
 #: What a document's input hashes are computed for unless told otherwise: a GPU runner realising the cells in
 #: Docker, as the nightly's cell jobs do.
 DEFAULT_BACKEND = "docker"
+#: Suites that dlopen every native library of the cell (not only those an import loads): with one of them in
+#: the matrix, every library's driver-API symbols raise the floor.
+EVERY_LIBRARY_SUITES = ("05-import",)
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+@dataclass(frozen=True)
+class MatrixRef:
+    """The matrix file a plan was made from: its path as given to `plan --matrix`, and its content's sha256."""
+
+    path: str
+    sha256: str
+
+    @classmethod
+    def of(cls, path: Path) -> MatrixRef:
+        return cls(path=str(path), sha256=sha256_file(path))
+
+
+@dataclass(frozen=True)
+class HashBasis:
+    """What the plan's input hashes are computed for: the backend that realises the cells, and a GPU or not."""
+
+    backend: str
+    gpu: bool
+
+    def describe(self) -> str:
+        return f"backend {self.backend}, {'with' if self.gpu else 'without'} a GPU"
+
+
+@dataclass(frozen=True)
+class PlanContract:
+    """What every worker and merge of a plan adopts (the document's ``matrix``, ``hash_basis``, ``store``)."""
+
+    matrix: MatrixRef | None
+    basis: HashBasis | None
+    store: str | None
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any], where: str = "the plan") -> PlanContract:
+        """The contract of a plan document; a document of an older `plan --json` (matrix as a bare path, no
+        sha256) gives matrix None."""
+        matrix, basis, store = doc.get("matrix"), doc.get("hash_basis"), doc.get("store")
+        ref = None
+        if isinstance(matrix, Mapping):
+            if not isinstance(matrix.get("path"), str) or not isinstance(matrix.get("sha256"), str):
+                raise StackfarmError(
+                    f"{where}: its matrix must be {{path, sha256}} (`stackfarm plan --json`)"
+                )
+            ref = MatrixRef(path=matrix["path"], sha256=matrix["sha256"])
+        hb = None
+        if isinstance(basis, Mapping):
+            hb = HashBasis(
+                backend=str(basis.get("backend") or DEFAULT_BACKEND), gpu=bool(basis.get("gpu", True))
+            )
+        return cls(matrix=ref, basis=hb, store=store if isinstance(store, str) and store else None)
+
+    def check_matrix(self, path: Path, where: str = "the plan") -> None:
+        """Refuse (exit 2) a matrix file whose content is not the one the plan was made from."""
+        if self.matrix is None:
+            return
+        try:
+            actual = sha256_file(path)
+        except OSError as exc:
+            raise ConfigError(
+                path, f"cannot read the matrix {where} was made from ({exc.strerror or exc})",
+                fix="run where the plan's matrix is (the same checkout), or pass it with --matrix",
+            ) from None  # fmt: skip
+        if actual != self.matrix.sha256:
+            raise ConfigError(
+                path,
+                f"this matrix (sha256 {actual}) is not the one {where} was made from ({self.matrix.path}, "
+                f"sha256 {self.matrix.sha256}): its cells and input hashes would not be the plan's",
+                fix="run the plan's commit of the matrix, or make the plan again from this one",
+            )
+
+    def worker_args(self) -> list[str]:
+        """What a worker's command line carries of the contract (the matrix; the store when there is one)."""
+        return [*(["--matrix", self.matrix.path] if self.matrix else []), *(["--store", self.store] if self.store else [])]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    """One cell of a plan document as an emitter reads it."""
+
+    id: str
+    status: str
+    runner: str | None
+    labels: tuple[str, ...]
+    gpus: int | None
+    arch: str | None
+    stored: bool
+    estimated_seconds: float | None
+    input_hash: str | None
+    #: Why it is dispatched nowhere ("" when status is "run").
+    unrunnable: str
+
+    @classmethod
+    def of(cls, cell: Mapping[str, Any]) -> PlannedCell:
+        seconds = cell.get("estimated_seconds")
+        return cls(
+            id=str(cell["id"]),
+            status=str(cell.get("status") or ("run" if cell.get("runner") else "unrouted")),
+            runner=cell.get("runner") or None,
+            labels=tuple(str(x) for x in cell.get("labels") or ()),
+            gpus=cell.get("gpus"),
+            arch=cell.get("arch") or None,
+            stored=bool(cell.get("stored")),
+            estimated_seconds=float(seconds) if seconds is not None else None,
+            input_hash=cell.get("input_hash") or None,
+            unrunnable=str(cell.get("unrunnable") or ""),
+        )
+
+
+def planned_cells(doc: Mapping[str, Any]) -> list[PlannedCell]:
+    return [PlannedCell.of(c) for c in doc.get("cells", [])]
+
+
+# --------------------------------------------------------------------------- the document
 
 
 def runner_kind(cell_id: str, runners: Sequence[Runner]) -> Runner | None:
-    """The first runner kind whose cells globs match the id (None: no kind would run it)."""
+    """The first runner kind whose cells globs match the id, whatever its driver (None: no kind would run it)."""
     return next((k for k in runners if any(fnmatch.fnmatchcase(cell_id, g) for g in k.cells)), None)
 
 
@@ -67,16 +202,10 @@ def durations(history: Path) -> dict[str, float]:
     return {cell: statistics.median(times.values()) for cell, times in seen.items()}
 
 
-def cell_hash(
-    matrix: Matrix,
-    cell: Cell,
-    resolver: Resolver,
-    unreachable: Mapping[tuple[str, str], str],
-    *,
-    backend: str,
-    gpu: bool,
-) -> tuple[str | None, str | None]:
-    """(input hash, None), or (None, why not) when a wheel of the cell cannot be looked up."""
+def cell_artifacts(
+    cell: Cell, resolver: Resolver, unreachable: Mapping[tuple[str, str], str]
+) -> tuple[dict[Component, Artifact] | None, str | None]:
+    """(the cell's wheels, None), or (None, why not) when one cannot be looked up."""
     artifacts: dict[Component, Artifact] = {}
     for comp in cell.components:
         key = (comp.distribution, comp.version)
@@ -86,7 +215,51 @@ def cell_hash(
             artifacts[comp] = resolver.artifact(comp, cell["python"])
         except ArtifactError as exc:
             return None, str(exc)
-    return input_hash(cell_inputs(matrix, cell, artifacts, backend=backend, gpu=gpu)), None
+    return artifacts, None
+
+
+def cell_hash(
+    matrix: Matrix,
+    cell: Cell,
+    resolver: Resolver,
+    unreachable: Mapping[tuple[str, str], str],
+    *,
+    backend: str,
+    gpu: bool,
+    kind: Runner | None = None,
+) -> tuple[str | None, str | None]:
+    """(input hash, None), or (None, why not) when a wheel of the cell cannot be looked up. `kind`: the runner
+    kind it is dispatched to (default: the one its CUDA floor routes it to)."""
+    artifacts, why = cell_artifacts(cell, resolver, unreachable)
+    if artifacts is None:
+        return None, why
+    return input_hash(cell_inputs(matrix, cell, artifacts, backend=backend, gpu=gpu, kind=kind)), None
+
+
+def driver_symbols(
+    matrix: Matrix, artifacts: Mapping[Component, Artifact] | None, resolver: Resolver, *, fetch: bool
+) -> tuple[tuple[str, ...] | None, str]:
+    """(the driver-API symbols the cell's libraries link, ""), or (None, why they were not read). Trees come
+    from the cache (a run made them); with `fetch`, the missing ones are made (lazy trees where the index
+    answers ranges: the libraries and sources only)."""
+    if not any(r.driver for r in matrix.runners.values()):
+        return None, "no runner kind states a driver: the symbols decide nothing"
+    if artifacts is None:
+        return None, "its wheels could not be looked up"
+    from .analysis.abicheck import import_driver_symbols  # the ELF readers: only where a driver is stated
+
+    components = []
+    for comp, art in artifacts.items():
+        try:
+            tree = resolver.cache.lazy_tree(art) if fetch else resolver.cache.unpacked(art)
+        except ArtifactError as exc:
+            return None, f"the tree of {art.filename} is unusable: {exc}"
+        if tree is None:
+            return None, f"{art.filename} is not unpacked in the cache (`plan --symbols` reads it)"
+        components.append(InstalledComponent.of(comp, art, tree))
+    every = any(s.name in EVERY_LIBRARY_SUITES for s in matrix.suites)
+    found = import_driver_symbols(components, every=every)
+    return tuple(sorted({name for names in found.values() for name in names})), ""
 
 
 def is_stored(store: Store, cell_id: str, digest: str, warnings: list[str] | None = None) -> bool:
@@ -100,6 +273,25 @@ def is_stored(store: Store, cell_id: str, digest: str, warnings: list[str] | Non
         return False
 
 
+def runner_fields(kind: Runner | None) -> dict[str, Any]:
+    """What a plan cell says of its runner kind (stackfarm.gha.job_matrix's entry, less the cell id)."""
+    if kind is None:
+        return {"runner": None, "labels": [], "gpus": None, "arch": None}
+    return {"runner": kind.name, "labels": list(kind.labels), "gpus": kind.gpus, "arch": kind.arch}
+
+
+def _route_fields(found: Route, symbols: tuple[str, ...] | None, note: str) -> dict[str, Any]:
+    return {
+        **runner_fields(found.runner),
+        "status": found.status,
+        "unrunnable": found.reason or None,
+        "passed_over": list(found.passed_over),
+        "driver_floor": asdict(found.floor) if found.floor is not None else None,
+        "driver_symbols": list(symbols) if symbols is not None else None,
+        "driver_symbols_note": note,
+    }
+
+
 def plan_document(
     matrix: Matrix,
     plan: Plan,
@@ -110,36 +302,47 @@ def plan_document(
     store: Store | None = None,
     backend: str = DEFAULT_BACKEND,
     gpu: bool = True,
+    fetch_symbols: bool = False,
 ) -> dict[str, Any]:
     """`stackfarm plan --json`'s document (see the module's docstring). `resolver` None: no input hashes."""
-    runners = tuple(matrix.runners.values()) or (DEFAULT_RUNNER,)
+    runners = matrix_runners(matrix)
     estimates = durations(history) if history is not None else {}
     warnings = list(plan.warnings)
     cells = []
     for cell in plan.cells:
-        kind = runner_kind(cell.id, runners)
-        if kind is None:
-            warnings.append(f"cell {cell.id} matches no [runners.*] cells glob: no engine would run it")
-        digest: str | None
-        why: str | None
-        if resolver is None:
-            digest, why = None, "planned without looking the wheels up"
-        else:
-            digest, why = cell_hash(matrix, cell, resolver, unreachable, backend=backend, gpu=gpu)
+        artifacts: dict[Component, Artifact] | None = None
+        why: str | None = "planned without looking the wheels up"
+        symbols: tuple[str, ...] | None = None
+        note = "planned without looking the wheels up"
+        if resolver is not None:
+            artifacts, why = cell_artifacts(cell, resolver, unreachable)
+            symbols, note = driver_symbols(matrix, artifacts, resolver, fetch=fetch_symbols)
+        found = route(cell.id, cell.as_dict().get("cuda", ""), runners, symbols or ())
+        if found.status != "run":
+            warnings.append(f"cell {cell.id}: {found.reason}")
+        # The hash names the kind it runs on (a runner that realises it adopts it from the plan); a cell that
+        # runs nowhere is hashed for the kind its globs name, so a verdict of it from elsewhere still matches.
+        # (The generic kind of a matrix without [runners] is no input: a runner names none there.)
+        kind = (found.runner or runner_for(matrix, cell.id)) if matrix.runners else None
+        digest = (
+            input_hash(cell_inputs(matrix, cell, artifacts, backend=backend, gpu=gpu, kind=kind))
+            if artifacts is not None
+            else None
+        )
         cells.append(
             {
                 **asdict(cell),
                 "values": cell.as_dict(),
-                **runner_fields(kind),
+                **_route_fields(found, symbols, note),
                 "estimated_seconds": estimates.get(cell.id),
                 "input_hash": digest,
-                "input_hash_error": why,
+                "input_hash_error": None if digest else why,
                 "stored": bool(store is not None and digest and is_stored(store, cell.id, digest, warnings)),
             }
         )
     return {
-        "matrix": str(matrix.path),
-        "hash_basis": {"backend": backend, "gpu": gpu},
+        "matrix": asdict(MatrixRef.of(matrix.path)),
+        "hash_basis": asdict(HashBasis(backend=backend, gpu=gpu)),
         "history": str(history) if history is not None else None,
         "store": store.where if store is not None else None,
         "cells": cells,
@@ -150,4 +353,20 @@ def plan_document(
     }
 
 
-__all__ = ["DEFAULT_BACKEND", "cell_hash", "durations", "is_stored", "plan_document", "runner_kind"]
+__all__ = [
+    "DEFAULT_BACKEND",
+    "EVERY_LIBRARY_SUITES",
+    "HashBasis",
+    "MatrixRef",
+    "PlanContract",
+    "PlannedCell",
+    "cell_artifacts",
+    "cell_hash",
+    "driver_symbols",
+    "durations",
+    "is_stored",
+    "plan_document",
+    "planned_cells",
+    "runner_fields",
+    "runner_kind",
+]

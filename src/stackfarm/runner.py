@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from . import __version__, patches, proc, provenance, verdict
@@ -21,10 +21,11 @@ from .artifacts import Artifact, Cache
 from .backends import PATCHED_SGLANG, Backend, groups_file
 from .cachekeep import remove_tree
 from .cellspec import CellSpec
-from .driver import runner_for
+from .driver import routed_runner
 from .errors import ArtifactError, ConfigError, EnvironmentProblem, IndexUnreachableError, StackfarmError
 from .junit import Step, write_skipped_suite, write_steps
 from .matrix import Matrix, Suite
+from .matrix import Runner as MatrixRunner
 from .plan import Cell, Component, Plan, input_hash
 from .proc import call
 from .resolve import Resolver
@@ -74,6 +75,11 @@ class RunOptions:
     store: Store | None = None
     #: `--suites`: the run covers only these suites ("" = all); every verdict says so.
     selection: str = ""
+    #: A plan's worker (`run --plan`): cell id -> the runner kind the plan dispatched it to (its inputs name it).
+    kinds: Mapping[str, str] = field(default_factory=dict)
+    #: A plan's worker: cell id -> the input hash the plan computed; a cell whose inputs hash otherwise here is
+    #: refused (an environment error naming both), never run and pushed under a hash no merge of the plan reads.
+    planned: Mapping[str, str] = field(default_factory=dict)
 
 
 def gpu_unavailable_reason() -> str | None:
@@ -210,15 +216,31 @@ class Runner:
         return found
 
     def inputs(self, cell: Cell, artifacts: dict[Component, Artifact]) -> dict[str, object]:
+        kind = self.matrix.runners.get(self.options.kinds.get(cell.id, ""))
         return cell_inputs(
-            self.matrix, cell, artifacts, backend=self.backend.name, gpu=self.no_gpu_reason is None
+            self.matrix, cell, artifacts, backend=self.backend.name, gpu=self.no_gpu_reason is None, kind=kind
         )
+
+    def _check_planned(self, cell: Cell, digest: str) -> None:
+        """A plan's worker computes the plan's input hash for its cell, or runs nothing of it."""
+        want = self.options.planned.get(cell.id)
+        # The host backend hashes the installed stack, not wheels: its hash is never a plan's (nor pushed).
+        if want and want != digest and self.backend.needs_artifacts:
+            gpu = "with" if self.no_gpu_reason is None else "without"
+            raise EnvironmentProblem(
+                f"{cell.id}: its input hash here is {digest}, the plan's is {want} (backend {self.backend.name}, "
+                f"{gpu} a GPU here): its verdict would be pushed where no merge of the plan looks, so it is "
+                "not run",
+                fix="run the worker with the plan's stackfarm, suites and wheels (the same commit and index), "
+                "or make the plan again where the workers run",
+            )
 
     def run_cell(self, cell: Cell) -> CellReport:
         self.ui.update(cell.id, "resolve")
         artifacts = self._artifacts(cell)
         inputs = self.inputs(cell, artifacts)
         digest = input_hash(inputs)
+        self._check_planned(cell, digest)
         patch_hashes = inputs["patch_sets"]
         assert isinstance(patch_hashes, dict)  # cell_inputs' own shape; narrows the type for mypy
         report = replace(
@@ -280,6 +302,7 @@ class Runner:
             matrix=str(self.matrix.path.resolve()),
             deviations=tuple(d.as_dict() for d in self.matrix.deviations),
             profile=str(self.matrix.profile.path) if self.matrix.profile is not None else "",
+            runner=str(kind.get("name", "")) if isinstance(kind := inputs.get("runner"), dict) else "",
         )
         spec_path = workdir / "cell.json"
         spec.dump(spec_path)
@@ -482,9 +505,18 @@ def own_sources() -> str:
 
 
 def cell_inputs(
-    matrix: Matrix, cell: Cell, artifacts: Mapping[Component, Artifact], *, backend: str, gpu: bool
+    matrix: Matrix,
+    cell: Cell,
+    artifacts: Mapping[Component, Artifact],
+    *,
+    backend: str,
+    gpu: bool,
+    kind: MatrixRunner | None = None,
 ) -> dict[str, object]:
-    """Everything a cell's verdict depends on; its hash decides whether a verdict can be reused."""
+    """Everything a cell's verdict depends on; its hash decides whether a verdict can be reused. `kind`: the
+    runner kind it is dispatched to (a plan's worker adopts the plan's); by default the one its CUDA floor
+    routes it to (stackfarm.driver.routed_runner)."""
+    runner = kind or routed_runner(matrix, cell.id, cell.as_dict().get("cuda", ""))
     conftest = matrix.root / "suites" / "conftest.py"
     return {
         "stackfarm": __version__,
@@ -509,7 +541,7 @@ def cell_inputs(
         "gpu": gpu,
         # Where the cell is routed decides what it is asked (a one-GPU kind: no tensor-parallel check; its
         # [thresholds.<kind>]), so a move to another runner kind is a new verdict.
-        "runner": asdict(runner) if (runner := runner_for(matrix, cell.id)) is not None else None,
+        "runner": asdict(runner) if runner is not None else None,
         # The image is made from these before any verdict could be reused: an edited Dockerfile or another base
         # is a new verdict, never the old image's.
         "docker": _docker_inputs(matrix) if backend == "docker" else None,

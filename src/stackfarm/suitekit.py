@@ -24,7 +24,7 @@ import pytest
 from packaging.version import Version
 
 from .cellspec import CellSpec
-from .driver import runner_for
+from .driver import routed_runner
 from .junit import NA, NA_PROPERTY, NOT_APPLICABLE
 from .matrix import Runner
 from .matrix import load as load_matrix
@@ -106,14 +106,17 @@ def need_gpus(cell: CellSpec, wanted: int, available: int, what: str) -> None:
 
 
 def cell_runner(cell: CellSpec) -> Runner | None:
-    """The [runners.<kind>] the cell is routed to (None without a readable matrix or a matching kind)."""
+    """The [runners.<kind>] the cell is dispatched to (the one its verdict's inputs name, CellSpec.runner; the
+    one its CUDA floor routes it to for a spec without it); None without a readable matrix or a matching kind."""
     if not cell.matrix:
         return None
     try:
         matrix = load_matrix(cell.matrix)
     except Exception:  # an unreadable matrix is not the suite's question: no runner is known
         return None
-    return runner_for(matrix, cell.id)
+    if cell.runner in matrix.runners:
+        return matrix.runners[cell.runner]
+    return routed_runner(matrix, cell.id, cell.values.get("cuda", ""))
 
 
 def check_installed(cell: CellSpec, distributions: Sequence[str]) -> str:

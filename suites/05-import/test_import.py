@@ -25,15 +25,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from import_findings import cell_matrix, findings, installed
+from import_findings import findings, installed
 
 from stackfarm.analysis.abicheck import FLASHINFER_TRIO, LibraryVerdict, flashinfer_drift
 from stackfarm.cellspec import CellSpec
-from stackfarm.driver import installed_driver, runner_for, runs_on
+from stackfarm.driver import installed_driver, runs_on
 from stackfarm.errors import StackfarmError
 from stackfarm.proc import call
 from stackfarm.provenance import PROBE, fingerprint, native_packages, parse_probe_output, save
-from stackfarm.suitekit import NA, check_installed, need_gpu, not_applicable
+from stackfarm.suitekit import NA, cell_runner, check_installed, need_gpu, not_applicable
 
 #: The type of pytest's record_property fixture.
 RecordProperty = Callable[[str, object], None]
@@ -142,8 +142,7 @@ def test_gpu_driver_floor(cell: CellSpec, record_property: RecordProperty) -> No
     driver = installed_driver()
     if driver is None:
         pytest.fail("a GPU was reported but nvidia-smi gives no driver version", pytrace=False)
-    matrix = cell_matrix(cell)
-    runner = runner_for(matrix, cell.id) if matrix is not None else None
+    runner = cell_runner(cell)  # the kind the cell is dispatched to (stackfarm.driver.route)
     forward = bool(runner and runner.forward_compat)
     record_property("driver", driver)
     record_property("cuda", found.cuda or "")

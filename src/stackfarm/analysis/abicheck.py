@@ -492,6 +492,39 @@ def check_cell(
     return out
 
 
+def loaded_at_import(libs: Sequence[NativeLib], index: _Index | None = None) -> list[NativeLib]:
+    """The libraries an import of the cell's packages loads: every Python extension module and the libraries
+    its DT_NEEDED closure reaches. A library no extension needs is dlopened later, if ever (a kernel loaded by
+    Python code for one arch or one feature), so its symbols bind only when something asks for it."""
+    index = index if index is not None else _Index(libs)
+    out: dict[int, NativeLib] = {}
+    for lib in libs:
+        if _is_extension(lib):
+            for reached in index.closure(lib)[0]:
+                out.setdefault(id(reached), reached)
+    return [lib for lib in libs if id(lib) in out]
+
+
+def import_driver_symbols(
+    components: Sequence[InstalledComponent], cache: JsonCache | None = None, *, every: bool = False
+) -> dict[str, tuple[str, ...]]:
+    """``<component>/<library>`` -> the driver-API (libcuda) symbols it links, for the libraries loaded at
+    import (`loaded_at_import`; `every`: all of them, for suites that dlopen each library, as 05-import's GPU
+    part does). The symbols decide a cell's driver floor (stackfarm.driver.symbol_floor), as 05-import's own
+    judge resolves them; a library that links none is left out."""
+    store = cache if cache is not None else JsonCache(default_root(), NAMESPACE)
+    libs = [lib for comp in components for lib in native_libraries(comp, None, store)]
+    index = _Index(libs)
+    scopes = _scopes(libs, index)
+    chosen = libs if every else loaded_at_import(libs, index)
+    out: dict[str, tuple[str, ...]] = {}
+    for lib in chosen:
+        verdict, _left = _judge(lib, scopes[id(lib)], index, Platform("", None))
+        if verdict.driver_symbols:
+            out[f"{lib.component}/{lib.relpath}"] = tuple(sorted(set(verdict.driver_symbols)))
+    return out
+
+
 def shared_sonames(libs: Sequence[NativeLib]) -> list[SharedSoname]:
     """SONAMEs that more than one component ships (libnccl, libcudart, libnvrtc...), each copy's build-id."""
     by: dict[str, dict[tuple[str, str, str, str], None]] = {}
@@ -538,6 +571,8 @@ __all__ = [
     "Unresolved",
     "check_cell",
     "flashinfer_drift",
+    "import_driver_symbols",
+    "loaded_at_import",
     "native_libraries",
     "shared_sonames",
 ]

@@ -55,7 +55,8 @@ def _placed(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_emit(args: argparse.Namespace) -> int:
     doc = _placed(args)
     if args.engine == "gha":
-        text = yamltext.dump(gha.workflow(doc, chunk=args.chunk))
+        plan = "plan.json" if args.plan == "-" else args.plan  # the merge job reads it
+        text = yamltext.dump(gha.workflow(doc, chunk=args.chunk, plan=plan))
     elif args.engine == "buildkite":
         parts = buildkite.pipelines(
             doc, chunk=args.chunk, plan="plan.json" if args.plan == "-" else args.plan

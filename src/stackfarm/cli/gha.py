@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ExitCode, StackfarmError
-from ..gha import annotation, gha_annotations, job_matrix, read_runners
+from ..gha import annotation, dispatch, gha_annotations, read_runners
 from ..history import read_run
+from ..planjson import PlanContract
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,7 +21,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_matrix.add_argument(
         "--plan", default="-", help="`stackfarm plan --json` output (a file, or - for stdin)"
     )
-    p_matrix.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
+    p_matrix.add_argument(
+        "--matrix", type=Path, default=None, help="the plan's matrix (default: the one the plan names)"
+    )
     p_matrix.add_argument("--github-output", type=Path, default=None,
                           help="also append matrix=<json> and count=<n> to this file ($GITHUB_OUTPUT)")  # fmt: skip
     p_matrix.set_defaults(func=cmd_matrix)
@@ -42,8 +45,14 @@ def _read_json(source: str) -> Any:
 
 def cmd_matrix(args: argparse.Namespace) -> int:
     plan = _read_json(args.plan)
-    runners, warnings = read_runners(args.matrix)
-    matrix = job_matrix(plan, runners, args.matrix)
+    if not isinstance(plan, dict):
+        raise StackfarmError(f"{args.plan}: not a plan (`stackfarm plan --json` output)")
+    contract = PlanContract.of(plan, args.plan)
+    # The plan's matrix routes its cells (its runner kinds), never whatever ./matrix.toml is now.
+    path = args.matrix or (Path(contract.matrix.path) if contract.matrix else Path("matrix.toml"))
+    contract.check_matrix(path, args.plan)
+    runners, warnings = read_runners(path)
+    matrix, unrunnable = dispatch(plan, runners, path)
     for warning in warnings:
         print(annotation("warning", "runners", warning), file=sys.stderr)
     for conflict in plan.get("conflicts", []):
@@ -51,12 +60,14 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             annotation("warning", f"{conflict['id']} conflict", "; ".join(conflict["problems"])),
             file=sys.stderr,
         )
+    for line in unrunnable:  # no job: the cell never reaches a runner whose driver cannot run it
+        print(annotation("error", f"{line.split(':', 1)[0]} unrunnable", line), file=sys.stderr)
     text = json.dumps(matrix, separators=(",", ":"))
     if args.github_output is not None:
         with args.github_output.open("a", encoding="utf-8") as out:
             out.write(f"matrix={text}\ncount={len(matrix['include'])}\n")
     print(text)
-    return int(ExitCode.OK)
+    return int(ExitCode.INCOMPLETE if unrunnable else ExitCode.OK)
 
 
 def cmd_annotate(args: argparse.Namespace) -> int:

@@ -68,13 +68,15 @@ def rows(
     ]  # fmt: skip
     out: list[tuple[str, str, str]] = []
     for name, status, total, shown in kinds:
-        out += [(cell, status, detail) for cell, detail in shown]
+        # A cell no runner kind's driver can run is never dispatched: a status of its own.
+        out += [(cell, "unrunnable" if status == "run" and cell in drivers else status, detail)
+                for cell, detail in shown]  # fmt: skip
         if total > len(shown):
             out.append(("", "…", f"{total - len(shown):,} more {name} not shown (`plan --all` lists them)"))
     return out
 
 
-_STYLE = {"conflict": "yellow", "excluded": "dim"}
+_STYLE = {"conflict": "yellow", "excluded": "dim", "unrunnable": "red"}
 
 
 def render(

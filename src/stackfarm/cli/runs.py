@@ -11,7 +11,7 @@ import os
 import shutil
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -35,17 +35,21 @@ from ..runner import Runner, RunOptions, gpu_unavailable_reason
 from ..store import BrokenEntry, Store, open_store
 from ..ui import CellProgress
 from ..verdict import CellReport, Status
-from ..worker import read_plan, select_from_plan
+from ..worker import Adopted, adopt, read_plan, select_from_plan
 from . import hostbundle, plantext
 from .args import whole
 
 _Sub = argparse._SubParsersAction  # argparse's type for add_subparsers()
+DEFAULT_MATRIX = Path("matrix.toml")
 
 
 def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--matrix", type=Path, default=Path("matrix.toml"), help="the matrix file (matrix.toml)"
+        "--matrix",
+        type=Path,
+        default=None,
+        help="the matrix file (default matrix.toml; with run --plan: the plan's)",
     )
     common.add_argument(
         "--cells", default=None, help="only cells whose id matches this glob (comma-separated)"
@@ -71,6 +75,11 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
         "--store",
         default=None,
         help="the shared verdict store (a folder or an http(s) URL): is each cell's verdict stored (--json)",
+    )
+    p_plan.add_argument(
+        "--symbols",
+        action="store_true",
+        help="read the driver-API symbols of wheels not unpacked in the cache (lazy trees), to route by them",
     )
     hash_basis(p_plan)
     p_plan.set_defaults(func=cmd_plan)
@@ -119,7 +128,9 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
         help="first merge the shared store's verdict of every planned cell (folder or http(s) URL)",
     )
     p_report.add_argument(
-        "--plan", default=None, help="with --from: the cells and input hashes of this `plan --json` document"
+        "--plan",
+        default=None,
+        help="the `plan --json` document: every planned cell must have a verdict (with --from: its input hash)",
     )
     p_report.add_argument(
         "--matrix", type=Path, default=Path("matrix.toml"), help="with --from and no --plan: plan this matrix"
@@ -179,12 +190,11 @@ def opened_store(
 
 def cmd_plan(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
-    matrix = load_matrix(args.matrix, args.profile)
+    matrix = load_matrix(args.matrix or DEFAULT_MATRIX, args.profile)
     store = opened_store(args.store, trusted=matrix.trusted_runner_keys)
     resolver = Resolver(matrix, Cache(), refresh=args.refresh)
     full, unreachable = plan_matrix(matrix, resolver, None)
     p = selected(full, args.cells, matrix)
-    drivers = driver_problems(matrix, p.cells)  # cells their runner's driver cannot run: said before GPU time
     # An index that did not answer leaves cells unplanned: never exit 0 on that.
     code = ExitCode.ENVIRONMENT if unreachable else ExitCode.OK
     if args.json:
@@ -197,14 +207,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
             store=store,
             backend=args.backend,
             gpu=not args.no_gpu,
+            fetch_symbols=args.symbols,
         )
+        # Cells no runner kind can run (stackfarm.driver.route): said before any GPU time, never dispatched.
+        drivers = {str(c["id"]): str(c["unrunnable"]) for c in data["cells"] if c["status"] != "run"}
         data["driver_problems"] = drivers
         print(json.dumps(data, indent=2, default=str))
-        return code
+        return unrunnable_code(code, drivers)
+    drivers = driver_problems(matrix, p.cells)  # the CUDA floors (`plan --json` reads the symbols too)
     plantext.render(console, p, unreachable, drivers, every=args.all)
     for (dist, version), reason in sorted(unreachable.items()):  # each once, with its fix
         error_line(f"{dist} {version}: {reason}", kind="error")
-    return code
+    return unrunnable_code(code, drivers)
+
+
+def unrunnable_code(code: ExitCode, unrunnable: Mapping[str, str]) -> ExitCode:
+    """A plan with cells no runner kind can run is incomplete (exit 3), unless the environment stood in the way."""
+    return ExitCode.INCOMPLETE if unrunnable and code == ExitCode.OK else code
 
 
 def choose_backend(name: str, console: Console) -> str:
@@ -282,11 +301,35 @@ def selected(full: Plan, pattern: str | None, matrix: Matrix, *, to_run: bool = 
     )
 
 
+def from_plan(args: argparse.Namespace, console: Console) -> Adopted:
+    """A fan-out worker: one cell of a stored plan, on the plan's terms (stackfarm.worker.adopt); `args` gets
+    the cell's exact glob, the plan's matrix, backend and store."""
+    from ..backends.docker import engine_unavailable_reason  # probed only for a docker plan
+
+    doc = read_plan(args.plan)
+    by_id = args.cells if args.cell_index is None else None
+    args.cells = select_from_plan(doc, index=args.cell_index, cell_id=by_id)
+    terms = adopt(
+        doc,
+        str(args.plan),
+        matrix=args.matrix,
+        backend=args.backend,
+        store=args.store,
+        engine=engine_unavailable_reason,
+        gpu_reason=gpu_unavailable_reason(),
+    )
+    for warning in terms.warnings:
+        error_line(warning)
+    args.matrix, args.backend, args.store = terms.matrix, terms.backend, terms.store
+    if args.backend != "auto":
+        console.print(f"backend: {args.backend} (the plan's hash basis)")
+    return terms
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     console = Console(highlight=False, soft_wrap=True)
-    if args.plan is not None:  # one cell of a stored plan (a fan-out engine's worker)
-        by_id = args.cells if args.cell_index is None else None
-        args.cells = select_from_plan(read_plan(args.plan), index=args.cell_index, cell_id=by_id)
+    terms = from_plan(args, console) if args.plan is not None else None  # a fan-out engine's worker
+    args.matrix = args.matrix or DEFAULT_MATRIX
     matrix = only_suites(load_matrix(args.matrix, args.profile), args.suites)
     python = host_python(args.backend, args.python)
     store = opened_store(args.store, create=True, signs=True, trusted=matrix.trusted_runner_keys)
@@ -312,9 +355,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     writable(args.reports)
     proc.STOP.clear()  # a stop belongs to one run (a process may run several, e.g. the tests)
     options = RunOptions(
-        reports=args.reports, jobs=args.jobs, force=args.force, store=store, selection=args.suites or ""
+        reports=args.reports,
+        jobs=args.jobs,
+        force=args.force,
+        store=store,
+        selection=args.suites or "",
+        kinds=terms.kinds if terms else {},
+        planned=terms.planned if terms else {},
     )
-    no_gpu = gpu_unavailable_reason()
+    no_gpu = (terms.no_gpu if terms else None) or gpu_unavailable_reason()
     # `with cache`: the run's lease on what it uses (cache prune keeps it) ends with the run.
     with (
         cache,
@@ -407,12 +456,25 @@ def print_summary(reports: Sequence[CellReport], where: Path, console: Console) 
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """One planned cell as the merge checks it."""
+
+    cell: str
+    input_hash: str | None
+    #: Why it has no input hash (None when it has one).
+    why: str | None
+    #: Why no runner kind runs it ("" when one does): no job made its verdict.
+    unrunnable: str = ""
+    #: The plan found its verdict in the plan's store (no job ran it): only `--from` merges it.
+    stored: bool = False
+
+
 def planned_hashes(
     args: argparse.Namespace, matrix: Matrix | None = None
-) -> tuple[list[tuple[str, str | None, str | None]], list[tuple[str, list[str]]]]:
-    """(cell id, input hash, why none) of every cell of --plan, or of the --matrix planned here (`matrix`, when
-    the caller has loaded it); and the plan's conflicts (cell id, problems): cells no runner ran, which no
-    store holds, and which are not green."""
+) -> tuple[list[Planned], list[tuple[str, list[str]]]]:
+    """Every cell of --plan, or of the --matrix planned here (`matrix`, when the caller has loaded it); and the
+    plan's conflicts (cell id, problems): cells no runner ran, which no store holds, and which are not green."""
     if args.plan is not None:
         doc = read_plan(args.plan)
     else:
@@ -420,8 +482,56 @@ def planned_hashes(
         resolver = Resolver(matrix, Cache())
         p, unreachable = plan_matrix(matrix, resolver, None)
         doc = plan_document(matrix, p, unreachable, resolver, backend=args.backend, gpu=not args.no_gpu)
-    cells = [(str(c["id"]), c.get("input_hash"), c.get("input_hash_error")) for c in doc["cells"]]
+    cells = [
+        Planned(
+            str(c["id"]),
+            c.get("input_hash"),
+            c.get("input_hash_error"),
+            str(c.get("unrunnable") or ""),
+            bool(c.get("stored")),
+        )
+        for c in doc["cells"]
+    ]
     return cells, [(str(c["id"]), [str(p) for p in c.get("problems", [])]) for c in doc.get("conflicts", [])]
+
+
+def _save_conflicts(reports: Path, conflicts: Sequence[tuple[str, list[str]]]) -> None:
+    """As `run` records them: every planned cell is in the merged report, a conflict as a conflict."""
+    for cell, problems in conflicts:
+        verdict.save(reports, CellReport(cell=cell, status=Status.CONFLICT, reason="; ".join(problems)))
+
+
+def _why_absent(one: Planned) -> str:
+    if one.stored:
+        return "the plan found it in its store, which only `report --from STORE` merges"
+    return f"unrunnable: {one.unrunnable}" if one.unrunnable else "its job left none"
+
+
+def check_planned(reports: Path, console: Console, args: argparse.Namespace) -> list[str]:
+    """`report --plan` without a store: one line per planned cell whose verdict is not under reports/ (or is a
+    verdict of other inputs than the plan's); the plan's conflicts are recorded there."""
+    writable(reports)
+    cells, conflicts = planned_hashes(args)
+    _save_conflicts(reports, conflicts)
+    found = {s.report.cell: s for s in verdict.read_all(reports, shown=True)[0]}
+    missing = []
+    for one in cells:
+        have = found.get(one.cell)
+        if have is None:
+            missing.append(f"{one.cell}: no verdict under {reports}/ ({_why_absent(one)})")
+        # (The host backend hashes the installed stack, never the plan's wheels: no hash of it is a plan's.)
+        elif one.input_hash and have.input_hash not in ("", one.input_hash) and have.report.backend != "host":
+            missing.append(
+                f"{one.cell}: its verdict is of other inputs ({have.input_hash[:12]}…) than the plan's "
+                f"({one.input_hash[:12]}…)"
+            )
+    console.print(
+        f"{len(cells) - len(missing)} of {len(cells)} planned cell(s) have their verdict under {reports}/"
+        + (f"; {len(missing)} have none:" if missing else "")
+    )
+    for line in missing:
+        console.print(f"  {escape(line)}")
+    return missing
 
 
 def merge_from(
@@ -431,9 +541,9 @@ def merge_from(
     writable(reports)
     merged, missing = 0, []
     cells, conflicts = planned_hashes(args, matrix)
-    for cell, problems in conflicts:  # as `run` records them: every planned cell is in the merged report
-        verdict.save(reports, CellReport(cell=cell, status=Status.CONFLICT, reason="; ".join(problems)))
-    for cell, digest, why in cells:
+    _save_conflicts(reports, conflicts)
+    for one in cells:
+        cell, digest, why = one.cell, one.input_hash, one.why
         if not digest:
             missing.append(f"{cell}: no input hash ({why or 'not computed'})")
             continue
@@ -443,7 +553,9 @@ def merge_from(
             error_line(str(exc))
             missing.append(f"{cell}: the store's entry for its inputs ({digest[:12]}…) is not used: {exc}")
             continue
-        if found is None:
+        if found is None and one.unrunnable:
+            missing.append(f"{cell}: unrunnable: {one.unrunnable}")
+        elif found is None:
             missing.append(f"{cell}: the store holds no verdict for its inputs ({digest[:12]}…)")
         else:
             merged += 1
@@ -461,7 +573,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     # The merge step trusts the runner keys the repository's matrix names ([store] trusted_keys), when it has one.
     matrix = load(args.matrix) if args.source and args.matrix.is_file() else None
     store = opened_store(args.source, trusted=matrix.trusted_runner_keys if matrix else ())
-    missing = merge_from(store, args.reports, console, args, matrix) if store is not None else []
+    if store is not None:
+        missing = merge_from(store, args.reports, console, args, matrix)
+    elif args.plan is not None:  # the plan is read with or without a store: a planned cell without a verdict
+        missing = check_planned(args.reports, console, args)
+    else:
+        missing = []
     stored, problems = verdict.read_all(args.reports, shown=True)
     if not stored and problems:  # every verdict there unreadable: say which and why, never "run first"
         raise EnvironmentProblem(

@@ -10,13 +10,14 @@ a ConfigMap's 1 MiB for a Kubernetes Job's plan.
 
 from __future__ import annotations
 
-import fnmatch
 import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from ..driver import route
 from ..errors import StackfarmError
 from ..matrix import Runner
+from ..planjson import PlanContract, runner_fields
 
 #: One cell of the plan document, as JSON gives it back.
 CellDoc = Mapping[str, Any]
@@ -37,30 +38,26 @@ def runner_of(cell: CellDoc) -> str:
 
 
 def place(doc: Mapping[str, Any], runners: Sequence[Runner]) -> dict[str, Any]:
-    """The plan document with each cell that lacks one given its runner kind, labels, GPUs and arch (for
-    documents of an older `plan --json`): the first kind whose `cells` globs match, as stackfarm.gha does."""
+    """The plan document with each cell that lacks a routing given one (for documents of an older `plan
+    --json`): stackfarm.driver.route by its CUDA floor, as `plan` and `gha matrix` route."""
     cells = []
     for cell in doc.get("cells", []):
-        if cell.get("runner"):
+        if cell.get("runner") or "status" in cell:
             cells.append(cell)
             continue
-        kind = next((k for k in runners if any(fnmatch.fnmatchcase(cell["id"], g) for g in k.cells)), None)
-        if kind is None:
+        found = route(str(cell["id"]), str((cell.get("values") or {}).get("cuda", "")), runners)
+        if found.status == "unrouted":
             raise EmitError(f"cell {cell['id']} matches no [runners.*] cells glob: it would never run")
-        cells.append({**cell, **runner_fields(kind)})
+        cells.append({**cell, **runner_fields(found.runner), "status": found.status,
+                      "unrunnable": found.reason or None})  # fmt: skip
     return {**doc, "cells": cells}
 
 
-def runner_fields(kind: Runner | None) -> dict[str, Any]:
-    """What a plan cell says of its runner kind (stackfarm.gha.job_matrix's entry, less the cell id)."""
-    if kind is None:
-        return {"runner": None, "labels": [], "gpus": None, "arch": None}
-    return {"runner": kind.name, "labels": list(kind.labels), "gpus": kind.gpus, "arch": kind.arch}
-
-
 def pending(doc: Mapping[str, Any]) -> list[CellDoc]:
-    """The cells to run: no stored verdict, longest first (an unknown duration sorts first), then by id."""
-    cells = [c for c in doc.get("cells", []) if not c.get("stored")]
+    """The cells to run: no stored verdict, longest first (an unknown duration sorts first), then by id. A cell
+    the plan dispatches nowhere (status unrunnable: no kind's driver runs it) is left out; the merge, which
+    reads the plan, counts it as a planned cell without a verdict."""
+    cells = [c for c in doc.get("cells", []) if not c.get("stored") and c.get("status", "run") == "run"]
     for cell in cells:
         runner_of(cell)
 
@@ -80,15 +77,25 @@ def store_of(doc: Mapping[str, Any]) -> str | None:
     return store if isinstance(store, str) and store else None
 
 
+def worker_args(doc: Mapping[str, Any], plan: str | None = None) -> list[str]:
+    """What every worker's `stackfarm run` carries of the plan: the plan itself when the worker can read it
+    (it then adopts the plan's hash basis and checks its input hashes), the plan's matrix (a plan made from
+    `--matrix X` runs X, never ./matrix.toml) and its store."""
+    return [*(["--plan", plan] if plan else []), *PlanContract.of(doc).worker_args()]
+
+
 def merge_command(doc: Mapping[str, Any], plan: str | None = None) -> str:
-    """The merge step's command. With a store, the verdicts come from it (`report --from`): also those of the
+    """The merge step's command: it always reads the plan (`report --plan`: a planned cell without a verdict
+    keeps the gate incomplete). With a store, the verdicts come from it (`report --from`): also those of the
     cells the plan left out as stored, failed ones included, which no job of this pipeline downloads."""
     base = ["python", "-m", "stackfarm", "report", "--reports", "reports", "--gate"]
     store = store_of(doc)
+    contract = PlanContract.of(doc)
+    base += [*(["--from", store] if store else []), "--plan", plan or "plan.json"]
+    base += ["--matrix", contract.matrix.path] if contract.matrix else []
     if store is None:
         return shlex.join(base)
     basis = doc.get("hash_basis") or {}
-    base += ["--from", store, *(["--plan", plan] if plan else [])]
     base += [
         "--backend",
         str(basis.get("backend") or "docker"),
@@ -121,4 +128,15 @@ def check_chunk(size: int | None, limit: int, engine: str) -> int:
     return size
 
 
-__all__ = ["CellDoc", "EmitError", "check_chunk", "chunks", "pending", "place", "runner_fields", "runner_of"]
+__all__ = [
+    "CellDoc",
+    "EmitError",
+    "check_chunk",
+    "chunks",
+    "merge_command",
+    "pending",
+    "place",
+    "runner_fields",
+    "runner_of",
+    "worker_args",
+]

@@ -20,7 +20,17 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import CellDoc, EmitError, check_chunk, chunks, conflict_lines, merge_command, pending, store_of
+from . import (
+    CellDoc,
+    EmitError,
+    check_chunk,
+    chunks,
+    conflict_lines,
+    merge_command,
+    pending,
+    store_of,
+    worker_args,
+)
 
 #: Steps one `buildkite-agent pipeline upload` takes.
 UPLOAD_LIMIT = 500
@@ -40,13 +50,20 @@ def step_key(cell_id: str, taken: set[str]) -> str:
     return key
 
 
-def cell_step(cell: CellDoc, key: str, store: str | None = None) -> dict[str, Any]:
+def cell_step(
+    cell: CellDoc, key: str, store: str | None = None, *, plan: str | None = None, doc: CellDoc | None = None
+) -> dict[str, Any]:
+    """`plan`: the plan artifact the step downloads and runs on (its terms: hash basis, input hashes); `doc`:
+    the plan document, whose matrix and store the run is given (stackfarm.emit.worker_args)."""
     cell_id = str(cell["id"])
-    push = f" --store {shlex.quote(store)}" if store else ""
+    worker = worker_args(doc or {}, plan)
+    push = f" --store {shlex.quote(store)}" if store and "--store" not in worker else ""
+    fetch = f"buildkite-agent artifact download {shlex.quote(plan)} . && " if plan else ""
+    args = f" {shlex.join(worker)}" if worker else ""
     return {
         "label": f":test_tube: {cell_id}",
         "key": key,
-        "command": f"python -m stackfarm run --cells {shlex.quote(cell_id)} --jobs 1{push}",
+        "command": f"{fetch}python -m stackfarm run --cells {shlex.quote(cell_id)} --jobs 1{args}{push}",
         "agents": {"queue": cell["runner"]},
         "env": {"STACKFARM_RUNNER_KIND": cell["runner"]},
         "artifact_paths": [f"reports/{cell_id}/**/*"],
@@ -55,12 +72,12 @@ def cell_step(cell: CellDoc, key: str, store: str | None = None) -> dict[str, An
 
 
 def _groups(
-    part: Sequence[CellDoc], number: int, parts: int, taken: set[str], store: str | None = None
+    part: Sequence[CellDoc], number: int, parts: int, taken: set[str], *, doc: CellDoc, plan: str
 ) -> list[dict[str, Any]]:
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for cell in part:
         by_kind.setdefault(str(cell["runner"]), []).append(
-            cell_step(cell, step_key(str(cell["id"]), taken), store)
+            cell_step(cell, step_key(str(cell["id"]), taken), plan=plan, doc=doc)
         )
     suffix = f" (part {number} of {parts})" if parts > 1 else ""
     return [{"group": f"{kind}{suffix}", "steps": steps} for kind, steps in by_kind.items()]
@@ -70,8 +87,7 @@ def _merge_steps(doc: Mapping[str, Any], plan: str, *, ran: bool) -> list[Any]:
     """The wait and the merge; with a store the merge reads it (the stored verdicts too), and then it is there
     even when no cell had to run. Conflict cells (no step runs them) get a step of their own that fails."""
     merge = merge_command(doc, plan)
-    if store_of(doc):
-        merge = f"buildkite-agent artifact download {shlex.quote(plan)} . && {merge}"
+    merge = f"buildkite-agent artifact download {shlex.quote(plan)} . && {merge}"  # the merge reads the plan
     if ran:
         merge = f"buildkite-agent artifact download 'reports/**/*' . && {merge}"
     steps: list[Any] = [{"wait": None, "continue_on_failure": True}] if ran else []
@@ -128,7 +144,7 @@ def pipelines(
         steps: list[Any] = []
         if number == 1 and len(parts) > 1:
             steps.append(_upload_rest(len(parts), plan))
-        steps += _groups(part, number, len(parts), taken, store_of(doc))
+        steps += _groups(part, number, len(parts), taken, doc=doc, plan=plan)
         if number == 1:
             steps += _merge_steps(doc, plan, ran=True)
         docs.append({"steps": steps})

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import storekeys
+from ..planjson import PlanContract
 from . import CellDoc, check_chunk, chunks, conflict_lines, merge_command, pending, store_of
 
 #: Jobs one matrix may start (docs.github.com: Actions limits).
@@ -80,11 +81,16 @@ def _report_job(needs: Sequence[str], command: str) -> dict[str, Any]:
 
 
 def workflow(
-    doc: Mapping[str, Any], *, chunk: int | None = None, name: str = "stackfarm cells"
+    doc: Mapping[str, Any],
+    *,
+    chunk: int | None = None,
+    name: str = "stackfarm cells",
+    plan: str = "plan.json",
 ) -> dict[str, Any]:
     """The caller workflow: `chunk-<n>` jobs (each `uses:` cells.yml with up to `chunk` cells) and `report`."""
     size = check_chunk(chunk, MATRIX_LIMIT, "a GitHub Actions matrix")
     cells = pending(doc)
+    contract = PlanContract.of(doc)
     jobs: dict[str, Any] = {}
     for n, part in enumerate(chunks(cells, size), 1):
         first = (n - 1) * size + 1
@@ -95,6 +101,10 @@ def workflow(
             "with": {
                 "cells": json.dumps([entry(c) for c in part], separators=(",", ":")),
                 "store": store_of(doc) or "",
+                # The plan's matrix and backend: a plan made from --matrix X runs X, under the plan's basis.
+                **({"matrix": contract.matrix.path} if contract.matrix else {}),
+                **({"backend": contract.basis.backend} if contract.basis else {}),
+                "plan": plan,  # the workers check their input hashes against it
             },
             # What a worker pushes is signed with the runner key (stackfarm.storekeys), a repository secret.
             **({"secrets": {RUNNER_KEY: f"${{{{ secrets.{RUNNER_KEY} }}}}"}} if store_of(doc) else {}),
@@ -111,7 +121,7 @@ def workflow(
     cell_jobs = [k for k in jobs if k.startswith("chunk-")]
     # With a store, the stored verdicts are merged and gated even when no cell had to run.
     if cell_jobs or store_of(doc):
-        jobs["report"] = _report_job(cell_jobs, merge_command(doc))
+        jobs["report"] = _report_job(cell_jobs, merge_command(doc, plan))
     elif not conflicts:
         jobs["nothing"] = {
             "name": "nothing to run",

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import storekeys
+from ..planjson import PlanContract
 from . import CellDoc, EmitError, chunks, pending, store_of
 
 #: What a ConfigMap may hold (etcd's object limit).
@@ -29,7 +30,9 @@ DEFAULT_IMAGE = "stackfarm:latest"
 _NAME = re.compile(r"[^a-z0-9-]+")
 _ARCH = re.compile(r"sm_(\d+)(\d)[a-z]?\Z")
 #: The fields of a plan cell a pod needs (`stackfarm run --plan` reads the id; the rest say what it is).
-_CELL_FIELDS = ("id", "values", "runner", "gpus", "arch", "input_hash", "estimated_seconds")
+_CELL_FIELDS = ("id", "values", "runner", "gpus", "arch", "input_hash", "estimated_seconds", "status")
+#: The plan's contract (stackfarm.planjson.PlanContract), carried into every Job's plan.
+_CONTRACT_FIELDS = ("matrix", "hash_basis", "store")
 
 
 def dns_name(text: str, limit: int = 52) -> str:
@@ -48,12 +51,16 @@ def node_selector(arch: str | None) -> dict[str, str]:
     return {"nvidia.com/gpu.compute.major": m[1], "nvidia.com/gpu.compute.minor": m[2]}
 
 
-def job_plan(cells: Sequence[CellDoc]) -> str:
-    return json.dumps({"cells": [{k: c.get(k) for k in _CELL_FIELDS} for c in cells]}, indent=1)
+def job_plan(cells: Sequence[CellDoc], doc: Mapping[str, Any] | None = None) -> str:
+    """A Job's own plan: its cells, with the whole plan's contract (matrix, hash basis, store), which the pods'
+    `run --plan` adopts."""
+    contract = {k: (doc or {}).get(k) for k in _CONTRACT_FIELDS if (doc or {}).get(k) is not None}
+    return json.dumps({**contract, "cells": [{k: c.get(k) for k in _CELL_FIELDS} for c in cells]}, indent=1)
 
 
 def _job(name: str, kind: str, cells: Sequence[CellDoc], *, image: str, parallelism: int | None,
-         namespace: str, reports_claim: str, store: str | None = None) -> dict[str, Any]:  # fmt: skip
+         namespace: str, reports_claim: str, store: str | None = None,
+         matrix: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
     gpus = int(cells[0].get("gpus") or 0)
     labels = {"app.kubernetes.io/name": "stackfarm", "stackfarm/runner-kind": dns_name(kind, 63)}
     container: dict[str, Any] = {
@@ -70,6 +77,7 @@ def _job(name: str, kind: str, cells: Sequence[CellDoc], *, image: str, parallel
             "1",
             "--reports",
             f"/reports/{name}-$(JOB_COMPLETION_INDEX)",
+            *matrix,  # the plan's matrix (a plan made from --matrix X runs X)
             *(["--store", store] if store else []),  # each pod pushes its verdict where the plan looked
         ],
         "env": [
@@ -129,6 +137,11 @@ def _runner_key() -> dict[str, Any]:
     return {"name": storekeys.RUNNER_KEY_ENV, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}}
 
 
+def _matrix_args(doc: Mapping[str, Any]) -> list[str]:
+    contract = PlanContract.of(doc)
+    return ["--matrix", contract.matrix.path] if contract.matrix else []
+
+
 def manifests(
     doc: Mapping[str, Any],
     *,
@@ -148,7 +161,7 @@ def manifests(
         parts = list(chunks(cells, chunk or len(cells)))
         for n, part in enumerate(parts, 1):
             name = dns_name(f"{prefix}-{kind}" + (f"-{n}" if len(parts) > 1 else ""))
-            text = job_plan(part)
+            text = job_plan(part, doc)
             if len(text.encode()) > CONFIGMAP_LIMIT - 4096:
                 raise EmitError(
                     f"{len(part)} cells of {kind} make a plan of {len(text.encode())} bytes, past a ConfigMap's "
@@ -164,7 +177,8 @@ def manifests(
                 }
             )  # fmt: skip
             out.append(_job(name, kind, part, image=image, parallelism=parallelism, namespace=namespace,
-                            reports_claim=reports_claim, store=store_of(doc)))  # fmt: skip
+                            reports_claim=reports_claim, store=store_of(doc),
+                            matrix=_matrix_args(doc)))  # fmt: skip
     return out
 
 
