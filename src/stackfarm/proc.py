@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -131,6 +132,14 @@ def _drain(process: subprocess.Popen[str]) -> str:
     return output or ""
 
 
+def _term_with_parent() -> None:
+    """In the child, before exec: SIGTERM it when its parent thread dies (prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def call(
     args: Sequence[str | Path],
     *,
@@ -138,10 +147,13 @@ def call(
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
     log: Path | None = None,
+    die_with_parent: bool = False,
 ) -> Outcome:
     """Run a command to completion in its own process group, capturing stdout+stderr (into `log` as well).
 
-    On a timeout the whole group is killed (the command and everything it started); the Outcome says so."""
+    On a timeout the whole group is killed (the command and everything it started); the Outcome says so.
+    `die_with_parent`: the command gets SIGTERM when this process dies, however it dies (Linux; a Ray worker
+    killed with its node must not leave its cell running: a stackfarm run takes SIGTERM as a stop)."""
     argv = tuple(str(a) for a in args)
     if shutil.which(argv[0]) is None and not Path(argv[0]).exists():
         raise StackfarmError(f"command not found: {argv[0]}")
@@ -159,6 +171,7 @@ def call(
         text=True,
         errors="replace",
         start_new_session=True,
+        preexec_fn=_term_with_parent if die_with_parent and sys.platform == "linux" else None,  # noqa: PLW1509 - async-signal-safe: one prctl
     )
     timed_out = False
     with _tracked(process):

@@ -18,7 +18,7 @@ from types import FrameType
 from rich.console import Console
 from rich.markup import escape
 
-from .. import history, htmlreport, proc, storekeys, verdict
+from .. import executors, history, htmlreport, proc, storekeys, verdict
 from ..artifacts import Cache
 from ..backends import NAMES, get_backend
 from ..backends.local import LocalBackend
@@ -99,6 +99,12 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
         "--store",
         default=None,
         help="the shared verdict store (a folder or an http(s) URL): reuse its verdicts, push new ones",
+    )
+    p_run.add_argument(
+        "--executor",
+        type=executors.option,
+        default=executors.LOCAL,
+        help="where the cells run: local (default) or ray[:ADDRESS], a Ray cluster (needs --store)",
     )
     p_run.set_defaults(func=cmd_run)
     p_report = sub.add_parser(
@@ -283,6 +289,10 @@ def selected(full: Plan, pattern: str | None, matrix: Matrix, *, to_run: bool = 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.executor.name == "ray":  # each cell a task of a Ray cluster (stackfarm.cli.rayrun)
+        from .rayrun import cmd_run_ray
+
+        return cmd_run_ray(args)
     console = Console(highlight=False, soft_wrap=True)
     if args.plan is not None:  # one cell of a stored plan (a fan-out engine's worker)
         by_id = args.cells if args.cell_index is None else None
