@@ -15,8 +15,9 @@ pushed twice), and pushes what it computes, signed with the node's runner key ($
 node: a node signs as itself). The task returns a CellOutcome: the input hash and status of the verdict the
 node computed, its exit code and the end of its output.
 
-Node loss: the task's worker process dies with its node (the `stackfarm run` it started gets SIGTERM through
-PR_SET_PDEATHSIG and stops as on Ctrl-C: nothing half-done is pushed), and Ray runs the task again on another
+Node loss: the task's worker process dies with its node, and so does everything under it (the `stackfarm run`
+it started and every command that one starts get SIGTERM through PR_SET_PDEATHSIG, stackfarm.proc's
+$STACKFARM_DIE_WITH_PARENT: nothing half-done is pushed), and Ray runs the task again on another
 node of the kind (``max_retries``; Ray retries system failures only: ``retry_exceptions`` stays off, and a
 verdict, failed or not, is a normal return, never an exception). A task that no attempt finished (its node
 lost more often than the retries allow, or run_cell itself raised) comes back as an outcome with `lost` set:
@@ -117,7 +118,7 @@ def run_cell(task: CellTask) -> CellOutcome:
     with tempfile.TemporaryDirectory(prefix="stackfarm-ray-") as tmp:
         reports = Path(tmp) / "reports"
         ran = proc.call(
-            _worker_argv(task, reports), cwd=Path(task.cwd), env={NODE_ENV: node}, die_with_parent=True
+            _worker_argv(task, reports), cwd=Path(task.cwd), env={NODE_ENV: node, proc.DIE_WITH_PARENT_ENV: "1"}
         )
         fields: dict[str, str] = {}
         path = verdict.path_of(reports, task.cell)
@@ -183,7 +184,7 @@ def _lost(task: CellTask, exc: BaseException) -> CellOutcome:
         why = f"the task raised on its node: {first}"
         cause = verdict.Cause.INTERNAL
     else:
-        why = f"no attempt finished ({RETRIES} retries on another node of its kind): {type(exc).__name__}: {first}"
+        why = f"no attempt finished (Ray's retries on another node of its kind): {type(exc).__name__}: {first}"
         cause = verdict.Cause.ENVIRONMENT
     return CellOutcome(
         cell=task.cell, kind=task.kind, status=str(verdict.Status.ERROR), cause=str(cause), lost=why
