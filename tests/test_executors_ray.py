@@ -50,7 +50,14 @@ cells = ["cu130-*"]
 """
 #: A third SGLang release with 0.5.9's pins: six distinct cells on the fake index.
 POST1 = {**OLD, "sglang": "0.5.9.post1"}
-CELLS = [OLD, NEW, POST1, CU130, {**NEW, "cuda": "13.0", "torch": "2.9.1+cu130"}, {**CU130, "sglang": "0.5.9.post1"}]
+CELLS = [
+    OLD,
+    NEW,
+    POST1,
+    CU130,
+    {**NEW, "cuda": "13.0", "torch": "2.9.1+cu130"},
+    {**CU130, "sglang": "0.5.9.post1"},
+]
 
 #: The suite every cell runs: it records "<cell> <Ray node>" when it starts, then waits for the release file.
 WAIT_SUITE = """
@@ -93,10 +100,14 @@ def test_cluster_problems_name_the_kind_and_the_fix() -> None:
     ]
     assert cluster_problems({"a": 1}, nodes) == []
     [no_b] = cluster_problems({"b": 1}, nodes)
-    assert no_b.startswith("runner kind b: no live node of the cluster declares the resource stackfarm-kind-b")
+    assert no_b.startswith(
+        "runner kind b: no live node of the cluster declares the resource stackfarm-kind-b"
+    )
     assert """--resources '{"stackfarm-kind-b": 1}'""" in no_b
     [few] = cluster_problems({"a": 4}, nodes)
-    assert few.startswith("runner kind a: a cell asks for 4 GPU(s) ([runners.a] gpus), and its nodes have at most 1")
+    assert few.startswith(
+        "runner kind a: a cell asks for 4 GPU(s) ([runners.a] gpus), and its nodes have at most 1"
+    )
 
 
 def test_the_worker_runs_one_exact_cell_with_the_runs_options() -> None:
@@ -115,9 +126,14 @@ def test_ray_needs_a_store_and_refuses_cell_index(
     fake_project.suite("00-ok", "pass")
     fake_project.write_matrix()
     assert main(fake_project.argv("--executor", "ray:127.0.0.1:1")) == ExitCode.CONFIG
-    assert "--executor ray:127.0.0.1:1: needs --store: each node pushes its signed verdicts" in capsys.readouterr().err
+    assert (
+        "--executor ray:127.0.0.1:1: needs --store: each node pushes its signed verdicts"
+        in capsys.readouterr().err
+    )
     where = str(fake_project.root / "store")
-    assert main(fake_project.argv("--executor", "ray", "--cell-index", "0", "--store", where)) == ExitCode.CONFIG
+    assert (
+        main(fake_project.argv("--executor", "ray", "--cell-index", "0", "--store", where)) == ExitCode.CONFIG
+    )
     assert "--cell-index: picks one cell of a plan for a worker" in capsys.readouterr().err
     assert fake_project.runs() == [], "nothing ran"
 
@@ -137,7 +153,9 @@ def server_base() -> str:
 @pytest.fixture
 def cluster() -> Iterator[Any]:
     """A real Ray cluster on this machine, shut down (every raylet and worker it started) after the test."""
-    cluster_utils = pytest.importorskip("ray.cluster_utils", reason="ray is not installed (pip install .[ray])")
+    cluster_utils = pytest.importorskip(
+        "ray.cluster_utils", reason="ray is not installed (pip install .[ray])"
+    )
     import ray
 
     made = cluster_utils.Cluster()
@@ -177,7 +195,7 @@ def test_six_cells_two_kinds_a_node_lost_every_verdict_merged_once(
     (fake_project.suite("05-wait", "pass") / "test_it.py").write_text(WAIT_SUITE)
     fake_project.write_matrix(CELLS, extra=RUNNERS)
     kind_of = {cell_id(c): ("a" if c["cuda"] == "12.8" else "b") for c in CELLS}
-    assert len(kind_of) == 6 and sorted(kind_of.values()) == ["a"] * 3 + ["b"] * 3
+    assert sorted(kind_of.values()) == ["a"] * 3 + ["b"] * 3, "six cells, three of each kind"
 
     # Each kind's nodes sign with their own runner key; the driver signs nothing and trusts both.
     key_a, pub_a, id_a = attest.generate(tmp_path / "key-a")
@@ -190,7 +208,9 @@ def test_six_cells_two_kinds_a_node_lost_every_verdict_merged_once(
     monkeypatch.chdir(fake_project.root)  # the project folder: the same path on every node (one machine)
 
     # The nodes (and the driver) import this checkout's stackfarm.
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
+    )
     head = _node(cluster, "b", key_b, include_dashboard=False)
     node_a = _node(cluster, "a", key_a)
     cluster.wait_for_nodes()
@@ -228,7 +248,8 @@ def test_six_cells_two_kinds_a_node_lost_every_verdict_merged_once(
         assert (cell, nodes_a[1]) in started, f"{cell} was rescheduled onto the new kind-a node"
 
     # Every verdict merged exactly once: six cells, six verdicts, each its node kind's signed entry.
-    assert "merged 6 verdict(s) from" in out and "have none" not in out
+    assert "merged 6 verdict(s) from" in out
+    assert "have none" not in out
     stored, problems = verdict.read_all(fake_project.reports)
     assert problems == []
     assert sorted(s.report.cell for s in stored) == sorted(kind_of), "one verdict per cell, none twice"

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
-import os
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -73,7 +72,9 @@ def _cells(
         doc = read_plan(args.plan)
         globs = [g.strip() for g in (args.cells or "*").split(",") if g.strip()]
         ids = [str(c["id"]) for c in doc["cells"] if any(fnmatch.fnmatchcase(str(c["id"]), g) for g in globs)]
-        conflicts = [(str(c["id"]), [str(p) for p in c.get("problems", [])]) for c in doc.get("conflicts", [])]
+        conflicts = [
+            (str(c["id"]), [str(p) for p in c.get("problems", [])]) for c in doc.get("conflicts", [])
+        ]
         return ids, conflicts, decided
     resolver = Resolver(matrix, Cache(), refresh=args.refresh)
     full, unreachable = plan_matrix(matrix, resolver, None)
@@ -104,15 +105,23 @@ def _tasks(
             unrouted.append(CellReport(cell=cell, status=Status.ERROR, reason=why, cause=Cause.ENVIRONMENT))
             continue
         tasks.append(
-            rayexec.CellTask(cell=cell, kind=kind.name, gpus=kind.gpus, argv=_worker_args(args, cell),
-                             cwd=os.getcwd(), plan=plan_text)  # fmt: skip
+            rayexec.CellTask(
+                cell=cell,
+                kind=kind.name,
+                gpus=kind.gpus,
+                argv=_worker_args(args, cell),
+                cwd=str(Path.cwd()),
+                plan=plan_text,
+            )
         )
     return tasks, unrouted
 
 
 def _said(console: Console) -> Callable[[rayexec.CellOutcome], None]:
     def say(o: rayexec.CellOutcome) -> None:
-        where = f"node {o.node[:12]} ({o.host}), kind {o.kind}, {o.seconds:.1f} s" if o.node else f"kind {o.kind}"
+        where = (
+            f"node {o.node[:12]} ({o.host}), kind {o.kind}, {o.seconds:.1f} s" if o.node else f"kind {o.kind}"
+        )
         what = o.lost or (f"{o.status}" if o.status else f"no verdict (worker exit {o.exit_code})")
         console.print(f"{escape(o.cell)}: {escape(what)} — {escape(where)}")
 
@@ -125,7 +134,9 @@ def _unmerged(outcome: rayexec.CellOutcome, missing: Sequence[str]) -> CellRepor
         reason = outcome.lost
     elif outcome.status in _RAN:
         line = next((m for m in missing if m.startswith(f"{outcome.cell}: ")), "not in the store")
-        reason = f"its node ({outcome.host}) judged it {outcome.status}, but the store holds no verdict: {line}"
+        reason = (
+            f"its node ({outcome.host}) judged it {outcome.status}, but the store holds no verdict: {line}"
+        )
     else:
         tail = (outcome.output.strip().splitlines() or ["no output"])[-1]
         reason = outcome.reason or f"its worker on {outcome.host} exited {outcome.exit_code}: {tail}"

@@ -26,6 +26,7 @@ the driver records an error for its cell, never a verdict.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -118,7 +119,9 @@ def run_cell(task: CellTask) -> CellOutcome:
     with tempfile.TemporaryDirectory(prefix="stackfarm-ray-") as tmp:
         reports = Path(tmp) / "reports"
         ran = proc.call(
-            _worker_argv(task, reports), cwd=Path(task.cwd), env={NODE_ENV: node, proc.DIE_WITH_PARENT_ENV: "1"}
+            _worker_argv(task, reports),
+            cwd=Path(task.cwd),
+            env={NODE_ENV: node, proc.DIE_WITH_PARENT_ENV: "1"},
         )
         fields: dict[str, str] = {}
         path = verdict.path_of(reports, task.cell)
@@ -144,7 +147,7 @@ def connect(address: str | None) -> bool:
         return False
     where = address or os.environ.get("RAY_ADDRESS") or "auto"
     try:
-        ray.init(address=where, log_to_driver=False, logging_level="WARNING")
+        ray.init(address=where, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise EnvironmentProblem(
             f"no Ray cluster answers at {where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
@@ -184,7 +187,9 @@ def _lost(task: CellTask, exc: BaseException) -> CellOutcome:
         why = f"the task raised on its node: {first}"
         cause = verdict.Cause.INTERNAL
     else:
-        why = f"no attempt finished (Ray's retries on another node of its kind): {type(exc).__name__}: {first}"
+        why = (
+            f"no attempt finished (Ray's retries on another node of its kind): {type(exc).__name__}: {first}"
+        )
         cause = verdict.Cause.ENVIRONMENT
     return CellOutcome(
         cell=task.cell, kind=task.kind, status=str(verdict.Status.ERROR), cause=str(cause), lost=why
@@ -209,7 +214,8 @@ def dispatch(
         needs: dict[str, int] = {}
         for task in tasks:
             needs[task.kind] = max(needs.get(task.kind, 0), task.gpus)
-        problems = cluster_problems(needs, ray.nodes())
+        live: Callable[[], list[dict[str, Any]]] = ray.nodes  # Ray leaves it untyped
+        problems = cluster_problems(needs, live())
         if problems:
             raise EnvironmentProblem(
                 "the Ray cluster cannot run every kind of this run's cells:\n  " + "\n  ".join(problems),
