@@ -26,11 +26,13 @@ import pytest
 from fakestack import CU130, NEW, OLD, REPO, SGLANG_PINS, FakeProject, cell_id, write_wheel
 from stackfarm import attest, indexwait, store, storekeys, verdict
 from stackfarm.cli import main
-from stackfarm.cli.rayrun import _worker_args
+from stackfarm.cli.rayrun import _tasks, _unmerged, _worker_args
 from stackfarm.errors import ExitCode
 from stackfarm.executors import LOCAL, Executor, option, parse
-from stackfarm.executors.ray import cluster_problems, kind_resource
+from stackfarm.executors.ray import CellOutcome, cluster_problems, kind_resource
+from stackfarm.matrix import load
 from stackfarm.store import open_store
+from stackfarm.verdict import Cause, Status
 
 pytest_plugins = ("fakestack",)
 
@@ -138,6 +140,44 @@ def test_ray_needs_a_store_and_refuses_cell_index(
     assert fake_project.runs() == [], "nothing ran"
 
 
+def test_each_cell_asks_for_its_kind_and_a_cell_no_kind_runs_is_an_error(
+    fake_project: FakeProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_project.write_matrix(
+        [OLD, CU130], extra=RUNNERS.replace('cells = ["cu130-*"]', 'cells = ["cu999-*"]')
+    )
+    monkeypatch.chdir(fake_project.root)
+    args = argparse.Namespace(matrix=fake_project.matrix, store="s", backend="local", plan=None, force=False,
+                              refresh=False, suites=None, profile=None, python=None)  # fmt: skip
+    tasks, unrouted = _tasks(args, load(fake_project.matrix), [cell_id(OLD), cell_id(CU130)])
+    [task] = tasks
+    assert (task.cell, task.kind, task.gpus, task.cwd) == (cell_id(OLD), "a", 1, str(fake_project.root))
+    [report] = unrouted
+    assert (report.cell, report.status, report.cause) == (cell_id(CU130), Status.ERROR, Cause.ENVIRONMENT)
+    assert report.reason == "matches no [runners.*] cells glob: no node kind of the cluster would run it"
+
+
+@pytest.mark.parametrize(
+    ("outcome", "status", "cause", "reason"),
+    [
+        (CellOutcome(cell="c", kind="a", status="error", cause="environment", lost="no attempt finished (…)"),
+         Status.ERROR, Cause.ENVIRONMENT, "no attempt finished (…)"),
+        (CellOutcome(cell="c", kind="a", host="h1", status="passed", input_hash="f" * 64, exit_code=4),
+         Status.ERROR, Cause.ENVIRONMENT,
+         "its node (h1) judged it passed, but the store holds no verdict: c: the store holds no verdict"),
+        (CellOutcome(cell="c", kind="a", host="h1", exit_code=2, output="…\nerror: bad matrix\n"),
+         Status.ERROR, Cause.ENVIRONMENT, "its worker on h1 exited 2: error: bad matrix"),
+        (CellOutcome(cell="c", kind="a", status="error", cause="internal", reason="a patch did not apply"),
+         Status.ERROR, Cause.INTERNAL, "a patch did not apply"),
+    ],
+)  # fmt: skip
+def test_a_cell_the_store_holds_no_verdict_of_is_an_error_never_a_result(
+    outcome: CellOutcome, status: Status, cause: Cause, reason: str
+) -> None:
+    report = _unmerged(outcome, ["c: the store holds no verdict"])
+    assert (report.cell, report.status, report.cause, report.reason) == ("c", status, cause, reason)
+
+
 # --------------------------------------------------------------------------- a real cluster
 
 
@@ -191,7 +231,6 @@ def test_six_cells_two_kinds_a_node_lost_every_verdict_merged_once(
     monkeypatch.setattr(store, "RETRY_DELAYS", (0.0, 0.0))
     indexwait.reset()
     write_wheel(fake_project.wheels, "sglang", "0.5.9.post1", requires=SGLANG_PINS["0.5.9"])
-    fake_project.suite("00-ok", "pass")
     (fake_project.suite("05-wait", "pass") / "test_it.py").write_text(WAIT_SUITE)
     fake_project.write_matrix(CELLS, extra=RUNNERS)
     kind_of = {cell_id(c): ("a" if c["cuda"] == "12.8" else "b") for c in CELLS}
@@ -236,6 +275,7 @@ def test_six_cells_two_kinds_a_node_lost_every_verdict_merged_once(
         if driver.poll() is None:
             driver.kill()
             driver.communicate()
+    (tmp_path / "driver.log").write_text(out)
     assert driver.returncode == ExitCode.OK, out
 
     # Routing: kind-b cells started only on the head (kind b), kind-a cells only on kind-a nodes.
@@ -261,3 +301,49 @@ def test_six_cells_two_kinds_a_node_lost_every_verdict_merged_once(
         assert signer.key_id == (id_a if kind_of[s.report.cell] == "a" else id_b), s.report.cell
     summary = (fake_project.reports / "summary.md").read_text()
     assert "6 cells" in summary or "6 passed" in summary, summary
+
+
+@pytest.mark.integration
+def test_a_failed_verdict_is_never_retried_and_a_kind_without_nodes_is_refused(
+    fake_project: FakeProject,
+    cluster: Any,
+    server_base: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One kind-a node. A run that needs kind b too is refused before any cell runs (exit 4, the fix named);
+    a stored plan's kind-a cells then run: the one whose suite fails is judged failed once, never run again."""
+    monkeypatch.setattr(store, "RETRY_DELAYS", (0.0, 0.0))
+    indexwait.reset()
+    fake_project.suite("00-by-cell", "by-cell")  # a GPU skip on SGLang 0.5.9, a failure on 0.5.10
+    fake_project.write_matrix([OLD, NEW, CU130], extra=RUNNERS)
+    key, _, _ = attest.generate(tmp_path / "key-a")
+    monkeypatch.setenv(storekeys.RUNNER_KEY_ENV, str(key))  # the node signs with it, the driver trusts it
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
+    )
+    monkeypatch.chdir(fake_project.root)
+    _node(cluster, "a", key, include_dashboard=False)
+    cluster.wait_for_nodes()
+    where = ["--executor", f"ray:{cluster.address}", "--store", server_base]
+
+    assert main(fake_project.argv(*where)) == ExitCode.ENVIRONMENT
+    err = capsys.readouterr().err
+    assert "the Ray cluster cannot run every kind of this run's cells" in err
+    assert "runner kind b: no live node of the cluster declares the resource stackfarm-kind-b" in err
+    assert fake_project.runs() == [], "refused before any cell ran"
+
+    capsys.readouterr()
+    assert (
+        main(["plan", "--json", "--matrix", str(fake_project.matrix), "--backend", "local", "--no-gpu"]) == 0
+    )
+    plan = tmp_path / "plan.json"
+    plan.write_text(capsys.readouterr().out)
+    code = main(fake_project.argv(*where, "--plan", str(plan), "--cells", "cu128-*"))
+    out = capsys.readouterr().out
+    assert code == ExitCode.CELLS_FAILED, out
+    assert sorted(fake_project.runs()) == sorted([(cell_id(OLD), "00-by-cell"), (cell_id(NEW), "00-by-cell")])
+    assert "merged 2 verdict(s) from" in out
+    statuses = {s.report.cell: str(s.report.status) for s in verdict.read_all(fake_project.reports)[0]}
+    assert statuses == {cell_id(OLD): "incomplete", cell_id(NEW): "failed"}
