@@ -13,6 +13,7 @@ import pytest
 
 from stackfarm.cli import bench, raybench
 
+
 def _never(argv: list[str]) -> tuple[float, int]:
     raise AssertionError(f"nothing may run: {argv}")
 
