@@ -341,8 +341,9 @@ def test_a_failed_verdict_is_never_retried_and_a_kind_without_nodes_is_refused(
     plan = tmp_path / "plan.json"
     plan.write_text(capsys.readouterr().out)
     code = main(fake_project.argv(*where, "--plan", str(plan), "--cells", "cu128-*"))
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert code == ExitCode.CELLS_FAILED, out
+    assert "another hash basis" not in err, "the node hashed each cell as the plan did"
     assert sorted(fake_project.runs()) == sorted([(cell_id(OLD), "00-by-cell"), (cell_id(NEW), "00-by-cell")])
     assert "merged 2 verdict(s) from" in out
     statuses = {s.report.cell: str(s.report.status) for s in verdict.read_all(fake_project.reports)[0]}

@@ -128,6 +128,21 @@ def _said(console: Console) -> Callable[[rayexec.CellOutcome], None]:
     return say
 
 
+def _basis_warnings(plan: str | None, outcomes: Sequence[rayexec.CellOutcome]) -> None:
+    """With --plan: a line for each cell its node hashed otherwise than the plan (another hash basis: a node
+    without the plan's backend or GPU); it is merged by the node's hash, the verdict the node signed."""
+    if plan is None:
+        return
+    planned = {str(c["id"]): c.get("input_hash") for c in read_plan(plan)["cells"]}
+    for o in outcomes:
+        want = planned.get(o.cell)
+        if o.input_hash and want and want != o.input_hash:
+            error_line(
+                f"{o.cell}: its node ({o.host}) hashed its inputs {o.input_hash[:12]}…, the plan "
+                f"{str(want)[:12]}… (another hash basis); merged by the node's hash"
+            )
+
+
 def _unmerged(outcome: rayexec.CellOutcome, missing: Sequence[str]) -> CellReport:
     """The error verdict of a cell the store holds no verdict of: what its node said, never a result."""
     if outcome.lost:
@@ -196,6 +211,7 @@ def cmd_run_ray(args: argparse.Namespace) -> int:
                 f"(`stackfarm report --from {escape(store.where)}` merges them)"
             )
             return ExitCode.INTERRUPTED
+        _basis_warnings(args.plan, outcomes)
         errors = _merge(args, store, console, outcomes, conflicts)
         for report in [*decided, *unrouted, *errors]:
             verdict.save(args.reports, report)
