@@ -150,8 +150,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Time planning 1,000 synthetic cells, a warm no-op re-run, and a cold vs warm run."""
-    _install(session)
+    """Time planning 1,000 synthetic cells, a warm no-op re-run, a cold vs warm run, two runners sharing a store,
+    and the same plan on a one-node vs a two-node Ray cluster."""
+    _install(session, "ray")
     session.run("python", "-m", "stackfarm", "bench", *session.posargs)
 
 

@@ -9,13 +9,15 @@ command in flight (the run's Ctrl-C / SIGTERM path) and makes new ones refuse to
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from .errors import StackfarmError
 
 #: The file a suite's helpers append the process groups they start to (one pgid a line); set by the runner.
 GROUPS_ENV = "STACKFARM_PROCESS_GROUPS"
+#: "1": every command started through `call` gets SIGTERM when its parent dies (see `call`).
+DIE_WITH_PARENT_ENV = "STACKFARM_DIE_WITH_PARENT"
 #: Seconds between SIGTERM and SIGKILL when a group is stopped.
 GRACE = 5.0
 
@@ -131,6 +135,17 @@ def _drain(process: subprocess.Popen[str]) -> str:
     return output or ""
 
 
+@functools.cache
+def _term_with_parent() -> Callable[[], None]:
+    """What a child runs before exec to get SIGTERM when its parent thread dies (prctl PR_SET_PDEATHSIG);
+    libc is looked up here, in the parent: the child only calls it (nothing to allocate between fork and exec)."""
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_set_pdeathsig = 1
+    return functools.partial(prctl, pr_set_pdeathsig, int(signal.SIGTERM))
+
+
 def call(
     args: Sequence[str | Path],
     *,
@@ -138,16 +153,22 @@ def call(
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
     log: Path | None = None,
+    die_with_parent: bool | None = None,
 ) -> Outcome:
     """Run a command to completion in its own process group, capturing stdout+stderr (into `log` as well).
 
-    On a timeout the whole group is killed (the command and everything it started); the Outcome says so."""
+    On a timeout the whole group is killed (the command and everything it started); the Outcome says so.
+    `die_with_parent`: the command gets SIGTERM when the thread that started it dies, however it dies (Linux).
+    None: when $STACKFARM_DIE_WITH_PARENT is 1, which a Ray worker sets for the `stackfarm run` it starts: a
+    worker killed with its node (SIGKILL, no handler runs) leaves no cell, suite or server running."""
     argv = tuple(str(a) for a in args)
     if shutil.which(argv[0]) is None and not Path(argv[0]).exists():
         raise StackfarmError(f"command not found: {argv[0]}")
     if STOP.is_set():
         raise Stopped(f"not started, the run is stopping: {argv[0]}")
     full_env = {**os.environ, **(env or {})}
+    if die_with_parent is None:
+        die_with_parent = full_env.get(DIE_WITH_PARENT_ENV) == "1"
     start = time.monotonic()
     process = subprocess.Popen(
         argv,
@@ -159,6 +180,7 @@ def call(
         text=True,
         errors="replace",
         start_new_session=True,
+        preexec_fn=_term_with_parent() if die_with_parent and sys.platform == "linux" else None,  # noqa: PLW1509 - one prctl call, looked up before the fork
     )
     timed_out = False
     with _tracked(process):
@@ -186,6 +208,7 @@ def call(
 
 
 __all__ = [
+    "DIE_WITH_PARENT_ENV",
     "GROUPS_ENV",
     "STOP",
     "Outcome",

@@ -6,7 +6,8 @@
    nox` gives it; a row says why when there is no nox or no noxfile.py);
 3. one real cell cold (empty cache: download + unpack + suites), warm (--force: cache hit, suites run) and no-op;
 4. two runners, one shared verdict store (stackfarm.store on the server $STACKFARM_TEST_STORE names, else the one
-   .ci/servers.sh starts): runner 1 runs the cell and pushes, runner 2 (empty cache, its own reports) reuses it.
+   .ci/servers.sh starts): runner 1 runs the cell and pushes, runner 2 (empty cache, its own reports) reuses it;
+5. the Ray executor: the same six-cell plan on a one-node and a two-node Ray cluster (stackfarm.cli.raybench).
 """
 
 from __future__ import annotations
@@ -245,6 +246,10 @@ def run(args: Namespace) -> int:
         if not args.skip_cold:
             rows += _lazy_static_tier(args.matrix, args.cell)
         rows += _two_runners(cli_main, args.matrix, args.cell, Path(tmp))
+    if not args.skip_ray:
+        from .raybench import two_nodes_vs_one
+
+        rows += two_nodes_vs_one(lambda argv: _timed(lambda: cli_main(argv)), *_store_server(), ROOT)
 
     width = max(len(name) for name, _, _ in rows)
     for name, secs, note in rows:
@@ -259,6 +264,7 @@ def register(sub: _SubParsersAction[ArgumentParser]) -> None:
     p.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
     p.add_argument("--cell", default="cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.9", help="the cold/warm cell")
     p.add_argument("--skip-cold", action="store_true", help="skip the cold run (it downloads ~1.6 GB)")
+    p.add_argument("--skip-ray", action="store_true", help="skip the 1-node vs 2-node Ray cluster rows")
     p.set_defaults(func=run)
 
 

@@ -18,7 +18,7 @@ from types import FrameType
 from rich.console import Console
 from rich.markup import escape
 
-from .. import history, htmlreport, proc, storekeys, verdict
+from .. import executors, history, htmlreport, proc, storekeys, verdict
 from ..artifacts import Cache
 from ..backends import NAMES, get_backend
 from ..backends.local import LocalBackend
@@ -108,6 +108,12 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
         "--store",
         default=None,
         help="the shared verdict store (a folder or an http(s) URL): reuse its verdicts, push new ones",
+    )
+    p_run.add_argument(
+        "--executor",
+        type=executors.option,
+        default=executors.LOCAL,
+        help="where the cells run: local (default) or ray[:ADDRESS], a Ray cluster (needs --store)",
     )
     p_run.set_defaults(func=cmd_run)
     p_report = sub.add_parser(
@@ -327,6 +333,10 @@ def from_plan(args: argparse.Namespace, console: Console) -> Adopted:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.executor.name == "ray":  # each cell a task of a Ray cluster (stackfarm.cli.rayrun)
+        from .rayrun import cmd_run_ray
+
+        return cmd_run_ray(args)
     console = Console(highlight=False, soft_wrap=True)
     terms = from_plan(args, console) if args.plan is not None else None  # a fan-out engine's worker
     args.matrix = args.matrix or DEFAULT_MATRIX
