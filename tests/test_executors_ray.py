@@ -149,12 +149,48 @@ def test_each_cell_asks_for_its_kind_and_a_cell_no_kind_runs_is_an_error(
     monkeypatch.chdir(fake_project.root)
     args = argparse.Namespace(matrix=fake_project.matrix, store="s", backend="local", plan=None, force=False,
                               refresh=False, suites=None, profile=None, python=None)  # fmt: skip
-    tasks, unrouted = _tasks(args, load(fake_project.matrix), [cell_id(OLD), cell_id(CU130)])
+    tasks, unrouted = _tasks(
+        args,
+        load(fake_project.matrix),
+        [cell_id(OLD), cell_id(CU130)],
+        {cell_id(OLD): OLD["cuda"], cell_id(CU130): CU130["cuda"]},
+    )
     [task] = tasks
     assert (task.cell, task.kind, task.gpus, task.cwd) == (cell_id(OLD), "a", 1, str(fake_project.root))
     [report] = unrouted
     assert (report.cell, report.status, report.cause) == (cell_id(CU130), Status.ERROR, Cause.ENVIRONMENT)
     assert report.reason == "matches no [runners.*] cells glob: no node kind of the cluster would run it"
+
+
+def test_a_kind_whose_driver_cannot_run_a_cell_is_passed_over(
+    fake_project: FakeProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Ray driver dispatches by stackfarm.driver.route, as plan and the emitters do: a CUDA 13.0 cell goes
+    past a kind with a 570 driver to the next kind whose globs match, and is an error when none can run it."""
+    old_driver = """
+[runners.a]
+labels = ["kind-a"]
+gpus = 1
+driver = "570.86.15"
+cells = ["*"]
+"""
+    fake_project.write_matrix(
+        [OLD, CU130], extra=old_driver + '\n[runners.b]\nlabels = ["kind-b"]\ngpus = 1\ncells = ["*"]\n'
+    )
+    monkeypatch.chdir(fake_project.root)
+    args = argparse.Namespace(matrix=fake_project.matrix, store="s", backend="local", plan=None, force=False,
+                              refresh=False, suites=None, profile=None, python=None)  # fmt: skip
+    cudas = {cell_id(OLD): OLD["cuda"], cell_id(CU130): CU130["cuda"]}
+    tasks, unrouted = _tasks(args, load(fake_project.matrix), list(cudas), cudas)
+    assert {t.cell: t.kind for t in tasks} == {cell_id(OLD): "a", cell_id(CU130): "b"}
+    assert unrouted == []
+    fake_project.write_matrix([OLD, CU130], extra=old_driver)
+    tasks, unrouted = _tasks(args, load(fake_project.matrix), list(cudas), cudas)
+    assert [t.cell for t in tasks] == [cell_id(OLD)]
+    [report] = unrouted
+    assert report.cell == cell_id(CU130)
+    assert "runner a:" in report.reason
+    assert "580" in report.reason
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """`stackfarm run --executor ray[:ADDRESS] --store URL`: the driver of a run on a Ray cluster.
 
-It plans the matrix here (or reads --plan), routes each cell to its runner kind (stackfarm.planjson.runner_kind),
+It plans the matrix here (or reads --plan), routes each cell to its runner kind (stackfarm.driver.route),
 dispatches one Ray task per cell (stackfarm.executors.ray: the kind's GPUs and custom resource, retried on
 another node when its node is lost), and merges what the nodes pushed: the store's signed verdict of each cell,
 by the input hash the node computed, exactly as `stackfarm report --from URL --plan` merges (merge_from), into
@@ -14,7 +14,7 @@ import argparse
 import fnmatch
 import json
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -22,12 +22,11 @@ from rich.markup import escape
 
 from .. import verdict
 from ..artifacts import Cache
-from ..driver import driver_problems
+from ..driver import driver_problems, route
 from ..errors import ExitCode, UsageError
 from ..executors import ray as rayexec
 from ..gha import DEFAULT_RUNNER
 from ..matrix import Matrix, Runner
-from ..planjson import runner_kind
 from ..profile import load_matrix
 from ..resolve import Resolver, plan_matrix
 from ..store import Store
@@ -63,15 +62,28 @@ def _worker_args(args: argparse.Namespace, cell: str) -> tuple[str, ...]:
 
 
 def _cells(
-    args: argparse.Namespace, matrix: Matrix
+    args: argparse.Namespace, matrix: Matrix, cudas: dict[str, str]
 ) -> tuple[list[str], list[tuple[str, list[str]]], list[CellReport]]:
     """(cell ids to dispatch, conflicts (id, problems), verdicts decided here: exclusions and cells no kind
-    can run)."""
+    can run); `cudas` gets each dispatched cell's CUDA (its driver floor, for `route`)."""
     decided: list[CellReport] = []
     if args.plan is not None:
         doc = read_plan(args.plan)
         globs = [g.strip() for g in (args.cells or "*").split(",") if g.strip()]
-        ids = [str(c["id"]) for c in doc["cells"] if any(fnmatch.fnmatchcase(str(c["id"]), g) for g in globs)]
+        ids = []
+        for c in doc["cells"]:
+            if not any(fnmatch.fnmatchcase(str(c["id"]), g) for g in globs):
+                continue
+            if (
+                c.get("status", "run") != "run"
+            ):  # the plan routed it nowhere: never dispatched (driver floors)
+                why = str(c.get("unrunnable") or f"the plan routes it nowhere ({c.get('status')})")
+                decided.append(
+                    CellReport(cell=str(c["id"]), status=Status.ERROR, reason=why, cause=Cause.ENVIRONMENT)
+                )
+                continue
+            ids.append(str(c["id"]))
+            cudas[str(c["id"])] = str(c.get("cuda", ""))
         conflicts = [
             (str(c["id"]), [str(p) for p in c.get("problems", [])]) for c in doc.get("conflicts", [])
         ]
@@ -88,20 +100,24 @@ def _cells(
     for cell, why in too_old.items():
         decided.append(CellReport(cell=cell, status=Status.ERROR, reason=why, cause=Cause.ENVIRONMENT))
     conflicts = [(c.cell.id, list(c.problems)) for c in p.conflicts]
+    cudas.update((c.id, c.as_dict().get("cuda", "")) for c in p.cells)
     return [c.id for c in p.cells if c.id not in too_old], conflicts, decided
 
 
 def _tasks(
-    args: argparse.Namespace, matrix: Matrix, ids: Sequence[str]
+    args: argparse.Namespace, matrix: Matrix, ids: Sequence[str], cudas: Mapping[str, str]
 ) -> tuple[list[rayexec.CellTask], list[CellReport]]:
     """A task per cell routed to its runner kind; an error verdict for a cell no kind runs."""
     runners: tuple[Runner, ...] = tuple(matrix.runners.values()) or (DEFAULT_RUNNER,)
     plan_text = Path(args.plan).read_text(encoding="utf-8") if args.plan is not None else None
     tasks, unrouted = [], []
     for cell in ids:
-        kind = runner_kind(cell, runners)
+        found = route(cell, cudas.get(cell, ""), runners)  # the one dispatch rule: globs, then driver floors
+        kind = found.runner
         if kind is None:
-            why = "matches no [runners.*] cells glob: no node kind of the cluster would run it"
+            why = "; ".join(found.passed_over) or (
+                "matches no [runners.*] cells glob: no node kind of the cluster would run it"
+            )
             unrouted.append(CellReport(cell=cell, status=Status.ERROR, reason=why, cause=Cause.ENVIRONMENT))
             continue
         tasks.append(
@@ -198,8 +214,9 @@ def cmd_run_ray(args: argparse.Namespace) -> int:
             "needs --store: each node pushes its signed verdicts there and this driver merges them",
             fix="add --store URL (an http(s) WebDAV folder, or a folder every node mounts at the same path)",
         )
-    ids, conflicts, decided = _cells(args, matrix)
-    tasks, unrouted = _tasks(args, matrix, ids)
+    cudas: dict[str, str] = {}
+    ids, conflicts, decided = _cells(args, matrix, cudas)
+    tasks, unrouted = _tasks(args, matrix, ids, cudas)
     writable(args.reports)
     with Cache() as cache, sigterm_interrupts(), cache.lock(args.reports.resolve(), notify=console.print):
         console.print(f"dispatching {len(tasks)} cell(s) to the Ray cluster ({args.executor})")

@@ -1,8 +1,8 @@
 """The Ray executor: each cell a Ray task on a node of its runner kind, its verdict signed and pushed to the
 shared store by the node, merged by the driver (stackfarm.cli.rayrun).
 
-A cell of runner kind K (stackfarm.planjson.runner_kind: the first ``[runners.<kind>]`` whose cells globs match
-its id) asks Ray for ``num_gpus = [runners.K] gpus`` and one unit of the custom resource
+A cell of runner kind K (stackfarm.driver.route: the first ``[runners.<kind>]`` whose cells globs match
+its id and whose driver runs it) asks Ray for ``num_gpus = [runners.K] gpus`` and one unit of the custom resource
 ``stackfarm-kind-K``, so it lands only on a node that declared that kind:
 
     ray start --address HEAD:6379 --num-gpus 8 --resources '{"stackfarm-kind-8x-h200": 1}'
