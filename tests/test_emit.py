@@ -224,8 +224,14 @@ def test_gha_plans_at_run_time_and_chunks_past_256_cells(plan300: dict[str, Any]
     assert list(jobs) == ["plan", "cells-1", "cells-2", "merge"]
     plan_job = jobs["plan"]
     script = next(s["run"] for s in plan_job["steps"] if s.get("id") == "plan")
-    assert f"--matrix {plan300['matrix']} --store http://127.0.0.1:8808/store --backend docker" in script
-    assert "gha matrix --plan plan.json --chunks 2 --chunk 256" in script
+    assert (
+        script
+        == 'python -m stackfarm gha matrix --plan plan.json --chunks 2 --chunk 256 --github-output "${GITHUB_OUTPUT}"'
+    )
+    elsewhere = gha.workflow(doc, plan="ci/plan.json")["jobs"]["plan"]["steps"]
+    assert next(s["run"] for s in elsewhere if s.get("id") == "plan").startswith(
+        "cp ci/plan.json plan.json\n"
+    )
     assert set(plan_job["outputs"]) == {"count", "count_1", "matrix_1", "count_2", "matrix_2"}
     for n in (1, 2):
         cells = jobs[f"cells-{n}"]

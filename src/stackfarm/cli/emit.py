@@ -62,10 +62,26 @@ def _placed(args: argparse.Namespace) -> dict[str, Any]:
     return place(doc, runners or (DEFAULT_RUNNER,))
 
 
+def checkout_relative(doc: dict[str, Any], here: Path) -> dict[str, Any]:
+    """The plan with its matrix path relative to `here` when it lies under it: the workers run in a checkout of
+    this folder (the repository), not on the machine that planned, whose absolute path they do not have."""
+    matrix = doc.get("matrix")
+    given = matrix.get("path") if isinstance(matrix, dict) else matrix
+    if not isinstance(given, str) or not Path(given).is_absolute():
+        return doc
+    try:
+        relative = str(Path(given).resolve().relative_to(here.resolve()))
+    except ValueError:
+        return doc
+    return {**doc, "matrix": {**matrix, "path": relative} if isinstance(matrix, dict) else relative}
+
+
 def cmd_emit(args: argparse.Namespace) -> int:
-    doc = _placed(args)
+    doc = checkout_relative(_placed(args), Path.cwd())
     if args.engine == "gha":
-        text = yamltext.dump(gha.workflow(doc, chunk=args.chunk))
+        text = yamltext.dump(
+            gha.workflow(doc, chunk=args.chunk, plan="plan.json" if args.plan == "-" else args.plan)
+        )
     elif args.engine == "buildkite":
         parts = buildkite.pipelines(
             doc, chunk=args.chunk, plan="plan.json" if args.plan == "-" else args.plan,

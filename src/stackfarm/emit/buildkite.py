@@ -165,8 +165,11 @@ def _merge_steps(doc: Mapping[str, Any], image: str, plan: str, *, ran: bool) ->
     return steps
 
 
-def _upload_rest(parts: int, plan: str, image: str) -> dict[str, Any]:
-    emit = f"python -m stackfarm emit buildkite --plan {shlex.quote(plan)} --image {shlex.quote(image)}"
+def _upload_rest(parts: int, plan: str, image: str, size: int) -> dict[str, Any]:
+    """Uploads parts 2..N, each made from the plan artifact with this part's own chunk size (another size would
+    cut other parts)."""
+    emit = shlex.join(["python", "-m", "stackfarm", "emit", "buildkite", "--plan", plan, "--image", image,
+                       "--chunk", str(size)])  # fmt: skip
     uploads = " && ".join(
         f"{emit} --part {k} | buildkite-agent pipeline upload"
         for k in range(parts, 1, -1)  # each lands right after this step: the last uploaded comes first
@@ -203,7 +206,7 @@ def pipelines(
     for number, part in enumerate(parts, 1):
         steps: list[Any] = []
         if number == 1 and len(parts) > 1:
-            steps.append(_upload_rest(len(parts), plan, image))
+            steps.append(_upload_rest(len(parts), plan, image, size))
         if number == 1:
             steps.append(image_step(image))
         steps += _groups(doc, part, (number, len(parts)), taken, image=image, plan=plan)

@@ -2,12 +2,14 @@
 
     stackfarm plan --json --matrix M --store S > plan.json
     stackfarm emit gha --plan plan.json [--chunk N] > .github/workflows/stackfarm-cells.yml
+    git add plan.json .github/workflows/stackfarm-cells.yml      # the plan is the contract: both are committed
 
 Jobs:
 
-- ``plan``: plans again with the emitted plan's matrix, store and hash basis (cells stored since are left out),
-  then `stackfarm gha matrix --chunks K` writes one job matrix per chunk of at most 256 cells (the jobs one
-  matrix may start) to ``$GITHUB_OUTPUT``, longest first; plan.json goes up as the artifact ``plan``;
+- ``plan``: `stackfarm gha matrix --chunks K` turns the committed plan into one job matrix per chunk of at most
+  256 cells (the jobs one matrix may start), longest first, on ``$GITHUB_OUTPUT``; a plan committed later with
+  more cells than the K chunk jobs take is refused, saying to emit again; the plan goes up as the artifact
+  ``plan``, which every job reads;
 - ``cells-1`` .. ``cells-K``: one job per cell of the chunk (``fromJSON`` of the plan job's output), on the runner
   labels of its kind; each worker runs its cell of plan.json with the plan's matrix, basis and store, signs what it
   pushes with the runner key, logs in to the image registry, and uploads its reports;
@@ -30,14 +32,11 @@ from typing import Any
 from .. import storekeys
 from . import (
     CellDoc,
-    basis_args,
     check_chunk,
     conflict_lines,
-    matrix_of,
     merge_command,
     pending,
     shell_line,
-    store_of,
     worker_argv,
 )
 
@@ -77,15 +76,6 @@ def entry(cell: CellDoc) -> dict[str, Any]:
     }
 
 
-def plan_argv(doc: Mapping[str, Any]) -> list[str]:
-    """The plan job's `stackfarm plan --json`: the emitted plan's matrix, store and hash basis."""
-    matrix, store = matrix_of(doc), store_of(doc)
-    basis = doc.get("hash_basis") or {}
-    argv = ["python", "-m", "stackfarm", "plan", "--json", *(["--matrix", matrix] if matrix else [])]
-    argv += [*(["--store", store] if store else []), *basis_args(doc)]
-    return argv + ([] if basis.get("gpu", True) else ["--no-gpu"])
-
-
 def _secret_env(*names: str) -> dict[str, str]:
     return {name: f"${{{{ secrets.{_SECRETS[name]} }}}}" for name in names}
 
@@ -121,13 +111,10 @@ def _setup(venv: bool) -> list[dict[str, Any]]:
     return [*steps, {"name": INSTALL, "run": run}, {"name": "index and store credentials", "run": _NETRC}]
 
 
-def _plan_job(doc: Mapping[str, Any], parts: int, size: int) -> dict[str, Any]:
-    plan = shlex.join(plan_argv(doc))
+def _plan_job(plan: str, parts: int, size: int) -> dict[str, Any]:
     script = (
-        f"set +e\n{plan} > {PLAN}\nstatus=$?\nset -e\n"
-        "# 4: an index did not answer; those cells still get a job, which reports the error as theirs.\n"
-        'if [ "${status}" -ne 0 ] && [ "${status}" -ne 4 ]; then exit "${status}"; fi\n'
-        f"python -m stackfarm gha matrix --plan {PLAN} --chunks {parts} --chunk {size} "
+        (f"cp {shlex.quote(plan)} {PLAN}\n" if plan != PLAN else "")
+        + f"python -m stackfarm gha matrix --plan {PLAN} --chunks {parts} --chunk {size} "
         '--github-output "${GITHUB_OUTPUT}"'
     )
     outputs = {"count": "${{ steps.plan.outputs.count }}"}
@@ -140,10 +127,9 @@ def _plan_job(doc: Mapping[str, Any], parts: int, size: int) -> dict[str, Any]:
         "permissions": dict(_READ),
         "timeout-minutes": 30,
         "outputs": outputs,
-        "env": _secret_env("STACKFARM_STORE_TOKEN", "NETRC_LINES"),
         "steps": [
-            *_setup(venv=False),
-            {"name": "plan", "id": "plan", "run": script},
+            *_setup(venv=False)[:3],
+            {"name": "the run-time matrix", "id": "plan", "run": script},
             {"uses": UPLOAD, "with": {"name": "plan", "path": PLAN, "retention-days": 30}},
         ],
     }
@@ -215,13 +201,15 @@ def _merge_job(doc: Mapping[str, Any], needs: Sequence[str]) -> dict[str, Any]:
 
 
 def workflow(
-    doc: Mapping[str, Any], *, chunk: int | None = None, name: str = "stackfarm cells"
+    doc: Mapping[str, Any], *, chunk: int | None = None, name: str = "stackfarm cells", plan: str = PLAN
 ) -> dict[str, Any]:
-    """The workflow: `plan`, `cells-<n>` for each chunk of the plan's pending cells, `conflicts`, `merge`."""
+    """The workflow: `plan`, `cells-<n>` for each chunk of the plan's pending cells, `conflicts`, `merge`.
+
+    `plan`: where the repository holds the plan document (committed beside the workflow)."""
     size = check_chunk(chunk, MATRIX_LIMIT, "a GitHub Actions matrix")
     cells = pending(doc)
     parts = max(1, math.ceil(len(cells) / size))
-    jobs: dict[str, Any] = {"plan": _plan_job(doc, parts, size)}
+    jobs: dict[str, Any] = {"plan": _plan_job(plan, parts, size)}
     for n in range(1, parts + 1):
         first, last = (n - 1) * size + 1, min(n * size, len(cells))
         jobs[f"cells-{n}"] = _cells_job(doc, n, first, max(first, last), len(cells))
@@ -238,4 +226,4 @@ def workflow(
     return {"name": name, "on": {"workflow_dispatch": {}}, "permissions": {}, "jobs": jobs}
 
 
-__all__ = ["INSTALL", "MATRIX_LIMIT", "PLAN", "entry", "plan_argv", "workflow"]
+__all__ = ["INSTALL", "MATRIX_LIMIT", "PLAN", "entry", "workflow"]
