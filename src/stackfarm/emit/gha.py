@@ -19,7 +19,8 @@ Jobs:
 
 Every credential is a secret, never part of the document: ``STACKFARM_RUNNER_KEY`` (the runner's signing key),
 ``STACKFARM_STORE_TOKEN`` (the store's bearer token), ``STACKFARM_NETRC`` (netrc lines for private indexes),
-``STACKFARM_REGISTRY_USER`` / ``STACKFARM_REGISTRY_PASSWORD`` (for `docker login` to ``vars.STACKFARM_REGISTRY``).
+``STACKFARM_REGISTRY`` (host:port/prefix; unset: the matrix's ``[docker] registry``) with ``STACKFARM_REGISTRY_USER``
+/ ``STACKFARM_REGISTRY_PASSWORD`` for `docker login`.
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def _cells_job(doc: Mapping[str, Any], n: int, first: int, last: int, total: int
             # The runner kind picks the throughput thresholds ([thresholds.<kind>] of matrix.toml).
             "STACKFARM_RUNNER_KIND": "${{ matrix.runner }}",
             # Cell images are pushed to and pulled from this registry ([docker] registry when unset).
-            "STACKFARM_REGISTRY": "${{ vars.STACKFARM_REGISTRY }}",
+            "STACKFARM_REGISTRY": "${{ secrets.STACKFARM_REGISTRY }}",
             **_secret_env(
                 RUNNER_KEY, "STACKFARM_STORE_TOKEN", "REGISTRY_USER", "REGISTRY_PASSWORD", "NETRC_LINES"
             ),
@@ -223,7 +224,14 @@ def workflow(
             "steps": [{"run": "printf '%s\\n' \"${CONFLICTS}\" | sed 's/^/::error::/'\nexit 1"}],
         }
     jobs["merge"] = _merge_job(doc, [k for k in jobs if k != "conflicts"])
-    return {"name": name, "on": {"workflow_dispatch": {}}, "permissions": {}, "jobs": jobs}
+    return {
+        "name": name,
+        "on": {"workflow_dispatch": {}},
+        "permissions": {},
+        # One run of a plan at a time: a second waits (never cancels one whose workers are pushing verdicts).
+        "concurrency": {"group": f"{name} ${{{{ github.ref }}}}", "cancel-in-progress": False},
+        "jobs": jobs,
+    }
 
 
 __all__ = ["INSTALL", "MATRIX_LIMIT", "PLAN", "entry", "workflow"]

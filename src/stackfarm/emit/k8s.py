@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import storekeys
-from . import CellDoc, EmitError, chunks, merge_argv, pending, store_of, worker_argv
+from . import CellDoc, EmitError, chunks, conflict_lines, merge_argv, pending, store_of, worker_argv
 
 #: What a ConfigMap may hold (etcd's object limit).
 CONFIGMAP_LIMIT = 1024 * 1024
@@ -57,6 +57,8 @@ NETRC_SECRET = ("stackfarm-netrc", "netrc")
 VERDICT_EXITS = (1, 3)
 CONFIG_EXITS = (2,)
 INFRA_EXITS = (4, 137)
+#: Characters of the merge Job's conflicts annotation (annotations take 256 KiB in all).
+CONFLICTS_SHOWN = 64 * 1024
 #: Retries of one index for the infrastructure (a verdict fails its index at once).
 RETRIES = 2
 _NAME = re.compile(r"[^a-z0-9-]+")
@@ -312,14 +314,18 @@ def _merge_job(name: str, doc: Mapping[str, Any], jobs: Sequence[str], o: _Optio
         "volumes": [{"name": "plan", "configMap": {"name": name}}, *_volumes(o.cache_claim, o.reports_claim, store),
                     {"name": "merged", "emptyDir": {}}],
     }  # fmt: skip
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": o.namespace,
+        "labels": {**_LABELS, "stackfarm/role": "merge"},
+    }
+    conflicts = conflict_lines(doc)
+    if conflicts:  # no Job runs them; the merge counts them (exit 1), `kubectl describe` says which
+        meta["annotations"] = {"stackfarm/conflicts": "\n".join(conflicts)[:CONFLICTS_SHOWN]}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": o.namespace,
-            "labels": {**_LABELS, "stackfarm/role": "merge"},
-        },
+        "metadata": meta,
         "spec": {"backoffLimit": 1, "template": {"metadata": {"labels": dict(_LABELS)}, "spec": pod}},
     }
 
