@@ -336,17 +336,29 @@ def test_buildkite_pipeline_matches_buildkites_schema(plan300: dict[str, Any]) -
     assert all(c["agents"]["queue"] in ("8x-rtx-pro-6000", "1x-h200") for c in cells)
     one = next(c for c in cells if c["label"].endswith("-sgl0.5.1"))
     cell = one["label"].split(" ", 1)[1]
+    # A docker hash basis: on the agent, whose engine runs the suites in the cell's image.
     assert one["command"] == (
-        f"buildkite-agent artifact download plan.json . && python -m stackfarm run --plan plan.json --cells {cell} "
-        f"--matrix {plan300['matrix']} --backend docker --jobs 1"
+        "buildkite-agent artifact download plan.json . && python3 -m venv .stackfarm-venv && "
+        ".stackfarm-venv/bin/python -m pip install -q -e . && .stackfarm-venv/bin/python -m stackfarm run --plan "
+        f"plan.json --cells {cell} --matrix {plan300['matrix']} --backend docker --jobs 1"
     )
-    assert one["depends_on"] == buildkite.IMAGE_KEY
-    (plugin,) = one["plugins"]
+    assert "plugins" not in one
+    # Another basis: in the worker image, through the docker plugin.
+    (local,) = buildkite.pipelines(
+        {**plan300, "hash_basis": {"backend": "local", "gpu": True}}, image="r.example/w:1"
+    )
+    other = next(c for c in _cell_steps(local) if c["key"] == one["key"])
+    assert other["command"] == (
+        f"buildkite-agent artifact download plan.json . && python -m stackfarm run --plan plan.json --cells {cell} "
+        f"--matrix {plan300['matrix']} --backend local --jobs 1"
+    )
+    assert other["depends_on"] == buildkite.IMAGE_KEY
+    (plugin,) = other["plugins"]
     settings = plugin[buildkite.DOCKER_PLUGIN]
-    assert settings["image"] == "registry.example/stackfarm-worker:1"
+    assert settings["image"] == "r.example/w:1"
     assert settings["gpus"] == "all"
     assert "STACKFARM_RUNNER_KEY" in settings["environment"]  # by name: the value is the agent's secret
-    assert settings["volumes"] == ["/var/run/docker.sock:/var/run/docker.sock"]  # a docker hash basis
+    assert _schema_errors(local, "buildkite") == []
     # Lost agents are retried, verdicts never are.
     automatic = one["retry"]["automatic"]
     assert [r.get("exit_status") for r in automatic if "exit_status" in r] == [-1, 255]

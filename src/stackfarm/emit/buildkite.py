@@ -5,9 +5,12 @@ builds one image and runs every test step in it.
     stackfarm emit buildkite --plan plan.json --image REGISTRY/stackfarm-worker:TAG | buildkite-agent pipeline upload
 
 Steps: ``worker-image`` builds docker/worker.Dockerfile (stackfarm and the project) and pushes it to the registry,
-tagged by the commit it is built from; a group per runner kind holds one step per cell (``agents: {queue: <kind>}``)
-that waits for that image and runs in it through the docker plugin: the plan's cell, with the plan's matrix, hash
-basis and store, its reports as ``artifact_paths``. A step whose agent was lost (exit -1), stopped (255, or the
+tagged by the commit it is built from; a group per runner kind holds one step per cell (``agents: {queue: <kind>}``):
+the plan's cell, with the plan's matrix, hash basis and store, its reports as ``artifact_paths``. A cell step runs
+in the worker image through the docker plugin, except for a docker hash basis: then it runs on the agent (stackfarm
+installed from the checkout into a venv), whose engine runs each suite in the cell's own image, built once and
+shared through ``STACKFARM_REGISTRY`` (the docker backend pulls it before building). The merge runs in the worker
+image. A step whose agent was lost (exit -1), stopped (255, or the
 agent_stop signal reason) is retried; a verdict (exit 1 failed, 3 incomplete) never is. Then a ``wait`` that lets
 failed cells through and the merge (`stackfarm report --gate --plan plan.json`, ``--from STORE`` with a store),
 which keeps the gate shut for every planned cell without a verdict, conflicts included.
@@ -15,8 +18,7 @@ which keeps the gate shut for every planned cell without a verdict, conflicts in
 Secrets never enter the document: the agent's environment (its environment hook, or Buildkite secrets) sets
 ``STACKFARM_RUNNER_KEY`` (the runner's signing key, the PEM text), ``STACKFARM_STORE_TOKEN``,
 ``STACKFARM_REGISTRY`` and the registry login (`docker login` on the agent), and the docker plugin passes those
-variables into the container by name. With a docker hash basis the cell images are built or pulled by the agent's
-own engine (its socket is mounted) and shared through ``STACKFARM_REGISTRY``.
+variables into the container by name.
 
 An upload holds at most 500 steps (groups and the wait counted). A plan with more is emitted as parts: part 1
 (the one piped into `pipeline upload` above) starts with a step that uploads parts 2..N, each made by
@@ -82,9 +84,8 @@ def retry() -> dict[str, Any]:
     return {"automatic": automatic, "manual": {"permit_on_passed": False}}
 
 
-def docker_plugin(image: str, *, gpus: int, engine: bool) -> dict[str, Any]:
-    """The docker plugin's settings: the worker image, the agent's secrets by name, the GPUs, and for a docker
-    hash basis the agent's engine (the cell images are built or pulled there)."""
+def docker_plugin(image: str, *, gpus: int) -> dict[str, Any]:
+    """The docker plugin's settings: the worker image, the agent's secrets by name, the GPUs."""
     settings: dict[str, Any] = {
         "image": image,
         "always-pull": True,
@@ -93,9 +94,11 @@ def docker_plugin(image: str, *, gpus: int, engine: bool) -> dict[str, Any]:
     }
     if gpus:
         settings["gpus"] = "all"
-    if engine:
-        settings["volumes"] = ["/var/run/docker.sock:/var/run/docker.sock"]
     return {DOCKER_PLUGIN: settings}
+
+
+#: Where a docker-basis step installs stackfarm from the checkout (the agent's own Python, a venv per job).
+VENV = ".stackfarm-venv"
 
 
 def _download(what: str) -> str:
@@ -105,16 +108,24 @@ def _download(what: str) -> str:
 def cell_step(
     doc: Mapping[str, Any], cell: CellDoc, key: str, image: str, plan: str = PLAN
 ) -> dict[str, Any]:
+    """One cell's step. In the worker image (docker plugin), unless the plan hashes for the docker backend:
+    then on the agent itself, whose engine runs every suite in the cell's own image (built once, or pulled
+    from STACKFARM_REGISTRY) and whose paths the suites' bind mounts name (from inside a container they would
+    name the container's)."""
     cell_id = str(cell["id"])
-    engine = (doc.get("hash_basis") or {}).get("backend", "docker") == "docker"
+    argv = worker_argv(doc, plan, cell=cell_id)
+    step: dict[str, Any] = {"label": f":test_tube: {cell_id}", "key": key}
+    if (doc.get("hash_basis") or {}).get("backend", "docker") == "docker":
+        install = f"python3 -m venv {VENV} && {VENV}/bin/python -m pip install -q -e ."
+        step["command"] = f"{_download(plan)} && {install} && {shell_line([f'{VENV}/bin/python', *argv[1:]])}"
+    else:
+        step["depends_on"] = IMAGE_KEY
+        step["command"] = f"{_download(plan)} && {shell_line(argv)}"
+        step["plugins"] = [docker_plugin(image, gpus=int(cell.get("gpus") or 0))]
     return {
-        "label": f":test_tube: {cell_id}",
-        "key": key,
-        "depends_on": IMAGE_KEY,
-        "command": f"{_download(plan)} && {shell_line(worker_argv(doc, plan, cell=cell_id))}",
+        **step,
         "agents": {"queue": cell["runner"]},
         "env": {"STACKFARM_RUNNER_KIND": cell["runner"]},
-        "plugins": [docker_plugin(image, gpus=int(cell.get("gpus") or 0), engine=engine)],
         "artifact_paths": [f"reports/{cell_id}/**/*"],
         "timeout_in_minutes": TIMEOUT_MINUTES,
         "retry": retry(),
@@ -155,7 +166,7 @@ def _merge_steps(doc: Mapping[str, Any], image: str, plan: str, *, ran: bool) ->
         merge = f"{_download('reports/**/*')} && {merge}"
     steps: list[Any] = [{"wait": None, "continue_on_failure": True}] if ran else []
     steps.append({"label": ":bar_chart: merge and gate", "key": "merge", "command": merge,
-                  "plugins": [docker_plugin(image, gpus=0, engine=False)],
+                  "plugins": [docker_plugin(image, gpus=0)],
                   "artifact_paths": ["reports/**/*"], "retry": retry()})  # fmt: skip
     conflicts = conflict_lines(doc)
     if conflicts:
@@ -179,7 +190,7 @@ def _upload_rest(parts: int, plan: str, image: str, size: int) -> dict[str, Any]
         "key": "upload-parts",
         "depends_on": IMAGE_KEY,
         "command": f"{_download(plan)} && {uploads}",
-        "plugins": [docker_plugin(image, gpus=0, engine=False)],
+        "plugins": [docker_plugin(image, gpus=0)],
     }
 
 
