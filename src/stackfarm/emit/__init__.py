@@ -1,11 +1,16 @@
 """Emitters: the document `stackfarm plan --json` prints (stackfarm.planjson) as a pipeline of another engine.
 
-    stackfarm emit gha | buildkite | k8s --plan plan.json [--chunk N]
+    stackfarm emit gha | buildkite | k8s --plan plan.json [--chunk N] [--image REF]
 
 Every emitter takes the same cells (`pending`): those without a stored verdict for their input hash, longest
 first by estimated duration (cells never timed first: they may be the longest), each on its runner kind. The
 engines' own limits decide the chunks: 256 jobs per GitHub Actions matrix, 500 steps per Buildkite upload, and
 a ConfigMap's 1 MiB for a Kubernetes Job's plan.
+
+The plan is the contract: every worker's command line is `worker_argv` (the plan's cell with the plan's matrix,
+hash basis and store) and every merge's is `merge_argv` (`report --gate --plan`, from the store when there is
+one), so a worker's verdict lands under the planned input hash and a planned cell without one keeps the gate
+shut. Conflict cells, which no worker runs, are named in each document and counted by the merge.
 """
 
 from __future__ import annotations
