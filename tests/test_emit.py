@@ -133,9 +133,9 @@ def test_a_cell_without_a_runner_kind_is_refused() -> None:
 
 
 def test_the_yaml_writer_round_trips_the_documents(plan300: dict[str, Any]) -> None:
-    for document in (gha.workflow(plan300), *buildkite.pipelines(plan300), *k8s.manifests(plan300)):
+    for document in (gha.workflow(plan300), *buildkite.pipelines(plan300), *k8s.manifests(pods(plan300))):
         assert yaml.safe_load(yamltext.dump(document)) == document
-    docs = k8s.manifests(plan300)
+    docs = k8s.manifests(pods(plan300))
     assert list(yaml.safe_load_all(yamltext.dump_all(docs))) == docs
 
 
@@ -408,12 +408,24 @@ def _k8s_errors(resource: dict[str, Any]) -> str | None:
     return None
 
 
+def pods(doc: dict[str, Any]) -> dict[str, Any]:
+    """The plan as made for Kubernetes pods, which have no container engine: hashed for the local backend."""
+    return {**doc, "hash_basis": {**(doc.get("hash_basis") or {}), "backend": "local"}}
+
+
+def test_a_plan_hashed_for_docker_is_refused_for_pods(plan300: dict[str, Any]) -> None:
+    with pytest.raises(EmitError, match="a Kubernetes pod has no container engine: plan it for the pods"):
+        k8s.manifests(plan300)
+    with pytest.raises(EmitError, match="no container engine"):
+        k8s.manifests({"cells": []})  # no basis said: docker, as the plan's default
+
+
 def _jobs(resources: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["metadata"]["name"]: r for r in resources if r["kind"] == "Job"}
 
 
 def test_k8s_indexed_jobs_pass_kubernetes_validate(plan300: dict[str, Any]) -> None:
-    resources = k8s.manifests(plan300, image="registry.example/stackfarm-worker:1")
+    resources = k8s.manifests(pods(plan300), image="registry.example/stackfarm-worker:1")
     kinds = [r["kind"] for r in resources]
     assert kinds == ["PersistentVolumeClaim", "PersistentVolumeClaim", "ConfigMap", "Job", "ConfigMap", "Job",
                      "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Job"]  # fmt: skip
@@ -424,7 +436,7 @@ def test_k8s_indexed_jobs_pass_kubernetes_validate(plan300: dict[str, Any]) -> N
     assert big["spec"]["completionMode"] == "Indexed"
     own = json.loads(maps["stackfarm-8x-rtx-pro-6000"]["data"]["plan.json"])
     assert own["matrix"] == plan300["matrix"]
-    assert own["hash_basis"] == plan300["hash_basis"]
+    assert own["hash_basis"] == {"backend": "local", "gpu": True}
     on_big = [c["id"] for c in pending(plan300) if c["runner"] == "8x-rtx-pro-6000"]
     assert big["spec"]["completions"] == len(own["cells"]) == len(on_big) == 29  # 30, one stored
     assert [c["id"] for c in own["cells"]] == on_big, "the Job's indexes are its plan's cells, in order"
@@ -448,12 +460,12 @@ def test_k8s_indexed_jobs_pass_kubernetes_validate(plan300: dict[str, Any]) -> N
 
 
 def test_the_failure_policy_retries_the_infrastructure_never_a_verdict(plan300: dict[str, Any]) -> None:
-    job = _jobs(k8s.manifests(plan300))["stackfarm-1x-h200"]
+    job = _jobs(k8s.manifests(pods(plan300)))["stackfarm-1x-h200"]
     spec = job["spec"]
     assert spec["backoffLimitPerIndex"] == 2
     rules = spec["podFailurePolicy"]["rules"]
     by_code = {code: r["action"] for r in rules if "onExitCodes" in r for code in r["onExitCodes"]["values"]}
-    assert by_code == {1: "FailIndex", 3: "FailIndex", 2: "FailJob", 4: "Count", 137: "Count"}
+    assert by_code == {1: "FailIndex", 3: "FailIndex", 2: "FailJob", 4: "Count", 130: "Count", 137: "Count"}
     assert rules[0] == {
         "action": "Ignore",
         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
@@ -463,7 +475,7 @@ def test_the_failure_policy_retries_the_infrastructure_never_a_verdict(plan300: 
 
 def test_the_merge_job_waits_for_every_worker_job_and_gates_the_plan(plan300: dict[str, Any]) -> None:
     doc = {**plan300, "store": "http://127.0.0.1:8808/store"}
-    resources = k8s.manifests(doc, chunk=100)
+    resources = k8s.manifests(pods(doc), chunk=100)
     jobs = _jobs(resources)
     merge = jobs.pop("stackfarm-merge")
     pod = merge["spec"]["template"]["spec"]
@@ -502,19 +514,19 @@ def test_job_names_that_would_collide_get_a_hash_suffix() -> None:
     cells = [
         {"id": f"c{n}", "runner": kind, "gpus": 1, "stored": False} for n, kind in enumerate(["a_b", "a-b"])
     ]
-    jobs = _jobs(k8s.manifests({"cells": cells}))
+    jobs = _jobs(k8s.manifests(pods({"cells": cells})))
     assert len(jobs) == 3  # two workers and the merge, none overwriting another
     assert all(_k8s_errors(j) is None for j in jobs.values())
 
 
 def test_kubernetes_validate_has_teeth(plan300: dict[str, Any]) -> None:
-    job = next(iter(_jobs(k8s.manifests(plan300)).values()))
+    job = next(iter(_jobs(k8s.manifests(pods(plan300))).values()))
     job["spec"]["template"]["spec"]["containers"][0]["gpu"] = 1  # no such field
     assert _k8s_errors(job) is not None
 
 
 def test_k8s_chunks(plan300: dict[str, Any]) -> None:
-    resources = k8s.manifests(plan300, chunk=100, parallelism=8)
+    resources = k8s.manifests(pods(plan300), chunk=100, parallelism=8)
     workers = [j for n, j in _jobs(resources).items() if n != "stackfarm-merge"]
     assert sorted(j["spec"]["completions"] for j in workers) == [29, 61, 100, 100]
     assert all(j["spec"]["parallelism"] == 8 for j in workers)
@@ -566,6 +578,7 @@ def test_the_emit_command_writes_each_engine(
     pipeline = yaml.safe_load(_emit(["buildkite", "--plan", str(path), "--image", "r.example/w:1"], capsys))
     assert _schema_errors(pipeline, "buildkite") == []
     assert pipeline["steps"][0]["command"].endswith("docker push r.example/w:1")
+    path.write_text(json.dumps(pods(plan300)))
     resources = list(yaml.safe_load_all(_emit(["k8s", "--plan", str(path), "--image", "x:1"], capsys)))
     assert [_k8s_errors(r) for r in resources] == [None] * len(resources)
     assert {
@@ -601,7 +614,7 @@ def test_every_worker_runs_with_the_plans_matrix_basis_and_store(plan300: dict[s
     commands = [s["command"] for part in buildkite.pipelines(doc) for s in _cell_steps(part)]
     assert commands
     assert all(c.endswith(f"{' '.join(tail)} --store {url}") for c in commands)
-    jobs = [j for n, j in _jobs(k8s.manifests(doc)).items() if n != "stackfarm-merge"]
+    jobs = [j for n, j in _jobs(k8s.manifests(pods(doc))).items() if n != "stackfarm-merge"]
     for job in jobs:
         args = job["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args[5:11] == tail
@@ -650,7 +663,7 @@ def test_stored_cells_and_conflicts_still_reach_the_gate(plan300: dict[str, Any]
     (alone,) = buildkite.pipelines(everything_stored)
     assert _schema_errors(alone, "buildkite") == []
     assert [s.get("key") for s in alone["steps"]] == [buildkite.IMAGE_KEY, "merge", "conflicts"]
-    resources = k8s.manifests(everything_stored)
+    resources = k8s.manifests(pods(everything_stored))
     assert [r["metadata"]["name"] for r in resources if r["kind"] == "Job"] == ["stackfarm-merge"]
     annotation = _jobs(resources)["stackfarm-merge"]["metadata"]["annotations"]["stackfarm/conflicts"]
     assert annotation == "conflict: cu128-torch2-sgl0.5.0: sglang 0.5.0 requires torch==2.9.1"
@@ -682,7 +695,7 @@ def test_every_emitted_shell_line_passes_shellcheck(plan300: dict[str, Any]) -> 
     for part in buildkite.pipelines(doc, chunk=100, image="r.example/w:1"):
         for step in part["steps"]:
             scripts += [s["command"] for s in step.get("steps", [step]) if "command" in s]
-    merge = _jobs(k8s.manifests({**doc, "store": None}))["stackfarm-merge"]
+    merge = _jobs(k8s.manifests(pods({**doc, "store": None})))["stackfarm-merge"]
     pod = merge["spec"]["template"]["spec"]
     scripts += [pod["initContainers"][0]["command"][-1], pod["containers"][0]["command"][-1]]
     assert len(scripts) > 300

@@ -17,7 +17,8 @@ optional) reach the container as variables from their Secrets: a Secret volume's
 an fsGroup, and stackfarm refuses a private key that others can read.
 
 Failures: ``podFailurePolicy`` retries what the infrastructure did (a pod disrupted, i.e. evicted or preempted:
-not counted; exit 4, the environment, and 137, killed: counted against ``backoffLimitPerIndex``), never a verdict:
+not counted; exit 4, the environment, 130, interrupted, and 137, killed: counted against ``backoffLimitPerIndex``),
+never a verdict:
 exit 1 (a failed cell) or 3 (incomplete) fails that index at once, exit 2 (the configuration, the same for every
 pod) fails the Job. The merge Job waits (an init container with kubectl, under a ServiceAccount that may only read
 Jobs) until every worker Job is Complete or Failed, then runs `stackfarm report --gate --plan` on the whole plan
@@ -38,7 +39,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import storekeys
-from . import CellDoc, EmitError, chunks, conflict_lines, merge_argv, pending, store_of, worker_argv
+from . import (
+    CellDoc,
+    EmitError,
+    basis_args,
+    chunks,
+    conflict_lines,
+    merge_argv,
+    pending,
+    store_of,
+    worker_argv,
+)
 
 #: What a ConfigMap may hold (etcd's object limit).
 CONFIGMAP_LIMIT = 1024 * 1024
@@ -56,7 +67,7 @@ NETRC_SECRET = ("stackfarm-netrc", "netrc")
 #: Exit statuses of a worker pod: verdicts (never retried), the configuration, the infrastructure (retried).
 VERDICT_EXITS = (1, 3)
 CONFIG_EXITS = (2,)
-INFRA_EXITS = (4, 137)
+INFRA_EXITS = (4, 130, 137)
 #: Characters of the merge Job's conflicts annotation (annotations take 256 KiB in all).
 CONFLICTS_SHOWN = 64 * 1024
 #: Retries of one index for the infrastructure (a verdict fails its index at once).
@@ -344,7 +355,14 @@ def manifests(
     kubectl_image: str = KUBECTL_IMAGE,
 ) -> list[dict[str, Any]]:
     """The claims, a ConfigMap (its plan) and an Indexed Job per runner kind's chunk of pending cells, then the
-    merge: its plan, its ServiceAccount and Role, and its Job."""
+    merge: its plan, its ServiceAccount and Role, and its Job. A plan hashed for the docker backend is refused:
+    a pod has no container engine, so its verdict would never be the one the plan hashed."""
+    backend = basis_args(doc)[1]
+    if backend == "docker":
+        raise EmitError(
+            "the plan's input hashes are for the docker backend, and a Kubernetes pod has no container engine: "
+            "plan it for the pods, `stackfarm plan --json --backend local` (or host), then emit it"
+        )
     o = _Options(image=image, parallelism=parallelism, namespace=namespace, reports_claim=reports_claim,
                  cache_claim=cache_claim, kubectl_image=kubectl_image)  # fmt: skip
     by_kind: dict[str, list[CellDoc]] = {}
