@@ -35,12 +35,22 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--part", type=whole(1, 2), default=1, help="buildkite: which upload of a chunked plan (1..N)"
     )
-    p.add_argument("--image", default=k8s.DEFAULT_IMAGE, help="k8s: the image the pods run")
+    p.add_argument(
+        "--image", default=None,
+        help="buildkite, k8s: the worker image (docker/worker.Dockerfile) the steps or pods run in "
+        f"(default: buildkite {buildkite.DEFAULT_IMAGE}, k8s {k8s.DEFAULT_IMAGE})",
+    )  # fmt: skip
     p.add_argument(
         "--parallelism", type=whole(1, 8), default=None, help="k8s: pods at once per Job (default: all)"
     )
     p.add_argument("--namespace", default="default", help="k8s: the namespace of the Jobs")
-    p.add_argument("--reports-claim", default="stackfarm-reports", help="k8s: the reports volume claim")
+    p.add_argument(
+        "--reports-claim",
+        default="stackfarm-reports",
+        help="k8s: the reports volume claim (plans without a store)",
+    )
+    p.add_argument("--cache-claim", default="stackfarm-cache", help="k8s: the cache volume claim")
+    p.add_argument("--cache-size", default="500Gi", help="k8s: the cache volume claim's size")
     p.set_defaults(func=cmd_emit)
 
 
@@ -52,15 +62,31 @@ def _placed(args: argparse.Namespace) -> dict[str, Any]:
     return place(doc, runners or (DEFAULT_RUNNER,))
 
 
+def checkout_relative(doc: dict[str, Any], here: Path) -> dict[str, Any]:
+    """The plan with its matrix path relative to `here` when it lies under it: the workers run in a checkout of
+    this folder (the repository), not on the machine that planned, whose absolute path they do not have."""
+    matrix = doc.get("matrix")
+    given = matrix.get("path") if isinstance(matrix, dict) else matrix
+    if not isinstance(given, str) or not Path(given).is_absolute():
+        return doc
+    try:
+        relative = str(Path(given).resolve().relative_to(here.resolve()))
+    except ValueError:
+        return doc
+    return {**doc, "matrix": {**matrix, "path": relative} if isinstance(matrix, dict) else relative}
+
+
 def cmd_emit(args: argparse.Namespace) -> int:
-    doc = _placed(args)
+    doc = checkout_relative(_placed(args), Path.cwd())
     if args.engine == "gha":
-        plan = "plan.json" if args.plan == "-" else args.plan  # the merge job reads it
-        text = yamltext.dump(gha.workflow(doc, chunk=args.chunk, plan=plan))
+        text = yamltext.dump(
+            gha.workflow(doc, chunk=args.chunk, plan="plan.json" if args.plan == "-" else args.plan)
+        )
     elif args.engine == "buildkite":
         parts = buildkite.pipelines(
-            doc, chunk=args.chunk, plan="plan.json" if args.plan == "-" else args.plan
-        )
+            doc, chunk=args.chunk, plan="plan.json" if args.plan == "-" else args.plan,
+            image=args.image or buildkite.DEFAULT_IMAGE,
+        )  # fmt: skip
         if not 1 <= args.part <= len(parts):
             raise EmitError(f"--part {args.part}: the plan makes {len(parts)} part(s)")
         text = yamltext.dump(parts[args.part - 1])
@@ -69,8 +95,9 @@ def cmd_emit(args: argparse.Namespace) -> int:
     else:
         text = yamltext.dump_all(
             k8s.manifests(
-                doc, chunk=args.chunk, image=args.image, parallelism=args.parallelism,
-                namespace=args.namespace, reports_claim=args.reports_claim,
+                doc, chunk=args.chunk, image=args.image or k8s.DEFAULT_IMAGE, parallelism=args.parallelism,
+                namespace=args.namespace, reports_claim=args.reports_claim, cache_claim=args.cache_claim,
+                cache_size=args.cache_size,
             )
         )  # fmt: skip
     sys.stdout.write(text)

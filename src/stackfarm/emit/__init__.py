@@ -1,11 +1,16 @@
 """Emitters: the document `stackfarm plan --json` prints (stackfarm.planjson) as a pipeline of another engine.
 
-    stackfarm emit gha | buildkite | k8s --plan plan.json [--chunk N]
+    stackfarm emit gha | buildkite | k8s --plan plan.json [--chunk N] [--image REF]
 
 Every emitter takes the same cells (`pending`): those without a stored verdict for their input hash, longest
 first by estimated duration (cells never timed first: they may be the longest), each on its runner kind. The
 engines' own limits decide the chunks: 256 jobs per GitHub Actions matrix, 500 steps per Buildkite upload, and
 a ConfigMap's 1 MiB for a Kubernetes Job's plan.
+
+The plan is the contract: every worker's command line is `worker_argv` (the plan's cell with the plan's matrix,
+hash basis and store) and every merge's is `merge_argv` (`report --gate --plan`, from the store when there is
+one), so a worker's verdict lands under the planned input hash and a planned cell without one keeps the gate
+shut. Conflict cells, which no worker runs, are named in each document and counted by the merge.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 from ..driver import route
 from ..errors import StackfarmError
 from ..matrix import Runner
-from ..planjson import PlanContract, runner_fields
+from ..planjson import runner_fields
 
 #: One cell of the plan document, as JSON gives it back.
 CellDoc = Mapping[str, Any]
@@ -77,31 +82,57 @@ def store_of(doc: Mapping[str, Any]) -> str | None:
     return store if isinstance(store, str) and store else None
 
 
-def worker_args(doc: Mapping[str, Any], plan: str | None = None) -> list[str]:
-    """What every worker's `stackfarm run` carries of the plan: the plan itself when the worker can read it
-    (it then adopts the plan's hash basis and checks its input hashes), the plan's matrix (a plan made from
-    `--matrix X` runs X, never ./matrix.toml) and its store."""
-    return [*(["--plan", plan] if plan else []), *PlanContract.of(doc).worker_args()]
+def matrix_of(doc: Mapping[str, Any]) -> str | None:
+    """The matrix file the plan was made from (a path, or a table with one: `{"path": ..., "sha256": ...}`),
+    as the workers must load it: a worker without it would plan ./matrix.toml instead."""
+    matrix = doc.get("matrix")
+    if isinstance(matrix, Mapping):
+        matrix = matrix.get("path")
+    return matrix if isinstance(matrix, str) and matrix else None
 
 
-def merge_command(doc: Mapping[str, Any], plan: str | None = None) -> str:
-    """The merge step's command: it always reads the plan (`report --plan`: a planned cell without a verdict
-    keeps the gate incomplete). With a store, the verdicts come from it (`report --from`): also those of the
-    cells the plan left out as stored, failed ones included, which no job of this pipeline downloads."""
-    base = ["python", "-m", "stackfarm", "report", "--reports", "reports", "--gate"]
-    store = store_of(doc)
-    contract = PlanContract.of(doc)
-    base += [*(["--from", store] if store else []), "--plan", plan or "plan.json"]
-    base += ["--matrix", contract.matrix.path] if contract.matrix else []
-    if store is None:
-        return shlex.join(base)
+def basis_args(doc: Mapping[str, Any]) -> list[str]:
+    """`--backend B` of the plan's hash basis (docker unless it says otherwise): the worker realises its cell
+    the way the plan hashed it, so its verdict lands under the planned input hash."""
     basis = doc.get("hash_basis") or {}
-    base += [
-        "--backend",
-        str(basis.get("backend") or "docker"),
-        *([] if basis.get("gpu", True) else ["--no-gpu"]),
-    ]
-    return shlex.join(base)
+    return ["--backend", str(basis.get("backend") or "docker")]
+
+
+def worker_argv(
+    doc: Mapping[str, Any], plan: str, *, cell: str | None = None, index: str | None = None,
+    reports: str | None = None,
+) -> list[str]:  # fmt: skip
+    """One worker's command line: `stackfarm run` of one cell of the plan (by id or by index), with the plan's
+    matrix, hash basis and store, so that its verdict is the one the merge looks for."""
+    if (cell is None) == (index is None):
+        raise EmitError("a worker runs one cell of the plan: give its id or its index")
+    argv = ["python", "-m", "stackfarm", "run", "--plan", plan]
+    argv += ["--cells", cell] if cell is not None else ["--cell-index", str(index)]
+    matrix = matrix_of(doc)
+    argv += [*(["--matrix", matrix] if matrix else []), *basis_args(doc), "--jobs", "1"]
+    argv += ["--reports", reports] if reports else []
+    store = store_of(doc)
+    return argv + (["--store", store] if store else [])
+
+
+def merge_argv(doc: Mapping[str, Any], plan: str, *, reports: str = "reports") -> list[str]:
+    """The merge's command line: `report --gate` over the plan, so a planned cell without a verdict keeps the
+    gate shut (exit 3). With a store the verdicts come from it (`--from`): also those of the cells the plan
+    left out as stored, failed ones included, which no job of the pipeline downloads; the matrix names the
+    runner keys the merge trusts (`[store] trusted_keys`)."""
+    argv = ["python", "-m", "stackfarm", "report", "--reports", reports, "--gate", "--plan", plan]
+    store = store_of(doc)
+    if store is None:
+        return argv
+    matrix = matrix_of(doc)
+    basis = doc.get("hash_basis") or {}
+    argv += ["--from", store, *(["--matrix", matrix] if matrix else []), *basis_args(doc)]
+    return argv + ([] if basis.get("gpu", True) else ["--no-gpu"])
+
+
+def merge_command(doc: Mapping[str, Any], plan: str = "plan.json") -> str:
+    """merge_argv as one shell line."""
+    return shlex.join(merge_argv(doc, plan))
 
 
 def conflict_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -110,6 +141,14 @@ def conflict_lines(doc: Mapping[str, Any]) -> list[str]:
         f"conflict: {c.get('id')}: {'; '.join(str(p) for p in c.get('problems', []))}"
         for c in doc.get("conflicts", [])
     ]
+
+
+def shell_line(argv: Sequence[str], *, variables: Sequence[str] = ()) -> str:
+    """argv as one shell line, each word quoted, except the `variables` (e.g. "CELL"), which the engine sets:
+    a word `$NAME` is written `"${NAME}"`, so the shell expands it, as one word."""
+    return " ".join(
+        f'"${{{a[1:]}}}"' if a.startswith("$") and a[1:] in variables else shlex.quote(a) for a in argv
+    )
 
 
 def chunks(items: Sequence[CellDoc], size: int) -> Iterator[Sequence[CellDoc]]:
@@ -131,12 +170,16 @@ def check_chunk(size: int | None, limit: int, engine: str) -> int:
 __all__ = [
     "CellDoc",
     "EmitError",
+    "basis_args",
     "check_chunk",
     "chunks",
+    "matrix_of",
+    "merge_argv",
     "merge_command",
     "pending",
     "place",
     "runner_fields",
     "runner_of",
-    "worker_args",
+    "shell_line",
+    "worker_argv",
 ]
