@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from .. import __version__
 from ..errors import ExitCode, StackfarmError
-from . import bench, bisect, cache, emit, gha, patches, qualify, runs, thresholds, upgrade
+from . import bench, bisect, cache, emit, gha, patches, qualify, rayrun, runs, thresholds, upgrade
 
 
 def parser() -> argparse.ArgumentParser:
@@ -50,10 +50,19 @@ def from_caller(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+def command(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
+    """The function that carries out the parsed command: `run --executor ray` is rayrun's (each cell a task of a
+    Ray cluster, built on runs' helpers, so runs itself never reaches for it)."""
+    if args.func is runs.cmd_run and args.executor.name == "ray":
+        return rayrun.cmd_run_ray
+    func: Callable[[argparse.Namespace], int] = args.func
+    return func
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = from_caller(parser().parse_args(argv))
     try:
-        return int(args.func(args))
+        return int(command(args)(args))
     except StackfarmError as exc:
         error(str(exc))
         return int(exc.exit_code)
@@ -62,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ExitCode.INTERRUPTED)
 
 
-__all__ = ["error", "from_caller", "main", "parser"]
+__all__ = ["command", "error", "from_caller", "main", "parser"]
 
 if __name__ == "__main__":
     sys.exit(main())

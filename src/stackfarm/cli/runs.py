@@ -333,10 +333,7 @@ def from_plan(args: argparse.Namespace, console: Console) -> Adopted:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if args.executor.name == "ray":  # each cell a task of a Ray cluster (stackfarm.cli.rayrun)
-        from .rayrun import cmd_run_ray
-
-        return cmd_run_ray(args)
+    """`run` on this machine (`--executor ray` is stackfarm.cli.rayrun's, chosen by the command line's face)."""
     console = Console(highlight=False, soft_wrap=True)
     terms = from_plan(args, console) if args.plan is not None else None  # a fan-out engine's worker
     args.matrix = args.matrix or DEFAULT_MATRIX
