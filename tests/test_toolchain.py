@@ -323,7 +323,7 @@ def test_selection_names_the_selector_and_the_refusing_gate(tmp_path: Path) -> N
     bad = found["selection-attention-trtllm_mla-sm_120"]
     assert bad.outcome == "fail"
     assert bad.message.startswith(
-        "sel.args:ServerArgs.pick_backend can pick 'trtllm_mla' on sm_120 (sel/args.py:8), but its gate "
+        "sel.args:ServerArgs.pick_backend can choose 'trtllm_mla' on sm_120 (sel/args.py:8: returns), but "
         "sel.gen:gen_trtllm_module does not admit sm_120 (sel/gen.py:"
     )
     assert found["selection-attention-trtllm_mla-sm_100"].outcome == "pass"

@@ -8,7 +8,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from stackfarm.analysis.backendsel import cell_choices
+from stackfarm.analysis.backendsel import cell_choices, families_of
 from stackfarm.analysis.jitfindings import ToolFinding, Unavailable, analyse
 from stackfarm.artifacts import Cache
 from stackfarm.cellspec import CellSpec
@@ -65,4 +65,5 @@ class _Wheels:
 def cell_findings(cell: CellSpec) -> list[ToolFinding]:
     wheels = _Wheels(cell)
     found = analyse(cell, wheels.fetch, wheels.requires, settings(cell))
-    return found + cell_choices(cell, settings(cell).get("selectors", {}))
+    conf = settings(cell)
+    return found + cell_choices(cell, conf.get("selectors", {}), families_of(cell, conf))
