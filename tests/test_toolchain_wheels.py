@@ -172,3 +172,62 @@ def test_flashinfer_jit_sm_90a_needs_a_toolkit_that_knows_it() -> None:
     assert old.compiler == "ptxas 11.8.89 (nvidia-cuda-nvcc-cu11 11.8.89 wheel)"
     kit128 = _toolkit("nvidia-cuda-nvcc-cu12", "12.8.93")
     assert flashinfer_finding(_flashinfer("0.6.3"), sm90, "jit", kit128, {}).outcome == "pass"
+
+
+def _default_selection() -> tuple[dict[str, Any], list[str]]:
+    import tomllib
+
+    conf = tomllib.loads((REPO / "matrix.toml").read_text())["suites"]["15-toolchain"]["settings"]
+    return conf["selectors"], ["KimiK25ForConditionalGeneration", *conf["families"]]
+
+
+def _selection(sglang: str, fi: str) -> dict[str, Any]:
+    from stackfarm.analysis.backendsel import cell_choices
+
+    selectors, families = _default_selection()
+    comps = (real_component("sglang", sglang), real_component("flashinfer-python", fi))
+    cell = CellSpec(id="sel", values={"cuda": "12.8"}, backend="local", components=comps,
+                    archs=("sm_120", "sm_100", "sm_90"))  # fmt: skip
+    return {f.id: f for f in cell_choices(cell, selectors, families)}
+
+
+def _line(component: InstalledComponent, rel: str, line: int) -> str:
+    return (Path(component.root) / rel).read_text().splitlines()[line - 1].strip()
+
+
+def test_mla_prefill_routes_sm_120_to_the_sm100_only_trtllm_gen_runner() -> None:
+    """sglang#24633 (SGLang 0.5.10, RTX PRO 6000 sm_120: MLA prefill reaches FlashInfer's TllmGenFmhaRunner and
+    fails "Unsupported architecture"; flashinfer#3263 names the same path) and sglang#37105 ("treats all
+    Blackwell alike"). Deciding lines, 0.5.10's nsa_backend.py (the sparse-MLA backend's dense prefill):
+        1772  if self.device_sm_major >= 10:                      # "for SM100 (Blackwell/B200)", says its comment
+        1776      return flashinfer.prefill.trtllm_ragged_attention_deepseek(...)
+    and flashinfer 0.6.7.post2's fmhaRunner.cuh:30 (the runner that call constructs):
+        FLASHINFER_CHECK(mSM == kSM_100 || mSM == kSM_103, "Unsupported architecture");
+    The same selection on sm_100 is admitted; on sm_90 the route is not taken; 0.5.5 has no such route (its dense
+    prefill never calls trtllm-gen: passes on sm_120). No release up to 0.5.23 fixes it (0.5.23's
+    dsa_backend.py:3402 still reads ``device_sm_major >= 10``): the failure is a true one there too."""
+    found = _selection("0.5.10", "0.6.7.post2")
+    bad = found["selection-mla-prefill-trtllm-gen-sm_120"]
+    assert bad.outcome == "fail", bad.message
+    assert (bad.file, bad.line) == ("sglang/srt/layers/attention/nsa_backend.py", 1776)
+    sglang = real_component("sglang", "0.5.10")
+    assert _line(sglang, bad.file, 1772) == "if self.device_sm_major >= 10:"
+    assert _line(sglang, bad.file, 1776) == "return flashinfer.prefill.trtllm_ragged_attention_deepseek("
+    header = "flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh"
+    assert f"({header}:30: off): mSM == kSM_100 || mSM == kSM_103 refuses SM 120" in bad.message
+    assert _line(_flashinfer("0.6.7.post2"), header, 30).startswith("FLASHINFER_CHECK(mSM == kSM_100 || mSM == kSM_103")
+    assert found["selection-mla-prefill-trtllm-gen-sm_100"].outcome == "pass"
+    assert found["selection-mla-prefill-trtllm-gen-sm_90"].outcome == "pass"  # 9 >= 10 is false: not routed
+    # sglang#37105's selector: DSA models' KV dtype and backends by `major >= 10` (server_args.py:1431, 1465).
+    dsa = found["selection-dsa-trtllm-sm_120"]
+    assert dsa.outcome == "fail" and (dsa.file, dsa.line) == ("sglang/srt/server_args.py", 1466)
+    assert _line(sglang, dsa.file, 1465) == "if major >= 10:"
+    assert found["selection-dsa-fa3-sm_90"].outcome == "pass"
+    assert "selection-dsa-trtllm-sm_90" not in found
+    # The default attention backend and the per-model defaults route nothing to an arch that refuses it.
+    assert found["selection-attention-fa3-sm_90"].outcome == "pass"
+    assert found["selection-model-trtllm_mla-sm_100"].outcome == "pass"
+    assert not [i for i in found if i.endswith("sm_120") and ("trtllm_m" in i or "fa3" in i)]
+    before = _selection("0.5.5", "0.6.7.post2")
+    assert before["selection-mla-prefill-trtllm-gen-sm_120"].outcome == "pass"
+    assert before["selection-attention-sm_120"].outcome == "skip"  # no _get_default_attn_backend: unanswered
