@@ -26,12 +26,16 @@ class TllmGenFmhaRunner {
 def include(tmp_path: Path) -> Path:
     root = tmp_path / "include"
     (root / "lib" / "fmha").mkdir(parents=True)
-    (root / "lib" / "common.h").write_text("constexpr int32_t kSM_100 = 100;\nconstexpr int32_t kSM_103 = 103;\n")
+    (root / "lib" / "common.h").write_text(
+        "constexpr int32_t kSM_100 = 100;\nconstexpr int32_t kSM_103 = 103;\n"
+    )
     (root / "lib" / "fmha" / "runner.cuh").write_text(RUNNER)
     return root
 
 
-@pytest.mark.parametrize(("arch", "state"), [("sm_100", "on"), ("sm_103", "on"), ("sm_120", "off"), ("sm_90", "off")])
+@pytest.mark.parametrize(
+    ("arch", "state"), [("sm_100", "on"), ("sm_103", "on"), ("sm_120", "off"), ("sm_90", "off")]
+)
 def test_the_check_on_the_sm_version_decides(include: Path, arch: str, state: str) -> None:
     gate = check(include / "lib/fmha/runner.cuh", "TllmGenFmhaRunner", parse_target(arch), include)
     assert gate.state == state
@@ -48,7 +52,7 @@ def test_unknown_constant_or_symbol_is_unknown_never_on(include: Path) -> None:
 
 def test_ranges_and_negation(include: Path) -> None:
     (include / "lib" / "fmha" / "runner.cuh").write_text(
-        "int f() { int sm = getSMVersion(); TORCH_CHECK(sm >= 90 && !(sm == 120), \"no\"); }\n"
+        'int f() { int sm = getSMVersion(); TORCH_CHECK(sm >= 90 && !(sm == 120), "no"); }\n'
     )
     path = include / "lib/fmha/runner.cuh"
     assert check(path, "f", parse_target("sm_100"), include).state == "on"

@@ -174,10 +174,17 @@ def test_flashinfer_jit_sm_90a_needs_a_toolkit_that_knows_it() -> None:
     assert flashinfer_finding(_flashinfer("0.6.3"), sm90, "jit", kit128, {}).outcome == "pass"
 
 
-def _default_selection() -> tuple[dict[str, Any], list[str]]:
+def _default_settings() -> dict[str, Any]:
     import tomllib
 
-    conf = tomllib.loads((REPO / "matrix.toml").read_text())["suites"]["15-toolchain"]["settings"]
+    settings: dict[str, Any] = tomllib.loads((REPO / "matrix.toml").read_text())["suites"]["15-toolchain"][
+        "settings"
+    ]
+    return settings
+
+
+def _default_selection() -> tuple[dict[str, Any], list[str]]:
+    conf = _default_settings()
     return conf["selectors"], ["KimiK25ForConditionalGeneration", *conf["families"]]
 
 
@@ -188,7 +195,9 @@ def _selection(sglang: str, fi: str) -> dict[str, Any]:
     comps = (real_component("sglang", sglang), real_component("flashinfer-python", fi))
     cell = CellSpec(id="sel", values={"cuda": "12.8"}, backend="local", components=comps,
                     archs=("sm_120", "sm_100", "sm_90"))  # fmt: skip
-    return {f.id: f for f in cell_choices(cell, selectors, families)}
+    return {
+        f.id: f for f in cell_choices(cell, selectors, families, platform=_default_settings()["platform"])
+    }
 
 
 def _line(component: InstalledComponent, rel: str, line: int) -> str:
@@ -215,12 +224,15 @@ def test_mla_prefill_routes_sm_120_to_the_sm100_only_trtllm_gen_runner() -> None
     assert _line(sglang, bad.file, 1776) == "return flashinfer.prefill.trtllm_ragged_attention_deepseek("
     header = "flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh"
     assert f"({header}:30: off): mSM == kSM_100 || mSM == kSM_103 refuses SM 120" in bad.message
-    assert _line(_flashinfer("0.6.7.post2"), header, 30).startswith("FLASHINFER_CHECK(mSM == kSM_100 || mSM == kSM_103")
+    assert _line(_flashinfer("0.6.7.post2"), header, 30).startswith(
+        "FLASHINFER_CHECK(mSM == kSM_100 || mSM == kSM_103"
+    )
     assert found["selection-mla-prefill-trtllm-gen-sm_100"].outcome == "pass"
     assert found["selection-mla-prefill-trtllm-gen-sm_90"].outcome == "pass"  # 9 >= 10 is false: not routed
     # sglang#37105's selector: DSA models' KV dtype and backends by `major >= 10` (server_args.py:1431, 1465).
     dsa = found["selection-dsa-trtllm-sm_120"]
-    assert dsa.outcome == "fail" and (dsa.file, dsa.line) == ("sglang/srt/server_args.py", 1466)
+    assert dsa.outcome == "fail"
+    assert (dsa.file, dsa.line) == ("sglang/srt/server_args.py", 1466)
     assert _line(sglang, dsa.file, 1465) == "if major >= 10:"
     assert found["selection-dsa-fa3-sm_90"].outcome == "pass"
     assert "selection-dsa-trtllm-sm_90" not in found
@@ -231,3 +243,20 @@ def test_mla_prefill_routes_sm_120_to_the_sm100_only_trtllm_gen_runner() -> None
     before = _selection("0.5.5", "0.6.7.post2")
     assert before["selection-mla-prefill-trtllm-gen-sm_120"].outcome == "pass"
     assert before["selection-attention-sm_120"].outcome == "skip"  # no _get_default_attn_backend: unanswered
+
+
+def test_out_of_tree_platform_branch_is_decided_from_the_cells_wheels() -> None:
+    """SGLang 0.5.15's _get_default_attn_backend asks ``current_platform.is_out_of_tree()`` first
+    (server_args.py:4324), a platform resolved at run time from installed plugins (platforms/__init__.py
+    _resolve_platform: none activated on a CUDA GPU -> CudaSRTPlatform, whose _enum is CUDA). Neither wheel
+    registers a ``sglang.srt.platforms`` entry point, so the branch is decided: the default on sm_90 is fa3
+    (admitted), and no choice stays unresolved."""
+    found = _selection("0.5.15", "0.6.12")
+    assert not [i for i in found if "unresolved" in i], [
+        f.message for f in found.values() if "unresolved" in f.id
+    ]
+    assert found["selection-attention-fa3-sm_90"].outcome == "pass"
+    assert "CudaSRTPlatform" in found["selection-attention-fa3-sm_90"].note
+    assert (
+        found["selection-mla-prefill-trtllm-gen-sm_120"].outcome == "fail"
+    )  # still >= 10 (dsa_backend.py:2369)

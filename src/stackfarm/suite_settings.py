@@ -98,6 +98,23 @@ TOOLCHAIN = Table(
         "families": _classes(
             "model families (hf_config.architectures) selection is checked for besides [[models]]"
         ),
+        "platform": Table(
+            {
+                "attribute": Str(
+                    'the run-time global, e.g. "sglang.srt.platforms:current_platform"', pattern=_GATE
+                ),
+                "cuda": Str(
+                    'its class on a CUDA GPU, e.g. "sglang.srt.platforms.cuda:CudaSRTPlatform"', pattern=_GATE
+                ),
+                "plugins": Str(
+                    'the entry-point group of out-of-tree platforms, e.g. "sglang.srt.platforms"',
+                    pattern=r"[A-Za-z_][A-Za-z0-9_.]*",
+                ),
+            },
+            'a table: { attribute = "m:name", cuda = "m:Class", plugins = "group" }',
+            required=("attribute", "cuda", "plugins"),
+            noun="key",
+        ),
         "selectors": Map(
             Table(
                 {

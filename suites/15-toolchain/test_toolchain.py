@@ -26,6 +26,7 @@ def test_finding(finding: ToolFinding, record_property: RecordProperty) -> None:
     flashinfer-aot: the CUDA toolkit accepts every -gencode target flashinfer's CompilationContext gives;
     selection: a backend the release's auto-selection can pick on the arch is admitted there by its gate;
     error: an input the analysis could not use."""
+    record_property("kind", finding.kind)
     for key in ("arch", "component", "compiler", "target", "file", "line", "command", "error"):
         record_property(key, str(getattr(finding, key)))
     record_property("detail", finding.message)

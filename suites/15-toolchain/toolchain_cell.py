@@ -66,4 +66,6 @@ def cell_findings(cell: CellSpec) -> list[ToolFinding]:
     wheels = _Wheels(cell)
     found = analyse(cell, wheels.fetch, wheels.requires, settings(cell))
     conf = settings(cell)
-    return found + cell_choices(cell, conf.get("selectors", {}), families_of(cell, conf))
+    selection = cell_choices(cell, conf.get("selectors", {}), families_of(cell, conf),
+                             platform=conf.get("platform"), environ=conf.get("environ", {}))  # fmt: skip
+    return found + selection

@@ -86,18 +86,20 @@ class _Picked:
     families: list[str]
 
 
-def _run(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, family: str | None
-         ) -> tuple[list[Pick], list[str], list[str], bool]:  # fmt: skip
+def _run(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, family: str | None,
+         instances: Mapping[tuple[str, str], str]) -> tuple[list[Pick], list[str], list[str], bool]:  # fmt: skip
     """One run of the selector: its picks, the sites of returns known only at run time, the missing steps, and
     whether some path through it ended (was followed to its end)."""
     assume = {"architectures": [family]} if family else None
-    run = SelectionRun(tree, arch, cuda, sets=selector.sets, calls=selector.calls, assume=assume)
+    run = SelectionRun(tree, arch, cuda, sets=selector.sets, calls=selector.calls, assume=assume,
+                       instances=instances)  # fmt: skip
     steps = [f.replace(":", ".", 1) for f in selector.functions]
     ends, missing = run.run_steps(steps, selector.bind, selector.init)
     picks = list(run.picks)
     unknown: list[str] = []
     for end in ends:
-        if selector.calls or end.kind != "return" or end.value is None:  # a kernel route returns tensors
+        if selector.calls or selector.sets or end.kind != "return" or end.value is None:
+            # a selector that chooses by assignment or by call returns something else (a dict, a tensor)
             continue
         if isinstance(end.value, str):
             picks.append(Pick(end.value, end.module, end.line, "returns"))
@@ -110,9 +112,11 @@ def _run(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, family: st
 
 
 def choices(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, families: Sequence[str] = (),
-            roots: Mapping[str, Path] | None = None) -> list[ToolFinding]:  # fmt: skip
+            roots: Mapping[str, Path] | None = None, instances: Mapping[tuple[str, str], str] | None = None
+            ) -> list[ToolFinding]:  # fmt: skip
     """Every backend `selector` can choose on `arch` (for each of `families` when it is per-family), each
-    judged by its declared gate; `roots` maps a distribution to its unpacked wheel (for C++ gates)."""
+    judged by its declared gate; `roots` maps a distribution to its unpacked wheel (for C++ gates);
+    `instances` pins run-time globals to a class (`platform_instances`)."""
     runs = families if selector.per_family and families else [None]
     picked: dict[str, _Picked] = {}
     unknown: list[str] = []
@@ -120,7 +124,9 @@ def choices(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, fami
     reached = False
     for family in runs:
         try:
-            picks, unresolved, absent, ended = _run(tree, selector, arch, cuda, family)
+            picks, unresolved, absent, ended = _run(
+                tree, selector, arch, cuda, family=family, instances=instances or {}
+            )
         except SourceError as exc:
             return [
                 _choice(
@@ -212,7 +218,51 @@ def families_of(cell: CellSpec, raw: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def cell_choices(cell: CellSpec, raw: Mapping[str, Any], families: Sequence[str] = ()) -> list[ToolFinding]:
+def registers(root: Path, group: str) -> list[str]:
+    """The entry points of `group` that the wheel unpacked at `root` registers (its dist-info's entry_points.txt)."""
+    found: list[str] = []
+    for path in sorted(root.glob("*.dist-info/entry_points.txt")):
+        section = ""
+        for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            line = raw.strip()
+            if line.startswith("[") and line.endswith("]"):
+                section = line[1:-1].strip()
+            elif section == group and "=" in line:
+                found.append(f"{path.parent.name}: {line}")
+    return found
+
+
+def platform_instances(
+    cell: CellSpec, platform: Mapping[str, str], environ: Mapping[str, str]
+) -> tuple[dict[tuple[str, str], str], str]:
+    """SGLang >= 0.5.15 resolves ``current_platform`` at run time from the platform plugins installed
+    (entry-point group `platform["plugins"]`), falling back to its CUDA platform on a CUDA GPU. With no component
+    of the cell registering a plugin and SGLANG_PLATFORM unset, that is decided: `platform["attribute"]` is an
+    instance of `platform["cuda"]`. Returns the pin (empty when undecided) and why."""
+    if not platform:
+        return {}, ""
+    attribute, group = platform["attribute"], platform["plugins"]
+    module, _, name = attribute.partition(":")
+    if environ.get("SGLANG_PLATFORM"):
+        return (
+            {},
+            f"SGLANG_PLATFORM={environ['SGLANG_PLATFORM']} names an out-of-tree platform: {attribute} undecided",
+        )
+    plugins = [p for c in cell.components if c.root for p in registers(Path(c.root), group)]
+    if plugins:
+        return {}, f"the cell registers {group} plugins ({'; '.join(plugins)}): {attribute} undecided"
+    cls = platform["cuda"].replace(":", ".", 1)
+    return {(module, name): cls}, f"{attribute} is {cls}: no component of the cell registers a {group} plugin"
+
+
+def cell_choices(
+    cell: CellSpec,
+    raw: Mapping[str, Any],
+    families: Sequence[str] = (),
+    *,
+    platform: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[ToolFinding]:
     """Every selection finding of the cell: each configured selector on each target arch, over the tree of the
     cell's Python components (sglang as patched, flashinfer...)."""
     selectors = parse_selectors(raw)
@@ -224,6 +274,7 @@ def cell_choices(cell: CellSpec, raw: Mapping[str, Any], families: Sequence[str]
                 for s in selectors for a in cell.archs]  # fmt: skip
     tree = SourceTree([c.root for c in comps])
     roots = {c.distribution: Path(c.root) for c in comps}
+    instances, why = platform_instances(cell, platform or {}, environ or {})
     cuda = cell.values.get("cuda", "")
     out = []
     for name in cell.archs:
@@ -232,10 +283,19 @@ def cell_choices(cell: CellSpec, raw: Mapping[str, Any], families: Sequence[str]
         except ArchError:
             continue  # jitfindings reports a bad [targets] arch once
         for selector in selectors:
-            out += choices(tree, selector, arch, cuda, families=families, roots=roots)
+            found = choices(tree, selector, arch, cuda, families=families, roots=roots, instances=instances)
+            out += [replace(f, note=why) if why else f for f in found]
     return out
 
 
 _PYTHON_COMPONENTS = ("sglang", "flashinfer-python")
 
-__all__ = ["Selector", "cell_choices", "choices", "families_of", "parse_selectors"]
+__all__ = [
+    "Selector",
+    "cell_choices",
+    "choices",
+    "families_of",
+    "parse_selectors",
+    "platform_instances",
+    "registers",
+]

@@ -51,11 +51,28 @@ class SelectionRun(Evaluator):
         calls: Mapping[str, str] | None = None,
         assume: Mapping[str, object] | None = None,
         environ: Mapping[str, str] | None = None,
+        instances: Mapping[tuple[str, str], str] | None = None,
     ) -> None:
         super().__init__(tree, gpu, cuda, assume=assume, environ=environ)
         self.sets = frozenset(sets)
         self.calls = dict(calls or {})
         self.picks: list[Pick] = []
+        #: (module, global) -> "module.Class": a global a PEP 562 hook resolves at run time (SGLang's
+        #: ``current_platform``), taken as a fresh instance of that class (the caller has decided it is).
+        self.instances = dict(instances or {})
+        self._made: dict[tuple[str, str], object] = {}
+
+    def _global(self, module: str, name: str) -> object:
+        key = (module, name)
+        if key not in self.instances:
+            return super()._global(module, name)
+        if key not in self._made:
+            cls_module, attrs = self.tree.split(self.instances[key])
+            cls: object = ModuleRef(cls_module)
+            for attr in attrs:
+                cls = self._getattr(cls, attr)
+            self._made[key] = self._call(cls, (), {}) if isinstance(cls, ClassValue) else UNKNOWN
+        return self._made[key]
 
     def _exec(self, stmt: ast.stmt, frame: Frame) -> list[End]:
         ends = super()._exec(stmt, frame)
