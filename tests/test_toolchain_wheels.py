@@ -188,11 +188,12 @@ def _default_selection() -> tuple[dict[str, Any], list[str]]:
     return conf["selectors"], ["KimiK25ForConditionalGeneration", *conf["families"]]
 
 
-def _selection(sglang: str, fi: str) -> dict[str, Any]:
+def _selection(sglang: str, fi: str, kernel: tuple[str, str] | None = None) -> dict[str, Any]:
     from stackfarm.analysis.backendsel import cell_choices
 
     selectors, families = _default_selection()
-    comps = (real_component("sglang", sglang), real_component("flashinfer-python", fi))
+    comps = (real_component("sglang", sglang), real_component("flashinfer-python", fi),
+             *([real_component(*kernel)] if kernel else []))  # fmt: skip
     cell = CellSpec(id="sel", values={"cuda": "12.8"}, backend="local", components=comps,
                     archs=("sm_120", "sm_100", "sm_90"))  # fmt: skip
     return {
@@ -260,3 +261,21 @@ def test_out_of_tree_platform_branch_is_decided_from_the_cells_wheels() -> None:
     assert (
         found["selection-mla-prefill-trtllm-gen-sm_120"].outcome == "fail"
     )  # still >= 10 (dsa_backend.py:2369)
+
+
+def test_dsa_defaults_of_059_reach_flashmla_kernels_without_sm_120_code() -> None:
+    """SGLang 0.5.9's DSA defaults (server_args.py:1143 KV fp8 from major >= 10, then 1158-1163: fp8 ->
+    nsa_prefill_backend "flashmla_auto", nsa_decode_backend "flashmla_kv") on sm_120 pick FlashMLA, whose
+    kernels in sgl-kernel 0.3.21 (sgl_kernel/flashmla_ops.abi3.so) carry sm_90a/sm_100a code only: the choice
+    fails with the library named, as 10-capability reads it; on sm_90 the bf16 defaults pick fa3 + FlashMLA
+    sparse, both present there."""
+    found = _selection("0.5.9", "0.6.3", ("sgl-kernel", "0.3.21"))
+    bad = found["selection-dsa-flashmla_kv-sm_120"]
+    assert bad.outcome == "fail", bad.message
+    assert (bad.file, bad.line) == ("sglang/srt/server_args.py", 1163)
+    assert (
+        _line(real_component("sglang", "0.5.9"), bad.file, 1163) == 'self.nsa_decode_backend = "flashmla_kv"'
+    )
+    assert "sgl_kernel/flashmla_ops.abi3.so has no SASS or PTX for sm_120" in bad.message
+    assert found["selection-dsa-flashmla_sparse-sm_90"].outcome == "pass"
+    assert found["selection-dsa-fa3-sm_90"].outcome == "pass"

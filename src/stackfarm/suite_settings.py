@@ -32,6 +32,7 @@ TOOLCHAIN_MODES = ("jit", "aot")
 _CLASS = r"[A-Za-z_][A-Za-z0-9_]*"
 _PACKAGE = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _GATE = r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*"
+_LIB_GATE = r"lib:[A-Za-z0-9][A-Za-z0-9._|-]*:[A-Za-z0-9_./*?\[\]-]+"
 _CXX_GATE = r"[A-Za-z0-9][A-Za-z0-9._-]*:[A-Za-z0-9_./-]+\.(?:h|cuh|hpp|cu):[A-Za-z_][A-Za-z0-9_]*"
 
 
@@ -150,9 +151,9 @@ TOOLCHAIN = Table(
                     "per_family": Bool("true: run once per model family (it reads hf_config.architectures)"),
                     "admits": Map(
                         Str(
-                            'the backend\'s gate: "module:qualname", or a C++ arch check '
-                            '"<distribution>:<path>.cuh:<symbol>"',
-                            pattern=_GATE + "|" + _CXX_GATE,
+                            'the backend\'s gate: "module:qualname", a C++ arch check '
+                            '"<distribution>:<path>.cuh:<symbol>" or its kernels "lib:<distribution>:<glob>"',
+                            pattern=_GATE + "|" + _CXX_GATE + "|" + _LIB_GATE,
                         ),
                         'backend name -> the gate deciding whether it runs on a GPU: admits = { fa3 = "m:f" }',
                         noun="backend",

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from stackfarm.analysis import cxxgate
+from stackfarm.analysis import cxxgate, fatbin
 from stackfarm.analysis.arch import Arch, ArchError, parse_target
 from stackfarm.analysis.capgates import evaluate_gate
 from stackfarm.analysis.jitfindings import Outcome, ToolFinding
@@ -168,7 +168,9 @@ def choices(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, fami
 def _gate(
     tree: SourceTree, gate: str, arch: Arch, cuda: str, roots: Mapping[str, Path]
 ) -> tuple[str, str, str]:
-    """(state on/off/crash/unknown, deciding site, reason) of a Python gate or a C++ arch check."""
+    """(state on/off/crash/unknown, deciding site, reason) of a Python gate, a C++ arch check or a library."""
+    if gate.startswith("lib:"):
+        return _library(gate, arch, roots)
     parts = gate.split(":")
     if len(parts) == 3 and parts[1].endswith((".h", ".cuh", ".hpp", ".cu")):
         dist, rel, symbol = parts
@@ -183,6 +185,33 @@ def _gate(
     site = f"{result.path}:{result.line}" if result.path else gate
     reason = str(result.unresolved or result.reason) if result.state == "unknown" else result.reason
     return result.state, site, reason
+
+
+def _library(gate: str, arch: Arch, roots: Mapping[str, Path]) -> tuple[str, str, str]:
+    """``lib:<distribution>[|<renamed>]:<glob>``: the backend's kernels, judged as 10-capability judges binaries (fatbin
+    headers): on when every matching binary has SASS or JIT-able PTX for the arch, off when none has; binaries
+    that disagree (per-arch variants a loader picks from) leave it unknown, never on."""
+    _, dist, pattern = gate.split(":", 2)
+    root = next((roots[d] for d in dist.split("|") if d in roots), None)  # "sgl-kernel|sglang-kernel"
+    if root is None:
+        return "unknown", gate, f"the cell has no {dist} wheel to read {pattern} from"
+    judged: list[tuple[str, str]] = []
+    for path in sorted(root.glob(pattern)):
+        try:
+            binary = fatbin.read_binary(path)
+        except fatbin.FatbinError as exc:
+            return "unknown", str(path.relative_to(root)), f"cannot read {path.name}: {exc}"
+        if binary is not None and binary.units:
+            judged.append((str(path.relative_to(root)), fatbin.coverage(binary, arch).verdict))
+    if not judged:
+        return "unknown", pattern, f"no {dist} binary with device code matches {pattern}"
+    site = ", ".join(rel for rel, _ in judged)
+    verdicts = {v for _, v in judged}
+    if verdicts <= {"ok", "ptx-jit"}:
+        return "on", site, f"{site} carries code for {arch}"
+    if verdicts == {"no-code"}:
+        return "off", site, f"{site} has no SASS or PTX for {arch}"
+    return "unknown", site, f"{site} disagree on {arch} ({', '.join(f'{r}: {v}' for r, v in judged)})"
 
 
 def _judge(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, picked: _Picked, *, families: str,
@@ -273,7 +302,7 @@ def cell_choices(
         return [_choice(s.name, parse_target(a), ("", "", 0), "n/a", "the cell has no sglang or flashinfer tree")
                 for s in selectors for a in cell.archs]  # fmt: skip
     tree = SourceTree([c.root for c in comps])
-    roots = {c.distribution: Path(c.root) for c in comps}
+    roots = {c.distribution: Path(c.root) for c in cell.components if c.root}
     instances, why = platform_instances(cell, platform or {}, environ or {})
     cuda = cell.values.get("cuda", "")
     out = []
