@@ -266,6 +266,15 @@ def test_suite_end_to_end(tmp_path: Path) -> None:
     assert "SM 12.x requires CUDA >= 12.9" in jit["detail"]
     assert jit["toolkit"] == "the cell's nvcc wheel"
     assert cases["test_finding[flashinfer-jit-sm_90]"]["outcome"] == "passed"
+    suite = ElementTree.parse(tmp_path / "run" / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    props = {
+        p.get("name"): p.get("value")
+        for p in suite.iter("property")
+        if p.get("name", "").startswith("toolchain.")
+    }
+    assert props["toolchain.sm_121.toolchain"].startswith("failed (")
+    assert props["toolchain.sm_90.toolchain"] == "passed"
 
 
 # sglang#37105's shape: a selector written as `device_sm_major >= 10` routes every Blackwell to an sm100-only
