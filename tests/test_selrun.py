@@ -5,7 +5,10 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from stackfarm.analysis.arch import parse_target
+from stackfarm.analysis.pyvalues import Budget
 from stackfarm.analysis.selrun import SelectionRun
 from stackfarm.analysis.sourcetree import SourceTree
 
@@ -83,3 +86,17 @@ def test_kernel_calls_after_init(tmp_path: Path) -> None:
     blind = SelectionRun(tree, parse_target("sm_90"), "12.8", calls=calls)
     blind.run_steps(["rel.backend.Backend.prefill"], {}, init=False)  # self.major unknown: both paths
     assert [p.backend for p in blind.picks] == ["ragged"]
+
+
+def test_a_step_out_of_budget_is_recorded_not_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = SelectionRun(_tree(tmp_path), parse_target("sm_90"), "12.8", calls={"kernels.ragged": "ragged"})
+
+    def out_of_budget(*args: object, **kwargs: object) -> None:
+        raise Budget
+
+    monkeypatch.setattr(run, "_run_function", out_of_budget)  # the step's body runs past the evaluator's budget
+    ends, _ = run.run_steps(["rel.backend.Backend.prefill"], {}, init=False)
+    assert run.exhausted == ["rel.backend.Backend.prefill"]  # backendsel: undecidable, never "not routed"
+    assert ends == []

@@ -96,7 +96,7 @@ def _run(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, family:
     steps = [f.replace(":", ".", 1) for f in selector.functions]
     ends, missing = run.run_steps(steps, selector.bind, selector.init)
     picks = list(run.picks)
-    unknown: list[str] = []
+    unknown: list[str] = [f"{step}: the evaluation ran out of budget there" for step in run.exhausted]
     for end in ends:
         if selector.calls or selector.sets or end.kind != "return" or end.value is None:
             # a selector that chooses by assignment or by call returns something else (a dict, a tensor)
@@ -106,9 +106,11 @@ def _run(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, family:
         elif end.value is UNKNOWN or not isinstance(end.value, str):
             names = literals_at(tree, end.module, end.line)
             if names is None:
-                unknown.append(_where(tree, end.module, end.line))
+                unknown.append(
+                    f"a value known only at run time is returned at {_where(tree, end.module, end.line)}"
+                )
             picks += [Pick(n, end.module, end.line, "returns") for n in sorted(names or ())]
-    return picks, unknown, missing, bool(ends)
+    return picks, unknown, missing, bool(ends) and not run.exhausted
 
 
 def choices(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, families: Sequence[str] = (),
@@ -151,8 +153,8 @@ def choices(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, fami
                   f" for {', '.join(p.families)}", roots=roots or {}) for _, p in sorted(picked.items())]  # fmt: skip
     if unknown:
         out.append(_choice(f"{selector.name}-unresolved", arch, ("", "", 0), "skip",
-                           f"{selector.function} on {arch} can return a value known only at run time at "
-                           f"{', '.join(unknown)}: that choice is undecidable here"))  # fmt: skip
+                           f"{selector.function} on {arch}: {'; '.join(unknown)}: that choice is undecidable "
+                           "here (unanswered, never a pass)"))  # fmt: skip
     if selector.calls and not picked and not unknown and reached:
         for dotted, backend in sorted(selector.calls.items()):
             out.append(_choice(f"{selector.name}-{backend}", arch, (backend, "", 0), "pass",

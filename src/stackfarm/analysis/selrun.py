@@ -23,7 +23,16 @@ from dataclasses import dataclass
 
 from stackfarm.analysis.arch import Arch
 from stackfarm.analysis.pysource import UNKNOWN, Evaluator
-from stackfarm.analysis.pyvalues import ClassValue, End, External, Frame, Function, Instance, ModuleRef
+from stackfarm.analysis.pyvalues import (
+    Budget,
+    ClassValue,
+    End,
+    External,
+    Frame,
+    Function,
+    Instance,
+    ModuleRef,
+)
 from stackfarm.analysis.sourcetree import SourceError, SourceTree
 
 
@@ -61,6 +70,8 @@ class SelectionRun(Evaluator):
         #: ``current_platform``), taken as a fresh instance of that class (the caller has decided it is).
         self.instances = dict(instances or {})
         self._made: dict[tuple[str, str], object] = {}
+        #: The steps whose evaluation ran out of budget: what they choose is undecided.
+        self.exhausted: list[str] = []
 
     def _global(self, module: str, name: str) -> object:
         key = (module, name)
@@ -125,10 +136,16 @@ class SelectionRun(Evaluator):
                     instance = Instance(owner)
                     ctor = self._class_attr(owner, "__init__")
                     if init and isinstance(ctor, Function) and not isinstance(ctor.node, ast.Lambda):
-                        self._run_function(ctor, (), {}, self_obj=instance, at_top=True)
+                        try:
+                            self._run_function(ctor, (), {}, self_obj=instance, at_top=True)
+                        except Budget:
+                            self.exhausted.append(f"{step} (its class's __init__)")
                 self_obj = instance
             kwargs = {p: self._bound(v, instance) for p, v in bind.items() if _has_param(value, p)}
-            ends += self._run_function(value, (), kwargs, self_obj=self_obj, at_top=True)
+            try:
+                ends += self._run_function(value, (), kwargs, self_obj=self_obj, at_top=True)
+            except Budget:
+                self.exhausted.append(step)
         return ends, missing
 
     def _module(self, module: str) -> object:
