@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from stackfarm.analysis.arch import parse_target
+from stackfarm.analysis.pysource import UNKNOWN
 from stackfarm.analysis.pyvalues import Budget
 from stackfarm.analysis.selrun import SelectionRun
 from stackfarm.analysis.sourcetree import SourceTree
@@ -96,7 +97,19 @@ def test_a_step_out_of_budget_is_recorded_not_dropped(
     def out_of_budget(*args: object, **kwargs: object) -> None:
         raise Budget
 
-    monkeypatch.setattr(run, "_run_function", out_of_budget)  # the step's body runs past the evaluator's budget
+    monkeypatch.setattr(
+        run, "_run_function", out_of_budget
+    )  # the step's body runs past the evaluator's budget
     ends, _ = run.run_steps(["rel.backend.Backend.prefill"], {}, init=False)
     assert run.exhausted == ["rel.backend.Backend.prefill"]  # backendsel: undecidable, never "not routed"
     assert ends == []
+
+
+def test_a_defined_step_the_evaluator_cannot_reach_is_undecided(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = SelectionRun(_tree(tmp_path), parse_target("sm_90"), "12.8")
+    monkeypatch.setattr(run, "_getattr", lambda *_: UNKNOWN)  # as when loading its module runs out of budget
+    _, missing = run.run_steps(["rel.backend.Backend.prefill", "rel.backend.Backend.absent"], {}, init=False)
+    assert missing == ["rel.backend.Backend.absent"]
+    assert run.exhausted == ["rel.backend.Backend.prefill (its module could not be evaluated)"]

@@ -128,7 +128,10 @@ class SelectionRun(Evaluator):
             except SourceError:
                 value = UNKNOWN
             if not isinstance(value, Function) or isinstance(value.node, ast.Lambda):
-                missing.append(step)
+                if self._written(step):  # defined in its source, yet not reached: undecided, not absent
+                    self.exhausted.append(f"{step} (its module could not be evaluated)")
+                else:
+                    missing.append(step)
                 continue
             self_obj = None
             if isinstance(owner, ClassValue):
@@ -147,6 +150,22 @@ class SelectionRun(Evaluator):
             except Budget:
                 self.exhausted.append(step)
         return ends, missing
+
+    def _written(self, step: str) -> bool:
+        """Whether `step` ("module.Class.method" / "module.function") is defined in its module's source."""
+        try:
+            module, attrs = self.tree.split(step)
+        except SourceError:
+            return False
+        parsed = self.tree.module(module)
+        body: list[ast.stmt] = list(parsed.body) if parsed is not None else []
+        for attr in attrs:
+            node = next((n for n in body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+                         and n.name == attr), None)  # fmt: skip
+            if node is None:
+                return False
+            body = list(node.body) if isinstance(node, ast.ClassDef) else []
+        return bool(attrs)
 
     def _module(self, module: str) -> object:
         return ModuleRef(module) if self.tree.path_of(module) is not None else UNKNOWN
