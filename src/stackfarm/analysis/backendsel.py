@@ -96,7 +96,9 @@ def _run(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, family:
     steps = [f.replace(":", ".", 1) for f in selector.functions]
     ends, missing = run.run_steps(steps, selector.bind, selector.init)
     picks = list(run.picks)
-    unknown: list[str] = [f"{step}: the evaluation ran out of budget there" for step in run.exhausted]
+    unknown: list[str] = [
+        f"{step} was not evaluated to its end (the evaluator's budget)" for step in run.exhausted
+    ]
     for end in ends:
         if selector.calls or selector.sets or end.kind != "return" or end.value is None:
             # a selector that chooses by assignment or by call returns something else (a dict, a tensor)
