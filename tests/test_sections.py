@@ -9,6 +9,7 @@ import pytest
 
 from stackfarm import htmlreport, sections
 from stackfarm.history import read_run
+from stackfarm.junit import NA_PROPERTY
 from stackfarm.sections.html import loc
 from test_history import CELL, CaseSpec, write_cell
 from test_htmlreport import FAILING, PASSING
@@ -107,6 +108,8 @@ def test_toolchain_section_gives_each_arch_a_toolchain_and_a_selection_verdict(t
              {"arch": "sm_120", "kind": "selection", "target": "trtllm-gen", "file": sel, "line": "1776"}),
             ("test_finding[flashinfer-jit-sm_90]", "skipped", "no toolkit", {"arch": "sm_90"}),
             ("test_finding[selection-attention-fa3-sm_90]", "passed", "", {"arch": "sm_90", "kind": "selection"}),
+            ("test_finding[selection-attention-triton-sm_90]", "skipped", "n/a: no gate declared",
+             {"arch": "sm_90", "kind": "selection", NA_PROPERTY: "not-configured"}),
         ],
     }  # fmt: skip
     write_cell(tmp_path, CELL, suites)

@@ -10,12 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..history import Case
+from ..junit import NA_PROPERTY
 from . import Context, register
 from .html import e, findings, table
 
 KEYS = ("arch", "kind", "compiler", "target", "file", "line", "error", "detail")
-_RANK = {"failed": 3, "error": 2, "skipped": 1, "passed": 0}
-_WORDS = {"failed": "failed", "error": "error", "skipped": "unanswered", "passed": "passed"}
+_RANK = {"failed": 4, "error": 3, "skipped": 2, "passed": 1, "n/a": 0}
+_WORDS = {"failed": "failed", "error": "error", "skipped": "unanswered", "passed": "passed", "n/a": "n/a"}
+
+
+def outcome(case: Case) -> str:
+    """The testcase's outcome, "n/a" for one the suite marked does-not-apply (never counted unanswered)."""
+    return "n/a" if case.outcome == "skipped" and NA_PROPERTY in case.properties else case.outcome
 
 
 def kind_of(case: Case) -> str:
@@ -26,13 +32,18 @@ def kind_of(case: Case) -> str:
 
 
 def verdict(cases: Iterable[Case]) -> str:
-    """The worst outcome of `cases` in words; "no finding" when there is none (never passed)."""
-    outcomes = [c.outcome for c in cases]
+    """The worst outcome of `cases` in words; "no finding" when there is none (never passed); "n/a" only when
+    every finding does not apply."""
+    outcomes = [outcome(c) for c in cases]
     if not outcomes:
         return "no finding"
-    worst = max(outcomes, key=lambda o: _RANK.get(o, 2))
+    worst = max(outcomes, key=lambda o: _RANK.get(o, 3))
     count = sum(1 for o in outcomes if o == worst)
-    return f"{_WORDS.get(worst, worst)} ({count} of {len(outcomes)})" if worst != "passed" else "passed"
+    return (
+        f"{_WORDS.get(worst, worst)} ({count} of {len(outcomes)})"
+        if worst not in ("passed", "n/a")
+        else worst
+    )
 
 
 @register("toolchain", name="toolchain", order=15)
@@ -52,4 +63,4 @@ def render(ctx: Context) -> str:
     return out + findings("Findings", cases, KEYS)
 
 
-__all__ = ["kind_of", "render", "verdict"]
+__all__ = ["kind_of", "outcome", "render", "verdict"]
