@@ -279,3 +279,37 @@ def test_dsa_defaults_of_059_reach_flashmla_kernels_without_sm_120_code() -> Non
     assert "sgl_kernel/flashmla_ops.abi3.so has no SASS or PTX for sm_120" in bad.message
     assert found["selection-dsa-flashmla_sparse-sm_90"].outcome == "pass"
     assert found["selection-dsa-fa3-sm_90"].outcome == "pass"
+
+
+def test_first_use_compile_of_flashinfers_rope_with_the_cells_toolkit() -> None:
+    """The real first-use compile: flashinfer 0.6.12's rope module with the CUDA 13.0.2 toolkit wheels torch
+    2.11.0 pins (cuda-toolkit[...]==13.0.2: nvcc 13.0.88, nvvm, crt, cudart 13.0.96, cccl 13.0.85) for sm_120
+    (flashinfer asks compute_120f/sm_120f there) and sm_90 (compute_90a/sm_90a): both compile. The vendored CCCL
+    matters: flashinfer's fastdiv.cuh uses cuda::fast_mod_div, which CUDA 13.0's own CCCL lacks, and cpp_ext
+    puts data/cccl first (-I). A CUDA 12.8 cell (torch 2.9.1 pins no cuda-toolkit) is unanswered with the reason."""
+    import sys
+
+    from stackfarm.analysis.jitcompile import compile_findings
+
+    sys.path.insert(0, str(REPO / "suites" / "15-toolchain"))
+    from toolchain_cell import _Wheels
+
+    archs = [parse_target("sm_120"), parse_target("sm_90")]
+    found = {}
+    for torch, fi, cuda in (("2.11.0", "0.6.12", "13.0"), ("2.9.1", "0.6.3", "12.8")):
+        comps = (real_component("torch", torch), real_component("flashinfer-python", fi))
+        cell = CellSpec(id=f"c{cuda}", values={"cuda": cuda, "python": "3.11"}, backend="local", components=comps,
+                        archs=("sm_120", "sm_90"), matrix=str(REPO / "matrix.toml"))  # fmt: skip
+        wheels = _Wheels(cell)
+        for f in compile_findings(cell, archs, fetch=wheels.fetch, requires=wheels.requires,
+                                  versions=wheels.versions, environ={}):  # fmt: skip
+            found[(cuda, f.arch)] = f
+    sm120 = found[("13.0", "sm_120")]
+    assert sm120.outcome == "pass", sm120.message
+    assert sm120.target == "rope (flashinfer/data/csrc/rope.cu) for arch=compute_120f,code=sm_120f"
+    assert "/flashinfer/data/cccl/libcudacxx/include" in sm120.command
+    assert found[("13.0", "sm_90")].target.endswith("arch=compute_90a,code=sm_90a")
+    assert found[("13.0", "sm_90")].outcome == "pass"
+    old = found[("12.8", "sm_120")]
+    assert old.outcome == "skip"
+    assert "CUDA 12.x on PyPI has no nvcc wheel" in old.message

@@ -72,6 +72,7 @@ def toolkit_home(wheels: list[Path], work: Path) -> Path:
     home = work / f"home-{key}"
     if (home / ".complete").is_file():
         return home
+    work.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="home-", dir=work))
     for root in wheels:
         for top in sorted(p for p in (root / "nvidia").glob("*") if p.is_dir()):
