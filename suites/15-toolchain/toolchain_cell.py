@@ -87,8 +87,9 @@ def cell_findings(cell: CellSpec) -> list[ToolFinding]:
             except ArchError:
                 continue  # analyse reports a bad [targets] arch once
         found += compile_findings(
-            cell, archs, wheels.fetch, wheels.requires, wheels.versions, conf.get("environ", {})
-        )
+            cell, archs, fetch=wheels.fetch, requires=wheels.requires, versions=wheels.versions,
+            environ=conf.get("environ", {}),
+        )  # fmt: skip
     selection = cell_choices(cell, conf.get("selectors", {}), families_of(cell, conf),
                              platform=conf.get("platform"), environ=conf.get("environ", {}))  # fmt: skip
     return found + selection
