@@ -96,7 +96,9 @@ TOOLCHAIN = Table(
             min_len=1,
             unique=True,
         ),
-        "compile": Bool("true: compile flashinfer's rope JIT module with the cell's CUDA toolkit per target arch"),
+        "compile": Bool(
+            "true: compile flashinfer's rope JIT module with the cell's CUDA toolkit per target arch"
+        ),
         "families": _classes(
             "model families (hf_config.architectures) selection is checked for besides [[models]]"
         ),
