@@ -19,10 +19,17 @@ def test_counts_by_outcome_and_arch(tmp_path: Path) -> None:
 
 def test_the_pinned_flashinfer_is_fetched_once(tmp_path: Path) -> None:
     trees = {}
-    for version, pin in (("0.5.9", "0.6.3"), ("0.5.9.post1", "0.6.3"), ("0.4.0", None)):
+    for version, pin in (
+        ("0.5.9", "0.6.3"),
+        ("0.5.9.post1", "0.6.3"),
+        ("0.4.0", None),
+        ("0.4.10", "0.2.9rc2"),
+    ):
         info = tmp_path / version / f"sglang-{version}.dist-info"
         info.mkdir(parents=True)
         requires = f"Requires-Dist: flashinfer_python=={pin}\n" if pin else ""
+        if version == "0.4.10":  # its runtime pins live under the "srt" extra
+            requires = f'Requires-Dist: flashinfer_python=={pin}; extra == "srt"\n'
         (info / "METADATA").write_text(
             f"Name: sglang\nVersion: {version}\n{requires}Requires-Dist: torch==2.9.1\n"
         )
@@ -35,6 +42,7 @@ def test_the_pinned_flashinfer_is_fetched_once(tmp_path: Path) -> None:
         return tmp_path / f"fi-{version}"
 
     out = flashinfer_trees(trees, fetch, echo=lambda _: None)
-    assert fetched == ["0.6.3"]
+    assert flashinfer_pin("0.4.10", trees["0.4.10"]) == "0.2.9rc2"
+    assert fetched == ["0.2.9rc2", "0.6.3"]
     assert out["0.5.9"] == ("0.6.3", tmp_path / "fi-0.6.3")
     assert out["0.4.0"] is None

@@ -30,13 +30,16 @@ def _component(distribution: str, version: str, root: Path) -> InstalledComponen
 
 
 def flashinfer_pin(version: str, root: Path) -> str | None:
-    """The flashinfer-python version the sglang release at `root` pins (its METADATA), or None."""
+    """The flashinfer-python version the sglang release at `root` pins (its METADATA, plain or under the "srt"
+    extra that releases up to 0.4.x put their runtime pins in), or None."""
     info = dist_info(_component("sglang", version, root))
     if info is None or not (info / "METADATA").is_file():
         return None
     text = (info / "METADATA").read_text(encoding="utf-8", errors="replace")
     requires = [ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Requires-Dist:")]
-    return requirement_pin(requires, _FLASHINFER)
+    return requirement_pin(
+        requires, _FLASHINFER, ("", "srt")
+    )  # older releases pin it under their "srt" extra
 
 
 def selection_part(
