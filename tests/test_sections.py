@@ -9,6 +9,7 @@ import pytest
 
 from stackfarm import htmlreport, sections
 from stackfarm.history import read_run
+from stackfarm.junit import NA_PROPERTY
 from stackfarm.sections.html import loc
 from test_history import CELL, CaseSpec, write_cell
 from test_htmlreport import FAILING, PASSING
@@ -22,6 +23,7 @@ def test_each_suite_family_has_its_renderer() -> None:
         suite: (found.name if (found := sections.for_suite(suite)) else None)
         for suite in (
             "10-capability",
+            "15-toolchain",
             "20-eagle3",
             "30-numerics",
             "30-equivalence",
@@ -31,6 +33,7 @@ def test_each_suite_family_has_its_renderer() -> None:
     }
     assert owner == {
         "10-capability": "capability",
+        "15-toolchain": "toolchain",
         "20-eagle3": "eagle3",
         "30-numerics": "numerics",
         "30-equivalence": "numerics",
@@ -93,3 +96,28 @@ def test_eagle3_findings_locate_provider_and_consumer(tmp_path: Path) -> None:
     write_cell(tmp_path, CELL, suites)
     page = htmlreport.cell_page(read_run(tmp_path).cells[CELL])
     assert '<code class="loc">sglang/srt/speculative/eagle_worker.py:88</code>' in page
+
+
+def test_toolchain_section_gives_each_arch_a_toolchain_and_a_selection_verdict(tmp_path: Path) -> None:
+    sel = "sglang/srt/layers/attention/nsa_backend.py"
+    suites: dict[str, list[CaseSpec]] = {
+        **PASSING,
+        "15-toolchain": [
+            ("test_finding[triton-sm_120]", "passed", "", {"arch": "sm_120", "kind": "triton"}),
+            ("test_finding[selection-mla-prefill-trtllm-gen-sm_120]", "failed", "refused",
+             {"arch": "sm_120", "kind": "selection", "target": "trtllm-gen", "file": sel, "line": "1776"}),
+            ("test_finding[flashinfer-jit-sm_90]", "skipped", "no toolkit", {"arch": "sm_90"}),
+            ("test_finding[selection-attention-fa3-sm_90]", "passed", "", {"arch": "sm_90", "kind": "selection"}),
+            ("test_finding[selection-attention-triton-sm_90]", "skipped", "n/a: no gate declared",
+             {"arch": "sm_90", "kind": "selection", NA_PROPERTY: "not-configured"}),
+        ],
+    }  # fmt: skip
+    write_cell(tmp_path, CELL, suites)
+    page = htmlreport.cell_page(read_run(tmp_path).cells[CELL])
+    part = page.split("<h2>Toolchain and backend selection</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "<td><strong>sm_120</strong></td><td>passed</td><td>failed (1 of 1)</td>" in part
+    assert "<td><strong>sm_90</strong></td><td>unanswered (1 of 1)</td><td>passed</td>" in part
+    assert f'<code class="loc">{sel}:1776</code>' in part
+    from stackfarm.sections.toolchain import verdict
+
+    assert verdict([]) == "no finding"  # never passed

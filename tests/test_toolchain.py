@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -257,7 +257,12 @@ def run_suite(tmp_path: Path, cell: CellSpec) -> dict[str, dict[str, str]]:
 
 def test_suite_end_to_end(tmp_path: Path) -> None:
     cell = _cell(tmp_path, triton_blackwell=False, fi_source=FI_067, fi_version="0.6.7")
+    cell = replace(cell, settings={"15-toolchain": {"compile": True}})
     cases = run_suite(tmp_path / "run", cell)
+    # the first-use compile runs through the suite: this cell has no torch, so no toolkit release: unanswered
+    compile_case = cases["test_finding[flashinfer-compile-sm_120]"]
+    assert compile_case["outcome"] == "skipped"
+    assert "the cell has no torch" in compile_case["detail"]
     assert cases["test_finding[triton-sm_121]"]["outcome"] == "failed"
     assert cases["test_finding[triton-sm_121]"]["target"] == "sm_121a"
     assert cases["test_finding[triton-sm_90]"]["outcome"] == "passed"
@@ -266,6 +271,16 @@ def test_suite_end_to_end(tmp_path: Path) -> None:
     assert "SM 12.x requires CUDA >= 12.9" in jit["detail"]
     assert jit["toolkit"] == "the cell's nvcc wheel"
     assert cases["test_finding[flashinfer-jit-sm_90]"]["outcome"] == "passed"
+    suite = ElementTree.parse(tmp_path / "run" / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    props = {
+        p.get("name"): p.get("value")
+        for p in suite.iter("property")
+        if p.get("name", "").startswith("toolchain.")
+    }
+    assert props["toolchain.sm_121.toolchain"].startswith("failed (")
+    # sm_90's compilers accept it, but the unanswered compile keeps its toolchain verdict from "passed"
+    assert props["toolchain.sm_90.toolchain"] == "unanswered (1 of 3)"
 
 
 # sglang#37105's shape: a selector written as `device_sm_major >= 10` routes every Blackwell to an sm100-only
@@ -323,7 +338,7 @@ def test_selection_names_the_selector_and_the_refusing_gate(tmp_path: Path) -> N
     bad = found["selection-attention-trtllm_mla-sm_120"]
     assert bad.outcome == "fail"
     assert bad.message.startswith(
-        "sel.args:ServerArgs.pick_backend can pick 'trtllm_mla' on sm_120 (sel/args.py:8), but its gate "
+        "sel.args:ServerArgs.pick_backend can choose 'trtllm_mla' on sm_120 (sel/args.py:8: returns), but "
         "sel.gen:gen_trtllm_module does not admit sm_120 (sel/gen.py:"
     )
     assert found["selection-attention-trtllm_mla-sm_100"].outcome == "pass"

@@ -172,3 +172,144 @@ def test_flashinfer_jit_sm_90a_needs_a_toolkit_that_knows_it() -> None:
     assert old.compiler == "ptxas 11.8.89 (nvidia-cuda-nvcc-cu11 11.8.89 wheel)"
     kit128 = _toolkit("nvidia-cuda-nvcc-cu12", "12.8.93")
     assert flashinfer_finding(_flashinfer("0.6.3"), sm90, "jit", kit128, {}).outcome == "pass"
+
+
+def _default_settings() -> dict[str, Any]:
+    import tomllib
+
+    settings: dict[str, Any] = tomllib.loads((REPO / "matrix.toml").read_text())["suites"]["15-toolchain"][
+        "settings"
+    ]
+    return settings
+
+
+def _default_selection() -> tuple[dict[str, Any], list[str]]:
+    conf = _default_settings()
+    return conf["selectors"], ["KimiK25ForConditionalGeneration", *conf["families"]]
+
+
+def _selection(sglang: str, fi: str, kernel: tuple[str, str] | None = None) -> dict[str, Any]:
+    from stackfarm.analysis.backendsel import cell_choices
+
+    selectors, families = _default_selection()
+    comps = (real_component("sglang", sglang), real_component("flashinfer-python", fi),
+             *([real_component(*kernel)] if kernel else []))  # fmt: skip
+    cell = CellSpec(id="sel", values={"cuda": "12.8"}, backend="local", components=comps,
+                    archs=("sm_120", "sm_100", "sm_90"))  # fmt: skip
+    return {
+        f.id: f for f in cell_choices(cell, selectors, families, platform=_default_settings()["platform"])
+    }
+
+
+def _line(component: InstalledComponent, rel: str, line: int) -> str:
+    return (Path(component.root) / rel).read_text().splitlines()[line - 1].strip()
+
+
+def test_mla_prefill_routes_sm_120_to_the_sm100_only_trtllm_gen_runner() -> None:
+    """sglang#24633 (SGLang 0.5.10, RTX PRO 6000 sm_120: MLA prefill reaches FlashInfer's TllmGenFmhaRunner and
+    fails "Unsupported architecture"; flashinfer#3263 names the same path) and sglang#37105 ("treats all
+    Blackwell alike"). Deciding lines, 0.5.10's nsa_backend.py (the sparse-MLA backend's dense prefill):
+        1772  if self.device_sm_major >= 10:                      # "for SM100 (Blackwell/B200)", says its comment
+        1776      return flashinfer.prefill.trtllm_ragged_attention_deepseek(...)
+    and flashinfer 0.6.7.post2's fmhaRunner.cuh:30 (the runner that call constructs):
+        FLASHINFER_CHECK(mSM == kSM_100 || mSM == kSM_103, "Unsupported architecture");
+    The same selection on sm_100 is admitted; on sm_90 the route is not taken; 0.5.5 has no such route (its dense
+    prefill never calls trtllm-gen: passes on sm_120). No release up to 0.5.23 fixes it (0.5.23's
+    dsa_backend.py:3402 still reads ``device_sm_major >= 10``): the failure is a true one there too."""
+    found = _selection("0.5.10", "0.6.7.post2")
+    bad = found["selection-mla-prefill-trtllm-gen-sm_120"]
+    assert bad.outcome == "fail", bad.message
+    assert (bad.file, bad.line) == ("sglang/srt/layers/attention/nsa_backend.py", 1776)
+    sglang = real_component("sglang", "0.5.10")
+    assert _line(sglang, bad.file, 1772) == "if self.device_sm_major >= 10:"
+    assert _line(sglang, bad.file, 1776) == "return flashinfer.prefill.trtllm_ragged_attention_deepseek("
+    header = "flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh"
+    assert f"({header}:30: off): mSM == kSM_100 || mSM == kSM_103 refuses SM 120" in bad.message
+    assert _line(_flashinfer("0.6.7.post2"), header, 30).startswith(
+        "FLASHINFER_CHECK(mSM == kSM_100 || mSM == kSM_103"
+    )
+    assert found["selection-mla-prefill-trtllm-gen-sm_100"].outcome == "pass"
+    assert found["selection-mla-prefill-trtllm-gen-sm_90"].outcome == "pass"  # 9 >= 10 is false: not routed
+    # sglang#37105's selector: DSA models' KV dtype and backends by `major >= 10` (server_args.py:1431, 1465).
+    dsa = found["selection-dsa-trtllm-sm_120"]
+    assert dsa.outcome == "fail"
+    assert (dsa.file, dsa.line) == ("sglang/srt/server_args.py", 1466)
+    assert _line(sglang, dsa.file, 1465) == "if major >= 10:"
+    assert found["selection-dsa-fa3-sm_90"].outcome == "pass"
+    assert "selection-dsa-trtllm-sm_90" not in found
+    # The default attention backend and the per-model defaults route nothing to an arch that refuses it.
+    assert found["selection-attention-fa3-sm_90"].outcome == "pass"
+    assert found["selection-model-trtllm_mla-sm_100"].outcome == "pass"
+    assert not [i for i in found if i.endswith("sm_120") and ("trtllm_m" in i or "fa3" in i)]
+    before = _selection("0.5.5", "0.6.7.post2")
+    assert before["selection-mla-prefill-trtllm-gen-sm_120"].outcome == "pass"
+    assert before["selection-attention-sm_120"].outcome == "skip"  # no _get_default_attn_backend: unanswered
+
+
+def test_out_of_tree_platform_branch_is_decided_from_the_cells_wheels() -> None:
+    """SGLang 0.5.15's _get_default_attn_backend asks ``current_platform.is_out_of_tree()`` first
+    (server_args.py:4324), a platform resolved at run time from installed plugins (platforms/__init__.py
+    _resolve_platform: none activated on a CUDA GPU -> CudaSRTPlatform, whose _enum is CUDA). Neither wheel
+    registers a ``sglang.srt.platforms`` entry point, so the branch is decided: the default on sm_90 is fa3
+    (admitted), and no choice stays unresolved."""
+    found = _selection("0.5.15", "0.6.12")
+    assert not [i for i in found if "unresolved" in i], [
+        f.message for f in found.values() if "unresolved" in f.id
+    ]
+    assert found["selection-attention-fa3-sm_90"].outcome == "pass"
+    assert "CudaSRTPlatform" in found["selection-attention-fa3-sm_90"].note
+    assert (
+        found["selection-mla-prefill-trtllm-gen-sm_120"].outcome == "fail"
+    )  # still >= 10 (dsa_backend.py:2369)
+
+
+def test_dsa_defaults_of_059_reach_flashmla_kernels_without_sm_120_code() -> None:
+    """SGLang 0.5.9's DSA defaults (server_args.py:1143 KV fp8 from major >= 10, then 1158-1163: fp8 ->
+    nsa_prefill_backend "flashmla_auto", nsa_decode_backend "flashmla_kv") on sm_120 pick FlashMLA, whose
+    kernels in sgl-kernel 0.3.21 (sgl_kernel/flashmla_ops.abi3.so) carry sm_90a/sm_100a code only: the choice
+    fails with the library named, as 10-capability reads it; on sm_90 the bf16 defaults pick fa3 + FlashMLA
+    sparse, both present there."""
+    found = _selection("0.5.9", "0.6.3", ("sgl-kernel", "0.3.21"))
+    bad = found["selection-dsa-flashmla_kv-sm_120"]
+    assert bad.outcome == "fail", bad.message
+    assert (bad.file, bad.line) == ("sglang/srt/server_args.py", 1163)
+    assert (
+        _line(real_component("sglang", "0.5.9"), bad.file, 1163) == 'self.nsa_decode_backend = "flashmla_kv"'
+    )
+    assert "sgl_kernel/flashmla_ops.abi3.so has no SASS or PTX for sm_120" in bad.message
+    assert found["selection-dsa-flashmla_sparse-sm_90"].outcome == "pass"
+    assert found["selection-dsa-fa3-sm_90"].outcome == "pass"
+
+
+def test_first_use_compile_of_flashinfers_rope_with_the_cells_toolkit() -> None:
+    """The real first-use compile: flashinfer 0.6.12's rope module with the CUDA 13.0.2 toolkit wheels torch
+    2.11.0 pins (cuda-toolkit[...]==13.0.2: nvcc 13.0.88, nvvm, crt, cudart 13.0.96, cccl 13.0.85) for sm_120
+    (flashinfer asks compute_120f/sm_120f there) and sm_90 (compute_90a/sm_90a): both compile. The vendored CCCL
+    matters: flashinfer's fastdiv.cuh uses cuda::fast_mod_div, which CUDA 13.0's own CCCL lacks, and cpp_ext
+    puts data/cccl first (-I). A CUDA 12.8 cell (torch 2.9.1 pins no cuda-toolkit) is unanswered with the reason."""
+    import sys
+
+    from stackfarm.analysis.jitcompile import compile_findings
+
+    sys.path.insert(0, str(REPO / "suites" / "15-toolchain"))
+    from toolchain_cell import _Wheels
+
+    archs = [parse_target("sm_120"), parse_target("sm_90")]
+    found = {}
+    for torch, fi, cuda in (("2.11.0", "0.6.12", "13.0"), ("2.9.1", "0.6.3", "12.8")):
+        comps = (real_component("torch", torch), real_component("flashinfer-python", fi))
+        cell = CellSpec(id=f"c{cuda}", values={"cuda": cuda, "python": "3.11"}, backend="local", components=comps,
+                        archs=("sm_120", "sm_90"), matrix=str(REPO / "matrix.toml"))  # fmt: skip
+        wheels = _Wheels(cell)
+        for f in compile_findings(cell, archs, fetch=wheels.fetch, requires=wheels.requires,
+                                  versions=wheels.versions, environ={}):  # fmt: skip
+            found[(cuda, f.arch)] = f
+    sm120 = found[("13.0", "sm_120")]
+    assert sm120.outcome == "pass", sm120.message
+    assert sm120.target == "rope (flashinfer/data/csrc/rope.cu) for arch=compute_120f,code=sm_120f"
+    assert "/flashinfer/data/cccl/libcudacxx/include" in sm120.command
+    assert found[("13.0", "sm_90")].target.endswith("arch=compute_90a,code=sm_90a")
+    assert found[("13.0", "sm_90")].outcome == "pass"
+    old = found[("12.8", "sm_120")]
+    assert old.outcome == "skip"
+    assert "CUDA 12.x on PyPI has no nvcc wheel" in old.message

@@ -7,7 +7,9 @@
   reference sm_90) with the matrix's [features];
 - the EAGLE-3 contract (`eagle3.derive_contract`) and every target's verdicts (`eagle3.check_class`, optional
   names included) for Kimi K2.5, DeepSeek V3/V2, Llama, Qwen2, Qwen3, Qwen3-MoE, GPT-OSS, GLM-4-MoE, and the
-  Llama EAGLE-3 draft.
+  Llama EAGLE-3 draft;
+- 15-toolchain's backend selection (`corpus_selection`: the matrix's selectors per arch and model family,
+  judged against the flashinfer release each SGLang release pins). Its compiler findings are per cell.
 
 It writes ``reports/corpus/corpus.md`` and ``corpus.json``: the counts by verdict per release, then per release
 each class's verdict per contract name. A release whose contract cannot be derived is a row with
@@ -45,6 +47,7 @@ from stackfarm.analysis.eagle3 import (
     derive_contract,
 )
 from stackfarm.cellspec import CellSpec, InstalledComponent
+from stackfarm.corpus_selection import flashinfer_trees, selection_part
 from stackfarm.matrix import Matrix
 from stackfarm.matrix import load as load_matrix
 from stackfarm.patches.trees import available_versions, sglang_trees
@@ -64,10 +67,11 @@ TARGETS = (
     "Glm4MoeForCausalLM",
 )
 DRAFTS = ("LlamaForCausalLMEagle3",)
+SELECTION_SUITE = "15-toolchain"
 REPO = Path(__file__).resolve().parents[2]
 _FINDINGS = REPO / "suites" / "10-capability"
 #: Bump when a row changes shape.
-ROW_VERSION = "corpus-row-1"
+ROW_VERSION = "corpus-row-2"
 
 
 def _code_digest() -> str:
@@ -77,6 +81,7 @@ def _code_digest() -> str:
         *sorted((Path(__file__).parent / "analysis").glob("*.py")),
         _FINDINGS / "capability_findings.py",
         Path(__file__),
+        Path(__file__).with_name("corpus_selection.py"),
     ]
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
@@ -151,8 +156,11 @@ def analyse_release(
     archs: Sequence[str] = ARCHS,
     targets: Sequence[str] = TARGETS,
     drafts: Sequence[str] = DRAFTS,
+    selection: Mapping[str, Any] | None = None,
+    flashinfer: tuple[str, Path] | None = None,
 ) -> dict[str, Any]:
-    """One release's row: its capability counts and its EAGLE-3 verdicts (pure: the tree and the settings)."""
+    """One release's row: its capability counts, its EAGLE-3 verdicts and (with `selection`, the matrix's
+    15-toolchain settings) its backend-selection counts (pure: the trees and the settings)."""
     start = time.perf_counter()
     row: dict[str, Any] = {
         "sglang": version,
@@ -160,18 +168,51 @@ def analyse_release(
         "capability": _capability(version, root, features, archs),
         "eagle3": _eagle3(root, targets, drafts),
     }
+    if selection is not None:
+        models = [{"target": t} for t in targets[:1]]  # Kimi K2.5, the default matrix's [[models]] target
+        row["selection"] = selection_part(
+            version, root, selection, archs, flashinfer=flashinfer, models=models
+        )
     row["seconds"] = round(time.perf_counter() - start, 2)
     return row
 
 
-def _row_key(root: Path, features: Mapping[str, Any], archs: Sequence[str], code: str) -> str:
-    settings = json.dumps([dict(features), list(archs), list(TARGETS), list(DRAFTS)], sort_keys=True)
+def _row_key(root: Path, features: Mapping[str, Any], archs: Sequence[str], code: str,
+             extra: Sequence[object] = ()) -> str:  # fmt: skip
+    settings = json.dumps([dict(features), list(archs), list(TARGETS), list(DRAFTS), *extra], sort_keys=True)
     return hashlib.sha256(f"{code}\0{root.name}\0{settings}".encode()).hexdigest()
 
 
-def _analyse_job(job: tuple[str, str, dict[str, Any], tuple[str, ...]]) -> dict[str, Any]:
-    version, root, features, archs = job
-    return analyse_release(version, Path(root), features, archs=archs)
+Job = tuple[str, str, dict[str, Any], tuple[str, ...], dict[str, Any], tuple[str, str] | None]
+
+
+def _analyse_job(job: Job) -> dict[str, Any]:
+    version, root, features, archs, selection, fi = job
+    flashinfer = (fi[0], Path(fi[1])) if fi else None
+    return analyse_release(
+        version, Path(root), features, archs=archs, selection=selection, flashinfer=flashinfer
+    )
+
+
+def _fetcher(matrix: Matrix, echo: Any) -> Any:
+    """flashinfer-python version -> its unpacked wheel from the matrix's index (the shared cache), or None."""
+    from stackfarm.artifacts import Cache
+    from stackfarm.errors import StackfarmError
+    from stackfarm.plan import Component
+    from stackfarm.resolve import Resolver
+
+    resolver = Resolver(matrix, Cache())
+
+    def fetch(version: str) -> Path | None:
+        comp = Component(axis="flashinfer", distribution="flashinfer-python", version=version,
+                         index=matrix.index_for("flashinfer-python", version))  # fmt: skip
+        try:
+            return resolver.cache.unpack(resolver.artifact(comp, "3.11"))
+        except StackfarmError as exc:
+            echo(f"flashinfer-python {version}: {exc}")
+            return None
+
+    return fetch
 
 
 def releases(matrix: Matrix, first: str = FIRST) -> list[str]:
@@ -188,32 +229,39 @@ def run_corpus(
     archs: Sequence[str] = ARCHS,
     jobs: int = 0,
     echo: Any = print,
+    selection_on: bool = True,
 ) -> list[dict[str, Any]]:
     """The rows of `versions`, from the cache where the analyses already ran on the same wheel and code."""
     trees = sglang_trees(matrix, versions, echo=echo)
     features = dict(matrix.features)
+    suite = next((x for x in matrix.suites if x.name == SELECTION_SUITE), None)
+    selection = dict(suite.settings) if selection_on and suite is not None else {}
+    pinned = flashinfer_trees(trees, _fetcher(matrix, echo), echo) if selection else {}
     cache = JsonCache(default_root(), "corpus")
     code = _code_digest()
     rows: dict[str, dict[str, Any]] = {}
-    todo = []
+    todo: list[tuple[Job, str]] = []
     for version in versions:
         if version not in trees:
             continue
-        key = _row_key(trees[version], features, archs, code)
+        fi = pinned.get(version)
+        job: Job = (version, str(trees[version]), features, tuple(archs), selection,
+                    (fi[0], str(fi[1])) if fi else None)  # fmt: skip
+        key = _row_key(trees[version], features, archs, code, [selection, fi[1].name if fi else None])
         cached = cache.get(key)
         if cached is not None:
             rows[version] = cached
         else:
-            todo.append((version, str(trees[version]), features, tuple(archs), key))
+            todo.append((job, key))
     if todo:
         echo(f"analysing {len(todo)} release(s) ({len(rows)} from the cache)")
         workers = jobs or max(1, min(len(todo), os.cpu_count() or 1))
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = pool.map(_analyse_job, [t[:4] for t in todo])
-            for (version, _root, _features, _archs, key), row in zip(todo, results, strict=True):
+            results = pool.map(_analyse_job, [job for job, _ in todo])
+            for (job, key), row in zip(todo, results, strict=True):
                 cache.put(key, row)
-                rows[version] = row
-                echo(f"  sglang {version}: {row['seconds']}s")
+                rows[job[0]] = row
+                echo(f"  sglang {job[0]}: {row['seconds']}s")
     return [rows[v] for v in versions if v in rows]
 
 
@@ -265,6 +313,20 @@ def markdown(rows: Sequence[Mapping[str, Any]], archs: Sequence[str] = ARCHS) ->
             f"| {r['sglang']} | " + " | ".join(str(r["capability"]["counts"].get(c, 0)) for c in cap) + " |"
         )
     lines.append("")
+    sel_rows = [r for r in rows if "selection" in r]
+    if sel_rows:
+        outcomes = sorted({k for r in sel_rows for k in r["selection"]["counts"]})
+        lines += [
+            "## Backend selection (15-toolchain selectors, all archs and model families)",
+            "",
+            "| sglang | flashinfer | " + " | ".join(outcomes) + " |",
+            "|---" * (len(outcomes) + 2) + "|",
+        ]
+        for r in sel_rows:
+            sel = r["selection"]
+            lines.append(f"| {r['sglang']} | {sel['flashinfer'] or '-'} | "
+                         + " | ".join(str(sel["counts"].get(o, 0)) for o in outcomes) + " |")  # fmt: skip
+        lines += ["", f"Toolchain: {sel_rows[0]['selection']['toolchain']}.", ""]
     lines += ["## Per release", ""]
     for r in rows:
         e = r["eagle3"]
@@ -291,6 +353,8 @@ def markdown(rows: Sequence[Mapping[str, Any]], archs: Sequence[str] = ARCHS) ->
             lines.append(f"| {arch} | {', '.join(f'{k} {v}' for k, v in counts.items())} |")
         for line in r["capability"]["undecidable"][:5]:
             lines.append(f"- undecidable: {line}")
+        for line in r.get("selection", {}).get("failures", [])[:8]:
+            lines.append(f"- selection fails: {line}")
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -317,11 +381,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--from", dest="first", default=FIRST, help=f"the oldest release (default {FIRST})")
     parser.add_argument("--only", nargs="*", default=None, help="just these releases")
     parser.add_argument("--jobs", type=int, default=0, help="parallel processes (default: one per core)")
+    parser.add_argument(
+        "--no-selection", action="store_true", help="leave out 15-toolchain's backend selection"
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
     matrix = load_matrix(args.matrix)
     versions = args.only or releases(matrix, args.first)
-    rows = run_corpus(matrix, versions, jobs=args.jobs)
+    rows = run_corpus(matrix, versions, jobs=args.jobs, selection_on=not args.no_selection)
     md, js = write(rows, Path(args.out))
     failed = [r["sglang"] for r in rows if "error" in r["eagle3"]]
     print(counts_table(rows))

@@ -8,7 +8,7 @@ they read out of ``cell.settings``:
 - 20-eagle3 (suites/20-eagle3/test_eagle3.py): `extra_targets`, `extra_drafts`, `compare_with`,
   `runtime_pairs`, `runtime_timeout`, `attention_backend`;
 - 15-toolchain (suites/15-toolchain, its analysis in analysis/jitfindings.py): `environ` (as 10-capability's), `flashinfer_modes`,
-  `selectors` (stackfarm.analysis.backendsel).
+  `selectors`, `families` (stackfarm.analysis.backendsel).
 
 `SCHEMAS` maps a suite's name to its schema. A suite without one (00-stack) accepts no settings: any key in its
 settings table is an error, like an unknown key in a suite that has one.
@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from .numerics.settings import SCHEMA as NUMERICS
 from .numerics.settings import SUITE as NUMERICS_SUITE
-from .schema import Either, Enum, List, Map, Number, Str, Table
+from .schema import Bool, Either, Enum, List, Map, Number, Str, Table
 from .throughput.settings import SCHEMA as THROUGHPUT
 from .throughput.settings import SUITE as THROUGHPUT_SUITE
 
@@ -32,6 +32,8 @@ TOOLCHAIN_MODES = ("jit", "aot")
 _CLASS = r"[A-Za-z_][A-Za-z0-9_]*"
 _PACKAGE = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _GATE = r"[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_.]*"
+_LIB_GATE = r"lib:[A-Za-z0-9][A-Za-z0-9._|-]*:[A-Za-z0-9_./*?\[\]-]+"
+_CXX_GATE = r"[A-Za-z0-9][A-Za-z0-9._-]*:[A-Za-z0-9_./-]+\.(?:h|cuh|hpp|cu):[A-Za-z_][A-Za-z0-9_]*"
 
 
 def _version(text: str) -> str | None:
@@ -94,14 +96,68 @@ TOOLCHAIN = Table(
             min_len=1,
             unique=True,
         ),
+        "compile": Bool(
+            "true: compile flashinfer's rope JIT module with the cell's CUDA toolkit per target arch"
+        ),
+        "families": _classes(
+            "model families (hf_config.architectures) selection is checked for besides [[models]]"
+        ),
+        "platform": Table(
+            {
+                "attribute": Str(
+                    'the run-time global, e.g. "sglang.srt.platforms:current_platform"', pattern=_GATE
+                ),
+                "cuda": Str(
+                    'its class on a CUDA GPU, e.g. "sglang.srt.platforms.cuda:CudaSRTPlatform"', pattern=_GATE
+                ),
+                "plugins": Str(
+                    'the entry-point group of out-of-tree platforms, e.g. "sglang.srt.platforms"',
+                    pattern=r"[A-Za-z_][A-Za-z0-9_.]*",
+                ),
+            },
+            'a table: { attribute = "m:name", cuda = "m:Class", plugins = "group" }',
+            required=("attribute", "cuda", "plugins"),
+            noun="key",
+        ),
         "selectors": Map(
             Table(
                 {
-                    "selector": Str(
-                        'a function "module:qualname" that returns a backend name', pattern=_GATE
+                    "selector": Either(
+                        (
+                            Str('a function "module:qualname"', pattern=_GATE),
+                            List(Str('a function "module:qualname"', pattern=_GATE), "", min_len=1),
+                        ),
+                        'a function "module:qualname" that chooses a backend, or a list of them run in order',
                     ),
+                    "sets": List(
+                        Str("a setting name", pattern=_CLASS),
+                        'settings whose literal assignments are choices, e.g. ["attention_backend"]',
+                        unique=True,
+                    ),
+                    "calls": Map(
+                        Str(
+                            'a dotted kernel entry, e.g. "flashinfer.prefill.trtllm_ragged_attention_deepseek"',
+                            pattern=r"[A-Za-z_][A-Za-z0-9_.]*",
+                        ),
+                        'backend name -> the kernel entry whose call chooses it: calls = { trtllm = "m.f" }',
+                        noun="backend",
+                    ),
+                    "bind": Map(
+                        Str(
+                            '"arch.major", "arch.minor" or "self.<attr>"',
+                            pattern=r"arch\.(major|minor)|self\.\w+",
+                        ),
+                        'parameter -> its value: bind = { major = "arch.major" }',
+                        noun="parameter",
+                    ),
+                    "init": Bool("true: run the class's __init__ first (its arch-derived attributes)"),
+                    "per_family": Bool("true: run once per model family (it reads hf_config.architectures)"),
                     "admits": Map(
-                        Str('the backend\'s gate, "module:qualname"', pattern=_GATE),
+                        Str(
+                            'the backend\'s gate: "module:qualname", a C++ arch check '
+                            '"<distribution>:<path>.cuh:<symbol>" or its kernels "lib:<distribution>:<glob>"',
+                            pattern=_GATE + "|" + _CXX_GATE + "|" + _LIB_GATE,
+                        ),
                         'backend name -> the gate deciding whether it runs on a GPU: admits = { fa3 = "m:f" }',
                         noun="backend",
                     ),

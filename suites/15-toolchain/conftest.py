@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 
 import pytest
 from toolchain_cell import cell_findings
@@ -23,6 +24,34 @@ def findings() -> list[ToolFinding]:
     except (OSError, ValueError, TypeError, KeyError) as exc:
         return [ToolFinding("error", "all", "", "", "", path, 0, "fail", f"cannot read {path}: {exc}")]
     return cell_findings(cell)
+
+
+_WORST = ("fail", "skip", "pass", "n/a")
+_WORDS = {"fail": "failed", "skip": "unanswered", "pass": "passed", "n/a": "n/a"}
+
+
+def arch_verdicts(found: list[ToolFinding]) -> dict[tuple[str, str], str]:
+    """(arch, "toolchain" | "selection") -> the worst outcome of its findings, in words ("failed (2 of 5)")."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for f in found:
+        groups.setdefault((f.arch, "selection" if f.kind == "selection" else "toolchain"), []).append(
+            f.outcome
+        )
+    out = {}
+    for key, outcomes in groups.items():
+        worst = min(outcomes, key=_WORST.index)
+        count = outcomes.count(worst)
+        out[key] = (
+            _WORDS[worst] if worst in ("pass", "n/a") else f"{_WORDS[worst]} ({count} of {len(outcomes)})"
+        )
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _arch_properties(record_testsuite_property: Callable[[str, object], None]) -> None:
+    """``toolchain.<arch>.toolchain`` and ``toolchain.<arch>.selection``: each arch's verdict, for the reports."""
+    for (arch, kind), text in sorted(arch_verdicts(findings()).items()):
+        record_testsuite_property(f"toolchain.{arch}.{kind}", text)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -8,8 +8,10 @@ line, command, error, detail (and toolkit: which CUDA toolkit was used and why).
 Settings ([suites.15-toolchain.settings], optional): flashinfer_modes = ["jit"] (default) or ["jit", "aot"]
 (also what an AOT build of flashinfer-jit-cache with FLASHINFER_CUDA_ARCH_LIST="<major>.<minor>" asks for);
 environ = { NAME = "value" }: the deployment's environment (TRITON_PTXAS_PATH, FLASHINFER_CUDA_ARCH_LIST...);
-selectors.<name> = { selector = "module:qualname", admits = { <backend> = "module:qualname" } }: backend
-auto-selection checked per arch (stackfarm.analysis.backendsel).
+compile = true: the real first-use compile of flashinfer's rope module with the cell's toolkit per arch
+(stackfarm.analysis.jitcompile); selectors.<name>, families, platform: backend auto-selection checked per arch
+and model family (stackfarm.analysis.backendsel). The per-arch verdicts are the testsuite properties
+``toolchain.<arch>.toolchain`` and ``toolchain.<arch>.selection`` (conftest).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from stackfarm.suitekit import NA, not_applicable
 def test_finding(finding: ToolFinding, record_property: RecordProperty) -> None:
     """triton: Triton's bundled ptxas accepts the --gpu-name Triton builds for the arch; flashinfer-jit /
     flashinfer-aot: the CUDA toolkit accepts every -gencode target flashinfer's CompilationContext gives;
+    flashinfer-compile: the cell's nvcc compiles flashinfer's rope module for the arch with flashinfer's flags;
     selection: a backend the release's auto-selection can pick on the arch is admitted there by its gate;
     error: an input the analysis could not use."""
+    record_property("kind", finding.kind)
     for key in ("arch", "component", "compiler", "target", "file", "line", "command", "error"):
         record_property(key, str(getattr(finding, key)))
     record_property("detail", finding.message)

@@ -8,7 +8,9 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from stackfarm.analysis.backendsel import cell_choices
+from stackfarm.analysis.arch import ArchError, parse_target
+from stackfarm.analysis.backendsel import cell_choices, families_of
+from stackfarm.analysis.jitcompile import compile_findings
 from stackfarm.analysis.jitfindings import ToolFinding, Unavailable, analyse
 from stackfarm.artifacts import Cache
 from stackfarm.cellspec import CellSpec
@@ -52,6 +54,17 @@ class _Wheels:
         except StackfarmError as exc:
             raise Unavailable(f"{distribution}=={version}: {exc}") from exc
 
+    def versions(self, distribution: str) -> list[str]:
+        from stackfarm.artifacts import list_versions
+
+        matrix = self.resolver.matrix
+        try:
+            return list_versions(matrix.indexes[matrix.default_index], distribution)
+        except IndexUnreachableError as exc:
+            raise Unavailable(f"(offline?) {exc}") from exc
+        except StackfarmError as exc:
+            raise Unavailable(f"{distribution}: {exc}") from exc
+
     def requires(self, distribution: str, version: str) -> list[str]:
         try:
             meta = self.resolver.metadata(self._component(distribution, version), self.python)
@@ -65,4 +78,18 @@ class _Wheels:
 def cell_findings(cell: CellSpec) -> list[ToolFinding]:
     wheels = _Wheels(cell)
     found = analyse(cell, wheels.fetch, wheels.requires, settings(cell))
-    return found + cell_choices(cell, settings(cell).get("selectors", {}))
+    conf = settings(cell)
+    if conf.get("compile", False):
+        archs = []
+        for name in cell.archs:
+            try:
+                archs.append(parse_target(name))
+            except ArchError:
+                continue  # analyse reports a bad [targets] arch once
+        found += compile_findings(
+            cell, archs, fetch=wheels.fetch, requires=wheels.requires, versions=wheels.versions,
+            environ=conf.get("environ", {}),
+        )  # fmt: skip
+    selection = cell_choices(cell, conf.get("selectors", {}), families_of(cell, conf),
+                             platform=conf.get("platform"), environ=conf.get("environ", {}))  # fmt: skip
+    return found + selection

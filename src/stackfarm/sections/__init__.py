@@ -9,7 +9,7 @@ statuses).
     @register("throughput", "perf", "bench", title="Throughput", order=40)
     def render(ctx: Context) -> str: ...
 
-The built-in renderers (capability, eagle3, numerics, throughput, patches) load on the first `render`.
+The built-in renderers (capability, toolchain, eagle3, numerics, throughput, patches) load on the first `render`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # not at run time: the summaries import .grid, and history im
 
 #: The modules of the built-in renderers, imported on first use (they import history, which the summaries'
 #: grid module must not need).
-BUILTIN = ("patches", "capability", "eagle3", "numerics", "throughput")
+BUILTIN = ("patches", "capability", "toolchain", "eagle3", "numerics", "throughput")
 
 
 @dataclass(frozen=True, kw_only=True)
