@@ -11,7 +11,7 @@ from fakestack import CU130, OLD, FakeProject, cell_id
 from stackfarm import driver
 from stackfarm.driver import cell_floor, cuda_floor, driver_key, driver_problems, runs_on, symbol_floor
 from stackfarm.errors import ConfigError
-from stackfarm.matrix import load
+from stackfarm.matrix import Runner, load
 from stackfarm.plan import plan
 
 pytest_plugins = ("fakestack",)
@@ -168,10 +168,8 @@ def test_plan_says_which_cells_the_routed_runner_cannot_run(
 def test_route_passes_over_a_kind_whose_driver_is_too_old(write_matrix: WriteMatrix) -> None:
     """The one dispatch rule: the first kind whose globs match and whose driver runs the floor; a cell no such
     kind can run is unrunnable (naming each kind passed over); one no glob matches is unrouted."""
-    old = driver.Runner(name="old", labels=("old",), arch="sm_90", gpus=1, cells=("*",), driver="570.86.15")
-    new = driver.Runner(
-        name="new", labels=("new",), arch="sm_90", gpus=1, cells=("cu130-*",), driver="580.95.05"
-    )
+    old = Runner(name="old", labels=("old",), arch="sm_90", gpus=1, cells=("*",), driver="570.86.15")
+    new = Runner(name="new", labels=("new",), arch="sm_90", gpus=1, cells=("cu130-*",), driver="580.95.05")
     cu130, cu128 = cell_id(CU130), cell_id(OLD)
     found = driver.route(cu130, "13.0", (old, new))
     assert (found.status, found.runner) == ("run", new)

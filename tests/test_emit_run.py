@@ -191,7 +191,8 @@ def run_gha(farm: Farm, workflow: Mapping[str, Any], *, drop: Callable[[str], bo
             continue
         matrix = _expand(job["strategy"]["matrix"], ctx) if "strategy" in job else {"include": [{}]}
         entries = [e for e in matrix["include"] if "cell" not in e or not drop(e["cell"])]
-        codes, outputs = [], {}
+        codes: list[int] = []
+        outputs: dict[str, str] = {}
         for entry in entries:
             code, outputs = _gha_job(farm, job, {**ctx, "matrix": entry})
             codes.append(code)
@@ -251,7 +252,8 @@ def run_buildkite(
         if step.get("label", "").startswith(":test_tube:") and drop(step["label"].split(" ", 1)[1]):
             continue
         (plugin,) = step.get("plugins", [{}]) or [{}]
-        names = next(iter(plugin.values()), {}).get("environment", [])
+        options: dict[str, Any] = next(iter(plugin.values()), {})
+        names = options.get("environment", [])
         env = {**dict(step.get("env", {})), **{n: agent[n] for n in names if n in agent}}
         before = set(uploads.iterdir())
         code = farm.shell(step["command"], env, what=f"[{step.get('key')}] {step['command']}")

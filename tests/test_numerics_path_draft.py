@@ -20,10 +20,11 @@ import math
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
+import torch
 
-from stackfarm.numerics import pathmodel  # noqa: E402
-from stackfarm.numerics.engines import make_prompts  # noqa: E402
+from stackfarm.numerics import pathmodel
+from stackfarm.numerics.engines import make_prompts
 
 SHAPE = pathmodel.PATH_TARGET
 EPS = 1e-5  # rms_norm_eps of tinymodels.llama_config

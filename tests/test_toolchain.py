@@ -274,9 +274,9 @@ def test_suite_end_to_end(tmp_path: Path) -> None:
     suite = ElementTree.parse(tmp_path / "run" / "junit.xml").getroot().find("testsuite")
     assert suite is not None
     props = {
-        p.get("name"): p.get("value")
+        str(p.get("name")): str(p.get("value"))
         for p in suite.iter("property")
-        if p.get("name", "").startswith("toolchain.")
+        if (p.get("name") or "").startswith("toolchain.")
     }
     assert props["toolchain.sm_121.toolchain"].startswith("failed (")
     # sm_90's compilers accept it, but the unanswered compile keeps its toolchain verdict from "passed"
