@@ -10,8 +10,11 @@ What stands in for each engine (one working folder stands for every runner, agen
   entry of its run-time matrix; ``uses:`` steps (checkout, artifacts) and the install step are the engine's;
 - Buildkite: every command step in order (groups opened, ``wait`` passed), with a stand-in ``buildkite-agent``
   whose ``pipeline upload`` inserts the uploaded steps after the uploading one, as Buildkite does; the agent's
-  secrets reach a step only through the docker plugin's ``environment`` names; the worker-image build step is
-  built for real by test_the_worker_image_builds (docker marker);
+  secrets reach a step only through the docker plugin's ``environment`` names; ``depends_on`` honoured (a step
+  after a failed one is not run); the worker-image build step is built for real by
+  test_the_worker_image_builds (docker marker). These plans are hashed for the local backend, which has no
+  cell image to share, so they have no per-cell build step (`run --realise-only`, emitted for docker plans
+  only): that step runs for real in tests/test_docker_registry.py (build and push, then a test step's pull);
 - Kubernetes: each Job's pods in order (an Indexed Job's pod per index, ``$(JOB_COMPLETION_INDEX)`` and the
   other ``$(VAR)`` references expanded from the container's env), its volumes as local folders (ConfigMaps
   written out, claims and emptyDirs as folders, Secrets from the test's), mount paths mapped onto them; the

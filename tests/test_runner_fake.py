@@ -684,3 +684,27 @@ def test_realise_only_names_a_cell_it_could_not_realise_and_realises_the_others(
     assert "1 of 2 cell(s) realised" in out
     assert not list(fake_project.reports.rglob("verdict.json"))
     assert fake_project.runs() == []
+
+
+def test_realise_only_runs_a_plans_cell_as_the_buildkite_build_step_does(
+    fake_project: FakeProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The build step's line: `run --realise-only --plan plan.json --cells ID` realises that cell alone, on the
+    plan's terms (its matrix, its hash basis: the plan's input hash or nothing), and keeps no verdict."""
+    from stackfarm.cli import main
+
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix([OLD, NEW])
+    capsys.readouterr()
+    assert (
+        main(["plan", "--json", "--matrix", str(fake_project.matrix), "--backend", "local", "--no-gpu"]) == 0
+    )
+    plan = fake_project.root / "plan.json"
+    plan.write_text(capsys.readouterr().out)
+    reports = ["--reports", str(fake_project.reports)]
+    assert main(["run", "--realise-only", "--plan", str(plan), "--cells", NEW_CELL, *reports]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert f"realised {NEW_CELL}: backend local" in out
+    assert "1 of 1 cell(s) realised" in out
+    assert not list(fake_project.reports.rglob("verdict.json"))
+    assert fake_project.runs() == []

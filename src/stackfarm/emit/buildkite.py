@@ -111,7 +111,7 @@ def _download(what: str) -> str:
 
 def docker_basis(doc: Mapping[str, Any]) -> bool:
     """Whether the plan hashes for the docker backend (its default): each cell then has an image of its own."""
-    return (doc.get("hash_basis") or {}).get("backend", "docker") == "docker"
+    return bool((doc.get("hash_basis") or {}).get("backend", "docker") == "docker")
 
 
 def _on_agent(argv: Sequence[str], plan: str) -> str:
