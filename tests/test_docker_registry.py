@@ -290,3 +290,54 @@ def test_a_build_imports_the_registrys_cache(tmp_path: Path) -> None:
     assert step, log
     assert re.search(rf"^#{step[1]} DONE", log, re.MULTILINE), log
     assert re.search(rf"RUN echo {run} > /first\n(?:#\d+ .*\n)*?#\d+ CACHED", log), log
+
+
+@pytest.mark.docker
+def test_a_realise_only_build_step_pushes_the_image_the_test_step_pulls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Build once, test many (the Buildkite build step, stackfarm.emit.buildkite): `run --realise-only` builds
+    the cell's image and pushes it, runs no suite, writes no verdict; a runner with another cache and without
+    the image (the test step on another agent) pulls it, builds nothing, and runs the suites."""
+    from stackfarm.cli import main
+
+    where = registry_under_test()
+    engine = real_engine()
+    base = local_base(engine)
+    run = uuid.uuid4().hex[:12]
+    project = make_project(tmp_path, monkeypatch)
+    project.suite("00-suite", "pass")
+    project.write_matrix()
+    ca = tmp_path / "extra.pem"  # inputs of this test alone: removing the image touches no other test's
+    ca.write_text(f"# stackfarm realise-only test {run}\n", encoding="utf-8")
+    monkeypatch.setenv("STACKFARM_CA_BUNDLE", str(ca))
+    monkeypatch.setenv("STACKFARM_DOCKER_BASE", base)
+    monkeypatch.setenv(dk.REGISTRY_ENV, f"{where}/stackfarm-test-{run}")
+    monkeypatch.setenv("STACKFARM_CACHE", str(tmp_path / "cache-build"))
+    where_to = ["--matrix", str(project.matrix), "--reports", str(project.reports), "--backend", "docker"]
+    capsys.readouterr()
+    assert main(["run", "--realise-only", *where_to, "--jobs", "1"]) == ExitCode.OK
+    out = capsys.readouterr().out
+    found = re.search(
+        rf"realised {re.escape(CELL)}: image (\S+) \(sha256:[0-9a-f]+\); in the registry as (\S+)", out
+    )
+    assert found, out
+    tag, pushed = found[1], found[2]
+    remote = f"{where}/stackfarm-test-{run}/{tag}"
+    assert pushed.startswith(remote.rsplit(":", 1)[0] + "@sha256:")
+    assert not list(project.reports.rglob("verdict.json")), "a realised image is not a verdict"
+    assert not list(project.reports.rglob("*.xml")), "no suite ran"
+    assert f"stackfarm: pushed {remote} (" in _build_log(project.reports)
+    tags = (tag, remote, f"{remote.rsplit(':', 1)[0]}:{dk.CACHE_TAG}")
+    try:
+        for ref in tags:  # the test step's agent has never seen the image
+            assert engine.remove_image(ref) is None
+        monkeypatch.setenv("STACKFARM_CACHE", str(tmp_path / "cache-test"))
+        assert main(["run", *where_to, "--jobs", "1"]) == ExitCode.OK
+        assert f"pulled {remote}, nothing built" in _build_log(project.reports)
+        report = verdict.read(verdict.path_of(project.reports, CELL)).report
+        assert report.backend_facts["docker.image"] == tag
+        assert [(s.suite, s.outcome) for s in report.suites] == [("00-suite", "passed")]
+    finally:
+        for ref in tags:
+            engine.remove_image(ref)

@@ -319,23 +319,41 @@ def test_gha_chunk_option_and_nothing_to_run(plan300: dict[str, Any], tmp_path: 
 
 
 def _cell_steps(pipeline: dict[str, Any]) -> list[dict[str, Any]]:
-    return [c for g in pipeline["steps"] if "group" in g for c in g["steps"]]
+    """The test steps of the groups (one per cell), without the docker basis's build steps."""
+    return [
+        c
+        for g in pipeline["steps"]
+        if "group" in g
+        for c in g["steps"]
+        if c["label"].startswith(":test_tube:")
+    ]
+
+
+def _build_steps(pipeline: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        c for g in pipeline["steps"] if "group" in g for c in g["steps"] if c["label"].startswith(":docker:")
+    ]
 
 
 def test_buildkite_pipeline_matches_buildkites_schema(plan300: dict[str, Any]) -> None:
-    (pipeline,) = buildkite.pipelines(plan300, image="registry.example/stackfarm-worker:1")
-    assert _schema_errors(pipeline, "buildkite") == []
-    assert _schema_errors(yaml.safe_load(yamltext.dump(pipeline)), "buildkite") == []
+    parts = buildkite.pipelines(plan300, image="registry.example/stackfarm-worker:1")
+    assert len(parts) == 2, "290 cells of a docker basis: 580 steps, a build step and a test step each"
+    for part in parts:
+        assert _schema_errors(part, "buildkite") == []
+        assert _schema_errors(yaml.safe_load(yamltext.dump(part)), "buildkite") == []
+        assert buildkite.count_steps(part) <= buildkite.UPLOAD_LIMIT
+    pipeline = parts[0]
     steps = pipeline["steps"]
-    image = steps[0]
+    image = steps[1]
+    assert steps[0]["key"] == "upload-parts"
     assert image["key"] == buildkite.IMAGE_KEY
     assert image["command"] == (
         "docker build -f docker/worker.Dockerfile -t registry.example/stackfarm-worker:1 . "
         "&& docker push registry.example/stackfarm-worker:1"
     )
     groups = [s for s in steps if "group" in s]
-    assert {g["group"] for g in groups} == {"8x-rtx-pro-6000", "1x-h200"}
-    cells = _cell_steps(pipeline)
+    assert {g["group"] for g in groups} == {"8x-rtx-pro-6000 (part 1 of 2)", "1x-h200 (part 1 of 2)"}
+    cells = [c for part in parts for c in _cell_steps(part)]
     assert len(cells) == 290
     assert all(c["agents"]["queue"] in ("8x-rtx-pro-6000", "1x-h200") for c in cells)
     one = next(c for c in cells if c["label"].endswith("-sgl0.5.1"))
@@ -347,6 +365,18 @@ def test_buildkite_pipeline_matches_buildkites_schema(plan300: dict[str, Any]) -
         f"plan.json --cells {cell} --matrix {plan300['matrix']['path']} --backend docker --jobs 1"
     )
     assert "plugins" not in one
+    # Build once, test many: the cell's build step realises (and pushes) its image, its test step waits for it.
+    builds = {b["key"]: b for part in parts for b in _build_steps(part)}
+    assert len(builds) == 290
+    (built,) = one["depends_on"]
+    assert one["allow_dependency_failure"] is False
+    build = builds[built]
+    assert build["label"] == f":docker: image {cell}"
+    assert build["agents"] == one["agents"]
+    assert build["command"] == one["command"].replace(" run --plan", " run --realise-only --plan")
+    assert build["retry"] == one["retry"]
+    assert all(len(c["depends_on"]) == 1 and c["depends_on"][0] in builds for c in cells)
+    assert len({c["depends_on"][0] for c in cells}) == 290, "one image per cell"
     # Another basis: in the worker image, through the docker plugin.
     (local,) = buildkite.pipelines(
         {**plan300, "hash_basis": {"backend": "local", "gpu": True}}, image="r.example/w:1"
@@ -363,6 +393,7 @@ def test_buildkite_pipeline_matches_buildkites_schema(plan300: dict[str, Any]) -
     assert settings["gpus"] == "all"
     assert "STACKFARM_RUNNER_KEY" in settings["environment"]  # by name: the value is the agent's secret
     assert _schema_errors(local, "buildkite") == []
+    assert _build_steps(local) == [], "no cell image to share: the local backend realises on each agent"
     # Lost agents are retried, verdicts never are.
     automatic = one["retry"]["automatic"]
     assert [r.get("exit_status") for r in automatic if "exit_status" in r] == [-1, 255]
@@ -372,19 +403,37 @@ def test_buildkite_pipeline_matches_buildkites_schema(plan300: dict[str, Any]) -
     wait, merge = steps[-2:]
     assert wait == {"wait": None, "continue_on_failure": True}
     assert "python -m stackfarm report --reports reports --gate --plan plan.json" in merge["command"]
-    assert buildkite.count_steps(pipeline) <= buildkite.UPLOAD_LIMIT
+
+
+def test_a_build_step_is_keyed_by_the_cells_input_hash(plan300: dict[str, Any]) -> None:
+    doc = {
+        **plan300,
+        "cells": [{**c, "input_hash": f"{n:012x}" + "f" * 52} for n, c in enumerate(plan300["cells"][:3])],
+    }
+    (pipeline,) = buildkite.pipelines(doc)
+    hashes = {c["id"]: c["input_hash"] for c in doc["cells"]}
+    builds = {b["label"].rsplit(" ", 1)[1]: b["key"] for b in _build_steps(pipeline)}
+    assert builds == {cell: f"image-{digest[:12]}" for cell, digest in hashes.items()}
+    tests = {c["label"].rsplit(" ", 1)[1]: c["depends_on"] for c in _cell_steps(pipeline)}
+    assert tests == {cell: [key] for cell, key in builds.items()}
+    unhashed = {**plan300, "cells": [{**plan300["cells"][0], "input_hash": None}] * 2}
+    assert [b["key"] for b in _build_steps(buildkite.pipelines(unhashed)[0])] == [
+        f"image-{plan300['cells'][0]['id']}".replace(".", "_"),
+        f"image-{plan300['cells'][0]['id']}-2".replace(".", "_"),
+    ]
 
 
 def test_buildkites_schema_has_teeth(plan300: dict[str, Any]) -> None:
-    (pipeline,) = buildkite.pipelines(plan300)
+    pipeline = buildkite.pipelines(plan300)[0]
     _cell_steps(pipeline)[0]["retry"] = {"automatic": [{"exit_status": "lost"}]}
     assert _schema_errors(pipeline, "buildkite")
 
 
 def test_buildkite_chunks_at_the_upload_limit(tmp_path: Path) -> None:
     doc = synthetic_plan(tmp_path, cuda=6, torch=10, sglang=20)  # 1,200 cells
-    parts = buildkite.pipelines(doc)
+    parts = buildkite.pipelines({**doc, "hash_basis": {"backend": "local", "gpu": True}})
     assert len(parts) == 3
+    assert len(buildkite.pipelines(doc)) == 5, "a docker basis: a build step and a test step per cell"
     for part in parts:
         assert _schema_errors(part, "buildkite") == []
         assert buildkite.count_steps(part) <= buildkite.UPLOAD_LIMIT
@@ -581,7 +630,7 @@ def test_the_emit_command_writes_each_engine(
     assert [j for j in workflow["jobs"] if j.startswith("cells-")] == ["cells-1", "cells-2"]
     pipeline = yaml.safe_load(_emit(["buildkite", "--plan", str(path), "--image", "r.example/w:1"], capsys))
     assert _schema_errors(pipeline, "buildkite") == []
-    assert pipeline["steps"][0]["command"].endswith("docker push r.example/w:1")
+    assert pipeline["steps"][1]["command"].endswith("docker push r.example/w:1")
     path.write_text(json.dumps(pods(plan300)))
     resources = list(yaml.safe_load_all(_emit(["k8s", "--plan", str(path), "--image", "x:1"], capsys)))
     assert [_k8s_errors(r) for r in resources] == [None] * len(resources)
@@ -659,7 +708,7 @@ def test_stored_cells_and_conflicts_still_reach_the_gate(plan300: dict[str, Any]
     assert "exit 1" in jobs["conflicts"]["steps"][0]["run"]
     everything_stored = {**doc, "cells": [{**c, "stored": True} for c in doc["cells"]]}
     _lint_clean(tmp_path, {"a.yml": gha.workflow(doc), "b.yml": gha.workflow(everything_stored)})
-    (pipeline,) = buildkite.pipelines(doc)
+    pipeline = buildkite.pipelines(doc)[0]
     assert _schema_errors(pipeline, "buildkite") == []
     steps = {s.get("key"): s for s in pipeline["steps"] if isinstance(s, dict)}
     assert f"--gate --plan plan.json --from {url}" in steps["merge"]["command"]

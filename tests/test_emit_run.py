@@ -10,8 +10,11 @@ What stands in for each engine (one working folder stands for every runner, agen
   entry of its run-time matrix; ``uses:`` steps (checkout, artifacts) and the install step are the engine's;
 - Buildkite: every command step in order (groups opened, ``wait`` passed), with a stand-in ``buildkite-agent``
   whose ``pipeline upload`` inserts the uploaded steps after the uploading one, as Buildkite does; the agent's
-  secrets reach a step only through the docker plugin's ``environment`` names; the worker-image build step is
-  built for real by test_the_worker_image_builds (docker marker);
+  secrets reach a step only through the docker plugin's ``environment`` names; ``depends_on`` honoured (a step
+  after a failed one is not run); the worker-image build step is built for real by
+  test_the_worker_image_builds (docker marker). These plans are hashed for the local backend, which has no
+  cell image to share, so they have no per-cell build step (`run --realise-only`, emitted for docker plans
+  only): that step runs for real in tests/test_docker_registry.py (build and push, then a test step's pull);
 - Kubernetes: each Job's pods in order (an Indexed Job's pod per index, ``$(JOB_COMPLETION_INDEX)`` and the
   other ``$(VAR)`` references expanded from the container's env), its volumes as local folders (ConfigMaps
   written out, claims and emptyDirs as folders, Secrets from the test's), mount paths mapped onto them; the
@@ -237,19 +240,29 @@ def _gha_job(farm: Farm, job: Mapping[str, Any], ctx: dict[str, Any]) -> tuple[i
 def run_buildkite(
     farm: Farm, pipeline: Mapping[str, Any], *, drop: Callable[[str], bool] = lambda c: False
 ) -> int:
-    """Every command step in order (uploaded parts inserted after their uploader); the merge's exit status."""
+    """Every command step in order (uploaded parts inserted after their uploader); the merge's exit status. A
+    step's ``depends_on`` must name steps that ran before it; after a failed one it is not run, as Buildkite
+    does unless ``allow_dependency_failure``."""
     queue: list[Any] = list(pipeline["steps"])
     uploads = Path(farm.env["BK_UPLOADS"])
     agent = {"STACKFARM_RUNNER_KEY": farm.secrets["key"]}  # the agent's environment hook
     merged = None
+    outcomes: dict[str, int] = {buildkite.IMAGE_KEY: 0}  # the image is built by test_the_worker_image_builds
     while queue:
         step = queue.pop(0)
         if "group" in step:
             queue[:0] = step["steps"]
             continue
         if "wait" in step or step.get("key") == buildkite.IMAGE_KEY:
-            continue  # the image is built by test_the_worker_image_builds
+            continue
         if step.get("label", "").startswith(":test_tube:") and drop(step["label"].split(" ", 1)[1]):
+            outcomes[step["key"]] = -1  # its agent never ran it
+            continue
+        needs = step.get("depends_on", [])
+        needs = [needs] if isinstance(needs, str) else [n if isinstance(n, str) else n["step"] for n in needs]
+        assert all(n in outcomes for n in needs), f"{step.get('key')} depends on a step that has not run"
+        if any(outcomes[n] for n in needs) and not step.get("allow_dependency_failure", False):
+            outcomes[step["key"]] = -1
             continue
         (plugin,) = step.get("plugins", [{}]) or [{}]
         options: dict[str, Any] = next(iter(plugin.values()), {})
@@ -261,6 +274,7 @@ def run_buildkite(
             uploaded = yaml.safe_load(path.read_text())
             assert uploaded, f"an empty upload:\n{farm.said()}"
             queue[:0] = uploaded["steps"]  # right after the step that uploaded it
+        outcomes[step.get("key") or f"step-{len(outcomes)}"] = code
         if step.get("key") == "merge":
             merged = code
     assert merged is not None, "the pipeline has no merge step"

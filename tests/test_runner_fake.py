@@ -633,3 +633,78 @@ def test_a_cell_of_another_python_runs_its_suites_there(fake_project: FakeProjec
     facts = verdict.read(fake_project.reports / cell / "verdict.json").report.backend_facts
     assert facts["local.python"] == interp.version
     assert facts["local.python_source"] == interp.source
+
+
+def test_realise_only_realises_every_cell_and_keeps_no_verdict(
+    fake_project: FakeProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run --realise-only` (a CI build step): each cell's stack realised (the local backend: its wheels
+    fetched and unpacked into the cache), no suite run, no verdict written; a verdict already there stays
+    as it was (a realised stack is not a result), and a later run runs the suites."""
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix([OLD, NEW])
+    assert fake_project.run("--cells", CELL) == ExitCode.OK
+    kept = (fake_project.reports / CELL / "verdict.json").read_bytes()
+    before = fake_project.runs()
+    capsys.readouterr()
+    assert fake_project.run("--realise-only") == ExitCode.OK
+    out = capsys.readouterr().out
+    assert f"realised {CELL}: backend local (local.python {sys.version_info.major}." in out
+    assert f"realised {NEW_CELL}: backend local" in out
+    assert "2 of 2 cell(s) realised, no suite run, no verdict kept" in out
+    assert fake_project.runs() == before, "no suite ran"
+    assert (fake_project.reports / CELL / "verdict.json").read_bytes() == kept
+    assert not (fake_project.reports / NEW_CELL / "verdict.json").exists()
+    unpacked = {p.name for p in fake_project.cache.rglob("*.dist-info")}
+    assert any(name.startswith("sglang-0.5.10") for name in unpacked), f"NEW's sglang unpacked: {unpacked}"
+    assert fake_project.run() == ExitCode.OK
+    assert verdict_status(fake_project, NEW_CELL) == "passed"
+
+
+def test_realise_only_names_a_cell_it_could_not_realise_and_realises_the_others(
+    fake_project: FakeProject,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A cell whose Python this machine lacks cannot be realised: exit 4 naming it (and why), the other cell
+    realised all the same; no verdict of either is written (an error of a build step is not a verdict)."""
+    absent = "3.13" if _RUNNING != "3.13" else "3.12"
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path_factory.mktemp("no-pyenv")))
+    monkeypatch.setenv("PATH", str(fake_project.root.parent / "bin"))
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix()
+    _with_pythons(fake_project, _RUNNING, absent)
+    assert fake_project.run("--realise-only") == ExitCode.ENVIRONMENT
+    out = capsys.readouterr().out
+    mine, missing = f"{CELL}-py{_RUNNING}", f"{CELL}-py{absent}"
+    assert f"realised {mine}: backend local" in out
+    assert f"not realised {missing}: " in out
+    assert f"python{absent}" in out
+    assert "1 of 2 cell(s) realised" in out
+    assert not list(fake_project.reports.rglob("verdict.json"))
+    assert fake_project.runs() == []
+
+
+def test_realise_only_runs_a_plans_cell_as_the_buildkite_build_step_does(
+    fake_project: FakeProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The build step's line: `run --realise-only --plan plan.json --cells ID` realises that cell alone, on the
+    plan's terms (its matrix, its hash basis: the plan's input hash or nothing), and keeps no verdict."""
+    from stackfarm.cli import main
+
+    fake_project.suite("00-ok", "pass")
+    fake_project.write_matrix([OLD, NEW])
+    capsys.readouterr()
+    assert (
+        main(["plan", "--json", "--matrix", str(fake_project.matrix), "--backend", "local", "--no-gpu"]) == 0
+    )
+    plan = fake_project.root / "plan.json"
+    plan.write_text(capsys.readouterr().out)
+    reports = ["--reports", str(fake_project.reports)]
+    assert main(["run", "--realise-only", "--plan", str(plan), "--cells", NEW_CELL, *reports]) == ExitCode.OK
+    out = capsys.readouterr().out
+    assert f"realised {NEW_CELL}: backend local" in out
+    assert "1 of 1 cell(s) realised" in out
+    assert not list(fake_project.reports.rglob("verdict.json"))
+    assert fake_project.runs() == []

@@ -47,6 +47,9 @@ PYTEST_INTERRUPTED = 2
 #: incomplete all the same.
 GATE_CLOSED = ("failed", "error", "skipped")
 
+#: The reason of a `run --realise-only` cell's report: realised, no suite run (never saved as a verdict).
+REALISED_ONLY = "realised only: no suite ran"
+
 #: The runner's own first step, reported like a suite (it sorts before 00-stack in every table).
 PATCH_STEP = "00-patches"
 
@@ -80,6 +83,9 @@ class RunOptions:
     #: A plan's worker: cell id -> the input hash the plan computed; a cell whose inputs hash otherwise here is
     #: refused (an environment error naming both), never run and pushed under a hash no merge of the plan reads.
     planned: Mapping[str, str] = field(default_factory=dict)
+    #: `run --realise-only`: patch and realise each cell (a docker image built or pulled, and pushed), run no
+    #: suite, keep and push no verdict; each cell's report says what was realised and is never saved.
+    realise_only: bool = False
 
 
 def gpu_unavailable_reason() -> str | None:
@@ -136,12 +142,12 @@ class Runner:
     def run(self, plan: Plan) -> list[CellReport]:
         """Every cell's report, sorted by id. On Ctrl-C, `self.finished` keeps the cells that completed."""
         reports = self.finished
-        for conflict in plan.conflicts:
+        for conflict in () if self.options.realise_only else plan.conflicts:  # nothing to realise: not run
             reports[conflict.cell.id] = self._store(
                 self._unrun(conflict.cell, Status.CONFLICT, "; ".join(conflict.problems))
             )
             self.ui.done(conflict.cell.id, "conflict", conflict.problems[0])
-        for excluded in plan.excluded:
+        for excluded in () if self.options.realise_only else plan.excluded:
             reports[excluded.cell.id] = self._store(
                 self._unrun(excluded.cell, Status.EXCLUDED, excluded.reason)
             )
@@ -169,16 +175,17 @@ class Runner:
         An error verdict is stored (so merged reports list the cell) but never reused: a re-run tries again."""
         if self.cancel.is_set():
             return self._error(cell, "interrupted before it started", Cause.ENVIRONMENT, store=False)
+        store = not self.options.realise_only  # a cell that could not be realised is no verdict either
         try:
             return self.run_cell(cell)
         except (Interrupted, proc.Stopped) as exc:
             return self._error(cell, str(exc), Cause.ENVIRONMENT, store=False)
         except (ArtifactError, EnvironmentProblem) as exc:
-            return self._error(cell, str(exc), Cause.ENVIRONMENT)
+            return self._error(cell, str(exc), Cause.ENVIRONMENT, store=store)
         except StackfarmError as exc:
-            return self._error(cell, str(exc), Cause.INTERNAL)
+            return self._error(cell, str(exc), Cause.INTERNAL, store=store)
         except Exception as exc:
-            return self._error(cell, f"{type(exc).__name__}: {exc}", Cause.INTERNAL)
+            return self._error(cell, f"{type(exc).__name__}: {exc}", Cause.INTERNAL, store=store)
 
     def _unrun(self, cell: Cell, status: Status, reason: str, cause: Cause = Cause.NONE) -> CellReport:
         return CellReport(
@@ -253,7 +260,7 @@ class Runner:
             input_hash=digest,
             selection=self.options.selection,
         )
-        reused = self._reuse(cell, digest)
+        reused = None if self.options.realise_only else self._reuse(cell, digest)
         if reused is not None:
             return reused
         workdir = cell_workdir(self.cache.root, cell.id, digest)
@@ -262,9 +269,27 @@ class Runner:
             self.cache.record_use(self.run_id, [*used, workdir])
         # One run at a time builds a cell's work dir; another run sharing the cache waits, saying so.
         with self.cache.lock(workdir, notify=self.ui.note):
+            if self.options.realise_only:
+                return self._realise_only(cell, artifacts, report, workdir)
             fresh = self._run_fresh(cell, artifacts, report, inputs, workdir)
         self._publish(fresh)
         return fresh
+
+    def _realise_only(
+        self, cell: Cell, artifacts: dict[Component, Artifact], report: CellReport, workdir: Path
+    ) -> CellReport:
+        """`run --realise-only`: the cell's stack made to exist as its run would make it (patched, realised:
+        for the docker backend its image found, pulled or built, and pushed to the registry), nothing run. The
+        report (what the backend realised, in backend_facts) is never saved nor pushed, and reports/<cell>/
+        keeps its verdict: a realised image is not a result."""
+        workdir.mkdir(parents=True, exist_ok=True)
+        self._patch(
+            cell, artifacts, workdir, workdir / "realise-only"
+        )  # its JUnit file stays out of reports/
+        self.backend.realise(cell, artifacts, workdir, lambda text: self.ui.update(cell.id, text))
+        facts = self.backend.properties(cell)
+        self.ui.done(cell.id, "realised", ", ".join(f"{k} {v}" for k, v in facts.items()))
+        return replace(report, reason=REALISED_ONLY, backend_facts=facts)
 
     def _run_fresh(
         self,
@@ -559,6 +584,7 @@ def _docker_inputs(matrix: Matrix) -> dict[str, object]:
 
 __all__ = [
     "NO_TESTS_COLLECTED",
+    "REALISED_ONLY",
     "RunOptions",
     "Runner",
     "cell_inputs",

@@ -26,7 +26,8 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("--plan", default="-", help="`stackfarm plan --json` output (a file, or - for stdin)")
     p.add_argument(
         "--chunk", type=whole(1, 100), default=None,
-        help="cells per chunk (default: the engine's limit, 256 jobs per matrix / 500 steps per upload)",
+        help="cells per chunk (default: the engine's limit, 256 jobs per matrix / 500 steps per upload, "
+        "a docker plan's cell taking two there: its build step and its test step)",
     )  # fmt: skip
     p.add_argument(
         "--matrix", type=Path, default=Path("matrix.toml"),

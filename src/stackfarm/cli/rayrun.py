@@ -200,6 +200,10 @@ def _merge(
 def cmd_run_ray(args: argparse.Namespace) -> int:
     """`stackfarm run --executor ray[:ADDRESS]` (see the module's docstring)."""
     console = Console(highlight=False, soft_wrap=True)
+    if getattr(args, "realise_only", False):
+        raise UsageError(
+            "--realise-only", "realises cells here, not on a Ray cluster", fix="leave --executor out"
+        )
     if args.cell_index is not None:
         raise UsageError(
             "--cell-index",

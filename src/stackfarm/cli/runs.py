@@ -110,6 +110,12 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
         help="the shared verdict store (a folder or an http(s) URL): reuse its verdicts, push new ones",
     )
     p_run.add_argument(
+        "--realise-only",
+        action="store_true",
+        help="realise each cell (docker: build or pull its image, push it to the registry), run no suite, "
+        "keep no verdict: a CI build step before the test steps",
+    )
+    p_run.add_argument(
         "--executor",
         type=executors.option,
         default=executors.LOCAL,
@@ -339,7 +345,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     args.matrix = args.matrix or DEFAULT_MATRIX
     matrix = only_suites(load_matrix(args.matrix, args.profile), args.suites)
     python = host_python(args.backend, args.python)
-    store = opened_store(args.store, create=True, signs=True, trusted=matrix.trusted_runner_keys)
+    # A realise-only run neither reuses nor pushes a verdict: it needs no store (nor a key to sign with).
+    store = None if args.realise_only else opened_store(
+        args.store, create=True, signs=True, trusted=matrix.trusted_runner_keys
+    )  # fmt: skip
     cache = Cache()
     resolver = Resolver(matrix, cache, refresh=args.refresh)
     backend = get_backend(
@@ -369,6 +378,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         selection=args.suites or "",
         kinds=terms.kinds if terms else {},
         planned=terms.planned if terms else {},
+        realise_only=args.realise_only,
     )
     no_gpu = (terms.no_gpu if terms else None) or gpu_unavailable_reason()
     # `with cache`: the run's lease on what it uses (cache prune keeps it) ends with the run.
@@ -384,12 +394,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             reports = runner.run(p)
         except KeyboardInterrupt:
+            if args.realise_only:
+                return ExitCode.INTERRUPTED
             done = [runner.finished[k] for k in sorted(runner.finished)]
             write_reports(args.reports, done, matrix=args.matrix)
             console.print(
                 f"interrupted: kept {len(done)} finished cells in {args.reports}/; a re-run resumes"
             )
             return ExitCode.INTERRUPTED
+    if args.realise_only:
+        return realised_summary(reports, console)
     write_reports(args.reports, reports, matrix=args.matrix)
     print_summary(reports, args.reports, console)
     code = verdict.exit_code(reports)
@@ -399,6 +413,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         return ExitCode.ENVIRONMENT
     return code
+
+
+def realised_summary(reports: Sequence[CellReport], console: Console) -> int:
+    """`run --realise-only`: one line per cell, what it was realised as (the image's tag, content id and
+    registry digest for docker); exit 0 when every cell was realised, else 4 (the environment), naming each
+    cell that was not. Nothing is judged: no cell's status is a verdict here."""
+    broken = [r for r in reports if r.status is Status.ERROR]
+    for report in reports:
+        if report.status is Status.ERROR:
+            continue
+        facts = report.backend_facts
+        pushed = facts.get("docker.repo_digest")
+        where = f"; in the registry as {pushed}" if pushed else ""
+        if report.backend == "docker" and not pushed:
+            where = "; in this engine only (no registry: [docker] registry or STACKFARM_REGISTRY)"
+        image = facts.get("docker.image")
+        what = f"image {image} ({facts.get('docker.image_digest', '?')}){where}" if image else ""
+        what = what or f"backend {report.backend} ({', '.join(f'{k} {v}' for k, v in facts.items())})"
+        console.print(f"realised {escape(report.cell)}: {escape(what)}")
+    for report in broken:
+        console.print(f"not realised {escape(report.cell)}: {escape(report.reason.splitlines()[0])}")
+    console.print(
+        f"{len(reports) - len(broken)} of {len(reports)} cell(s) realised, no suite run, no verdict kept"
+    )
+    return ExitCode.ENVIRONMENT if broken or not reports else ExitCode.OK
 
 
 def writable(folder: Path) -> None:

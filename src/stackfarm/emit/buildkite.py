@@ -8,9 +8,13 @@ Steps: ``worker-image`` builds docker/worker.Dockerfile (stackfarm and the proje
 tagged by the commit it is built from; a group per runner kind holds one step per cell (``agents: {queue: <kind>}``):
 the plan's cell, with the plan's matrix, hash basis and store, its reports as ``artifact_paths``. A cell step runs
 in the worker image through the docker plugin, except for a docker hash basis: then it runs on the agent (stackfarm
-installed from the checkout into a venv), whose engine runs each suite in the cell's own image, built once and
-shared through ``STACKFARM_REGISTRY`` (the docker backend pulls it before building). The merge runs in the worker
-image. A step whose agent was lost (exit -1), stopped (255, or the
+installed from the checkout into a venv), whose engine runs each suite in the cell's own image. Build once, test
+many: for a docker basis each cell's image has a build step of its own (key ``image-<input hash[:12]>``, on the
+cell's queue), `stackfarm run --realise-only`, which builds the image (or finds it) and pushes it to the registry
+the agents' ``STACKFARM_REGISTRY`` names, and the cell's test step ``depends_on`` it (no test step runs after a
+failed build: the merge counts that cell as without a verdict) and pulls that image instead of building it. Another
+basis has no cell image to share (the local backend unpacks wheels on each agent), so it gets no build step. The
+merge runs in the worker image. A step whose agent was lost (exit -1), stopped (255, or the
 agent_stop signal reason) is retried; a verdict (exit 1 failed, 3 incomplete) never is. Then a ``wait`` that lets
 failed cells through and the merge (`stackfarm report --gate --plan plan.json`, ``--from STORE`` with a store),
 which keeps the gate shut for every planned cell without a verdict, conflicts included.
@@ -105,19 +109,62 @@ def _download(what: str) -> str:
     return f"buildkite-agent artifact download {shlex.quote(what)} ."
 
 
+def docker_basis(doc: Mapping[str, Any]) -> bool:
+    """Whether the plan hashes for the docker backend (its default): each cell then has an image of its own."""
+    return bool((doc.get("hash_basis") or {}).get("backend", "docker") == "docker")
+
+
+def _on_agent(argv: Sequence[str], plan: str) -> str:
+    """A stackfarm command line run on the agent itself: stackfarm installed from the checkout into a venv."""
+    install = f"python3 -m venv {VENV} && {VENV}/bin/python -m pip install -q -e ."
+    return f"{_download(plan)} && {install} && {shell_line([f'{VENV}/bin/python', *argv[1:]])}"
+
+
+def build_key(cell: CellDoc, taken: set[str]) -> str:
+    """The build step's key: ``image-`` and the first 12 hex digits of the cell's input hash (its id for a
+    cell the plan could not hash), unique in the pipeline."""
+    digest = str(cell.get("input_hash") or "")[:12] or _KEY_CHARS.sub("_", str(cell["id"]))[:80]
+    key, n = f"image-{digest}", 1
+    while key in taken:
+        n += 1
+        key = f"image-{digest}-{n}"
+    taken.add(key)
+    return key
+
+
+def build_step(doc: Mapping[str, Any], cell: CellDoc, key: str, plan: str = PLAN) -> dict[str, Any]:
+    """A docker-basis cell's build step: `run --realise-only` on the cell's queue builds its image (or finds
+    it in the registry) and pushes it to the agents' STACKFARM_REGISTRY; no suite runs, no verdict is kept."""
+    cell_id = str(cell["id"])
+    argv = worker_argv(doc, plan, cell=cell_id)
+    argv.insert(argv.index("run") + 1, "--realise-only")
+    return {
+        "label": f":docker: image {cell_id}",
+        "key": key,
+        "command": _on_agent(argv, plan),
+        "agents": {"queue": cell["runner"]},
+        "env": {"STACKFARM_RUNNER_KIND": cell["runner"]},
+        "artifact_paths": [f"reports/{cell_id}/docker-build.log"],
+        "timeout_in_minutes": TIMEOUT_MINUTES,
+        "retry": retry(),
+    }
+
+
 def cell_step(
-    doc: Mapping[str, Any], cell: CellDoc, key: str, image: str, plan: str = PLAN
+    doc: Mapping[str, Any], cell: CellDoc, key: str, image: str, plan: str = PLAN, *, built: str | None = None
 ) -> dict[str, Any]:
     """One cell's step. In the worker image (docker plugin), unless the plan hashes for the docker backend:
-    then on the agent itself, whose engine runs every suite in the cell's own image (built once, or pulled
-    from STACKFARM_REGISTRY) and whose paths the suites' bind mounts name (from inside a container they would
-    name the container's)."""
+    then on the agent itself, whose engine runs every suite in the cell's own image (pulled from
+    STACKFARM_REGISTRY, where the build step `built` pushed it) and whose paths the suites' bind mounts name
+    (from inside a container they would name the container's)."""
     cell_id = str(cell["id"])
     argv = worker_argv(doc, plan, cell=cell_id)
     step: dict[str, Any] = {"label": f":test_tube: {cell_id}", "key": key}
-    if (doc.get("hash_basis") or {}).get("backend", "docker") == "docker":
-        install = f"python3 -m venv {VENV} && {VENV}/bin/python -m pip install -q -e ."
-        step["command"] = f"{_download(plan)} && {install} && {shell_line([f'{VENV}/bin/python', *argv[1:]])}"
+    if docker_basis(doc):
+        step["command"] = _on_agent(argv, plan)
+        if built is not None:  # the cell's image, built and pushed by its build step: pulled, never rebuilt
+            step["depends_on"] = [built]
+            step["allow_dependency_failure"] = False
     else:
         step["depends_on"] = IMAGE_KEY
         step["command"] = f"{_download(plan)} && {shell_line(argv)}"
@@ -150,9 +197,11 @@ def _groups(
 ) -> list[dict[str, Any]]:  # fmt: skip
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for cell in part:
-        by_kind.setdefault(str(cell["runner"]), []).append(
-            cell_step(doc, cell, step_key(str(cell["id"]), taken), image, plan)
-        )
+        steps = by_kind.setdefault(str(cell["runner"]), [])
+        built = None
+        if docker_basis(doc):  # build once (and push), then test in that image
+            steps.append(build_step(doc, cell, built := build_key(cell, taken), plan))
+        steps.append(cell_step(doc, cell, step_key(str(cell["id"]), taken), image, plan, built=built))
     number, parts = where
     suffix = f" (part {number} of {parts})" if parts > 1 else ""
     return [{"group": f"{kind}{suffix}", "steps": steps} for kind, steps in by_kind.items()]
@@ -200,7 +249,8 @@ def pipelines(
     """Every part: part 1 (the upload step when there are more, the worker image, its cells, wait, merge),
     then parts 2..N. `plan`: the artifact the parts are made from.
 
-    `chunk`: cells per part (at most 500, less the group, image, wait, merge and upload steps a part carries)."""
+    `chunk`: cells per part (at most 500, less the group, image, wait, merge and upload steps a part carries;
+    half that for a docker basis, whose cells have a build step each)."""
     size = check_chunk(chunk, UPLOAD_LIMIT, "a Buildkite upload")
     cells = pending(doc)
     kinds = len({c["runner"] for c in cells}) or 1
@@ -208,7 +258,9 @@ def pipelines(
     room = UPLOAD_LIMIT - overhead
     if room < 1:
         raise EmitError(f"{kinds} runner kinds leave no room for a cell in a Buildkite upload")
-    size = min(size, room)
+    size = min(
+        size, room // (2 if docker_basis(doc) else 1)
+    )  # a docker cell: its build step and its test step
     if not cells:  # the merge still reads the plan: stored verdicts (with a store) and conflicts are gated
         return [{"steps": [image_step(image), *_merge_steps(doc, image, plan, ran=False)]}]
     parts = list(chunks(cells, size))
@@ -241,8 +293,11 @@ __all__ = [
     "DEFAULT_IMAGE",
     "IMAGE_KEY",
     "UPLOAD_LIMIT",
+    "build_key",
+    "build_step",
     "cell_step",
     "count_steps",
+    "docker_basis",
     "pipelines",
     "retry",
     "step_key",
