@@ -351,6 +351,23 @@ def count(path: Path) -> Counts:
     )  # fmt: skip
 
 
+#: Testcase outcomes, worst first, for one verdict over several (an unknown outcome ranks as an error).
+WORST_FIRST = ("failed", "error", "skipped", "passed", "n/a")
+_IN_WORDS = {"skipped": "unanswered"}
+
+
+def worst_of(outcomes: Sequence[str]) -> str:
+    """The worst of testcase outcomes, in words: "failed (2 of 5)", "unanswered (1 of 3)" (skipped), "passed";
+    "n/a" only when every one does not apply; "no finding" when there is none, never passed."""
+    if not outcomes:
+        return "no finding"
+    rank = {o: i for i, o in enumerate(WORST_FIRST)}
+    worst = min(outcomes, key=lambda o: rank.get(o, rank["error"]))
+    if worst in ("passed", "n/a"):
+        return worst
+    return f"{_IN_WORDS.get(worst, worst)} ({outcomes.count(worst)} of {len(outcomes)})"
+
+
 __all__ = [
     "ALLOWED",
     "NA",
@@ -358,6 +375,7 @@ __all__ = [
     "NOT_APPLICABLE",
     "REQUIRED",
     "UNREADABLE",
+    "WORST_FIRST",
     "Counts",
     "Step",
     "append",
@@ -373,6 +391,7 @@ __all__ = [
     "results",
     "unearned",
     "with_location",
+    "worst_of",
     "write_skipped_suite",
     "write_steps",
     "write_xml",

@@ -11,6 +11,7 @@ from toolchain_cell import cell_findings
 
 from stackfarm.analysis.jitfindings import ToolFinding
 from stackfarm.cellspec import load
+from stackfarm.junit import worst_of
 
 
 @functools.cache
@@ -26,25 +27,18 @@ def findings() -> list[ToolFinding]:
     return cell_findings(cell)
 
 
-_WORST = ("fail", "skip", "pass", "n/a")
-_WORDS = {"fail": "failed", "skip": "unanswered", "pass": "passed", "n/a": "n/a"}
+#: A finding's outcome as its testcase ends (stackfarm.junit's words).
+_AS_TESTCASE = {"fail": "failed", "skip": "skipped", "pass": "passed", "n/a": "n/a"}
 
 
 def arch_verdicts(found: list[ToolFinding]) -> dict[tuple[str, str], str]:
-    """(arch, "toolchain" | "selection") -> the worst outcome of its findings, in words ("failed (2 of 5)")."""
+    """(arch, "toolchain" | "selection") -> the worst outcome of its findings, in words ("failed (2 of 5)"):
+    stackfarm.junit.worst_of, the rule the report's section applies to the same testcases."""
     groups: dict[tuple[str, str], list[str]] = {}
     for f in found:
-        groups.setdefault((f.arch, "selection" if f.kind == "selection" else "toolchain"), []).append(
-            f.outcome
-        )
-    out = {}
-    for key, outcomes in groups.items():
-        worst = min(outcomes, key=_WORST.index)
-        count = outcomes.count(worst)
-        out[key] = (
-            _WORDS[worst] if worst in ("pass", "n/a") else f"{_WORDS[worst]} ({count} of {len(outcomes)})"
-        )
-    return out
+        kind = "selection" if f.kind == "selection" else "toolchain"
+        groups.setdefault((f.arch, kind), []).append(_AS_TESTCASE.get(f.outcome, "error"))
+    return {key: worst_of(outcomes) for key, outcomes in groups.items()}
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -10,13 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..history import Case
-from ..junit import NA_PROPERTY
+from ..junit import NA_PROPERTY, worst_of
 from . import Context, register
 from .html import e, findings, table
 
 KEYS = ("arch", "kind", "compiler", "target", "file", "line", "error", "detail")
-_RANK = {"failed": 4, "error": 3, "skipped": 2, "passed": 1, "n/a": 0}
-_WORDS = {"failed": "failed", "error": "error", "skipped": "unanswered", "passed": "passed", "n/a": "n/a"}
 
 
 def outcome(case: Case) -> str:
@@ -32,18 +30,8 @@ def kind_of(case: Case) -> str:
 
 
 def verdict(cases: Iterable[Case]) -> str:
-    """The worst outcome of `cases` in words; "no finding" when there is none (never passed); "n/a" only when
-    every finding does not apply."""
-    outcomes = [outcome(c) for c in cases]
-    if not outcomes:
-        return "no finding"
-    worst = max(outcomes, key=lambda o: _RANK.get(o, 3))
-    count = sum(1 for o in outcomes if o == worst)
-    return (
-        f"{_WORDS.get(worst, worst)} ({count} of {len(outcomes)})"
-        if worst not in ("passed", "n/a")
-        else worst
-    )
+    """The worst outcome of `cases` in words (stackfarm.junit.worst_of, as the suite's per-arch properties)."""
+    return worst_of([outcome(c) for c in cases])
 
 
 @register("toolchain", name="toolchain", order=15)
