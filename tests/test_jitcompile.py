@@ -85,6 +85,25 @@ def test_flashinfers_own_flags_and_the_verdict(tmp_path: Path, monkeypatch: pyte
     assert (again.cached, again.ok, again.error) == (True, False, bad.error)
 
 
+def test_a_cached_compile_is_never_another_releases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same folder (a host's site-packages) holding another flashinfer, or another rope.cu: compiled again,
+    never the cached verdict of what lay there before."""
+    monkeypatch.setenv("STACKFARM_CACHE", str(tmp_path / "cache"))
+    fi, home, tvm = _flashinfer(tmp_path), _home(tmp_path), tmp_path / "tvm"
+    (fi / "flashinfer_python-0.6.11.dist-info").mkdir()
+    first = compile_module(fi, parse_target("sm_90"), "13.0", cuda_home=home, tvm_ffi_root=tvm, environ={})
+    assert not first.cached
+    assert compile_module(
+        fi, parse_target("sm_90"), "13.0", cuda_home=home, tvm_ffi_root=tvm, environ={}
+    ).cached
+    (fi / "flashinfer_python-0.6.11.dist-info").rename(fi / "flashinfer_python-0.6.12.dist-info")
+    upgraded = compile_module(fi, parse_target("sm_90"), "13.0", cuda_home=home, tvm_ffi_root=tvm, environ={})
+    assert not upgraded.cached
+    (fi / "flashinfer/data/csrc/rope.cu").write_text("// rope, edited\n")
+    edited = compile_module(fi, parse_target("sm_90"), "13.0", cuda_home=home, tvm_ffi_root=tvm, environ={})
+    assert not edited.cached
+
+
 def test_cuda_12_has_no_nvcc_wheel(tmp_path: Path) -> None:
     def requires(dist: str, version: str) -> list[str]:
         return ["nvidia-cuda-nvrtc-cu12==12.8.93; platform_system == 'Linux'"]

@@ -199,9 +199,13 @@ def compile_module(
     source = fi_root / SOURCE
     nvcc = cuda_home / "bin" / "nvcc"
     command = " ".join([str(nvcc), *flags, "-c", SOURCE, "-o", f"{MODULE}.cuda.o"])
-    key = hashlib.sha256(
-        json.dumps([fi_root.name, tvm_ffi_root.name, cuda_home.name, flags, str(arch)]).encode()
+    # Keyed by what the compile reads, not by where it lies: a host's site-packages keeps its path across
+    # flashinfer upgrades, so the release (its dist-info) and the source's bytes are in the key, never a folder name.
+    releases = sorted(
+        p.name for p in [*fi_root.glob("flashinfer*.dist-info"), *tvm_ffi_root.glob("*.dist-info")]
     )
+    read = [str(fi_root), str(tvm_ffi_root), releases, hashlib.sha256(source.read_bytes()).hexdigest()]
+    key = hashlib.sha256(json.dumps([*read, cuda_home.name, flags, str(arch)]).encode())
     cached = _cache().get(key.hexdigest())
     if isinstance(cached, dict) and isinstance(cached.get("ok"), bool):
         return CompileResult(cached["ok"], command, str(cached.get("error", "")), targets, True)
