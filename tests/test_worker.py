@@ -262,3 +262,11 @@ def test_report_with_the_plan_and_no_store_counts_every_planned_cell(
     capsys.readouterr()
     assert main(merge) == ExitCode.INCOMPLETE
     assert f"{cells[1]}: its verdict is of other inputs" in capsys.readouterr().out
+    # ... also when that verdict says it was made by the host backend (an older run left in reports/): only a
+    # plan hashed for the host backend takes a verdict of any hash.
+    path = fake_project.reports / cells[1] / "verdict.json"
+    stored = json.loads(path.read_text())
+    stored["backend"] = "host"
+    path.write_text(json.dumps(stored))
+    assert main(merge) == ExitCode.INCOMPLETE
+    assert f"{cells[1]}: its verdict is of other inputs" in capsys.readouterr().out

@@ -514,6 +514,9 @@ class Planned:
     unrunnable: str = ""
     #: The plan found its verdict in the plan's store (no job ran it): only `--from` merges it.
     stored: bool = False
+    #: The plan hashes for the host backend, which hashes the installed stack where it runs, never the plan's
+    #: wheels: no verdict's hash can be compared with the plan's.
+    host: bool = False
 
 
 def planned_hashes(
@@ -535,6 +538,7 @@ def planned_hashes(
             c.get("input_hash_error"),
             str(c.get("unrunnable") or ""),
             bool(c.get("stored")),
+            (doc.get("hash_basis") or {}).get("backend") == "host",
         )
         for c in doc["cells"]
     ]
@@ -565,8 +569,9 @@ def check_planned(reports: Path, console: Console, args: argparse.Namespace) -> 
         have = found.get(one.cell)
         if have is None:
             missing.append(f"{one.cell}: no verdict under {reports}/ ({_why_absent(one)})")
-        # (The host backend hashes the installed stack, never the plan's wheels: no hash of it is a plan's.)
-        elif one.input_hash and have.input_hash not in ("", one.input_hash) and have.report.backend != "host":
+        # A verdict of other inputs (an older run left in reports/, another machine's backend) is not the plan's,
+        # unless the plan is a host plan, whose hashes no verdict can match.
+        elif one.input_hash and have.input_hash not in ("", one.input_hash) and not one.host:
             missing.append(
                 f"{one.cell}: its verdict is of other inputs ({have.input_hash[:12]}…) than the plan's "
                 f"({one.input_hash[:12]}…)"
