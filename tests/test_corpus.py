@@ -39,6 +39,17 @@ def test_release_row(tree: Path) -> None:
     assert "class-not-in-release" in corpus.counts_table([row])
 
 
+def test_the_selection_table_totals_every_release(tree: Path) -> None:
+    row = corpus.analyse_release("0.5.9", tree, {}, archs=("sm_90",), targets=("InheritedLM",), drafts=())
+    rows = [
+        {**row, "sglang": v, "selection": {"flashinfer": fi, "counts": counts, "toolchain": "per cell"}}
+        for v, fi, counts in (("0.5.9", "0.6.3", {"fail": 1, "pass": 6}), ("0.5.10", None, {"skip": 2}))
+    ]
+    text = corpus.markdown(rows, ("sm_90",))
+    assert "| 0.5.10 | - | 0 | 0 | 2 |" in text
+    assert "| **all** | | **1** | **6** | **2** |" in text
+
+
 def test_a_release_without_eagle3_is_a_failed_derivation(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     (empty / "sglang").mkdir(parents=True)

@@ -326,6 +326,10 @@ def markdown(rows: Sequence[Mapping[str, Any]], archs: Sequence[str] = ARCHS) ->
             sel = r["selection"]
             lines.append(f"| {r['sglang']} | {sel['flashinfer'] or '-'} | "
                          + " | ".join(str(sel["counts"].get(o, 0)) for o in outcomes) + " |")  # fmt: skip
+        every = Counter[str]()
+        for r in sel_rows:
+            every.update(r["selection"]["counts"])
+        lines.append("| **all** | | " + " | ".join(f"**{every.get(o, 0)}**" for o in outcomes) + " |")
         lines += ["", f"Toolchain: {sel_rows[0]['selection']['toolchain']}.", ""]
     lines += ["## Per release", ""]
     for r in rows:
