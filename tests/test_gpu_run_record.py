@@ -1,8 +1,8 @@
-"""The README's GPU command on the lent H200, as committed in tests/test_gpu_runs/h200-2026-12-02: one
-`stackfarm run --backend host --python python3 --profile runners/1x-h200.toml --cells 'cu130-torch2.11.0*'` from
-a fresh clone plus the `stackfarm bundle` wheelhouse (00 -> 40, gates on; 1352 s). Its stored verdict is re-judged
-from its own JUnit files (never believed), and `[thresholds.1x-h200]` is what `stackfarm thresholds` derives from
-this run and the earlier one (tests/test_throughput_fixtures/h200_planted_curve_throughput.json)."""
+"""The README's GPU command on the lent H200, run twice and committed in tests/test_gpu_runs/h200-2026-12-02 and
+h200-2026-12-02b: one `stackfarm run --backend host --python python3 --profile runners/1x-h200.toml --cells
+'cu130-torch2.11.0*'` from a fresh clone plus the `stackfarm bundle` wheelhouse (00 -> 40, gates on; 1352 s and
+1293 s). Each stored verdict is re-judged from its own JUnit files (never believed), and `[thresholds.1x-h200]` is
+what `stackfarm thresholds` derives from the two runs."""
 
 from __future__ import annotations
 
@@ -11,22 +11,26 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from stackfarm import verdict
 from stackfarm.matrix import load
 from stackfarm.throughput import derive
 
 REPO = Path(__file__).parents[1]
-RUN = Path(__file__).parent / "test_gpu_runs" / "h200-2026-12-02"
+RUNS = tuple(
+    Path(__file__).parent / "test_gpu_runs" / name for name in ("h200-2026-12-02", "h200-2026-12-02b")
+)
 CELL = "cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"
-EARLIER = Path(__file__).parent / "test_throughput_fixtures" / "h200_planted_curve_throughput.json"
 
 
 def _records() -> list[dict[str, Any]]:
-    return [json.loads(p.read_text(encoding="utf-8")) for p in (EARLIER, RUN / CELL / "throughput.json")]
+    return [json.loads((run / CELL / "throughput.json").read_text(encoding="utf-8")) for run in RUNS]
 
 
-def test_the_run_passes_when_re_judged_from_its_junit_files() -> None:
-    stored = verdict.read(RUN / CELL / verdict.VERDICT)
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_the_run_passes_when_re_judged_from_its_junit_files(run: Path) -> None:
+    stored = verdict.read(run / CELL / verdict.VERDICT)
     fresh = verdict.rejudged(stored)
     assert verdict.rejudge_problem(stored) is None
     assert fresh.status is verdict.Status.PASSED
@@ -38,7 +42,7 @@ def test_the_run_passes_when_re_judged_from_its_junit_files() -> None:
     facts = fresh.backend_facts
     assert facts["profile.name"] == "1x-h200"
     # the profile as it was at the run (runners/1x-h200.toml may move on; the record says which one it ran under)
-    want = hashlib.sha256((RUN / "1x-h200.toml").read_bytes()).hexdigest()
+    want = hashlib.sha256((run / "1x-h200.toml").read_bytes()).hexdigest()
     assert facts["profile.sha256"] == want
 
 
@@ -62,9 +66,10 @@ def test_no_unstable_figure_carries_a_bound() -> None:
     assert not unstable & set(shipped)
 
 
-def test_both_numerics_defects_were_caught_on_the_gpu_and_nothing_tied() -> None:
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_both_numerics_defects_were_caught_on_the_gpu_and_nothing_tied(run: Path) -> None:
     rows = {
-        r["test"].split("::")[-1]: r for r in json.loads((RUN / CELL / "numerics.json").read_text("utf-8"))
+        r["test"].split("::")[-1]: r for r in json.loads((run / CELL / "numerics.json").read_text("utf-8"))
     }
     for bug in ("attention", "mlp"):
         row = rows[f"test_e2e_gpu_bug[{bug}]"]
@@ -74,3 +79,15 @@ def test_both_numerics_defects_were_caught_on_the_gpu_and_nothing_tied() -> None
         row = rows[f"test_e2e_gpu[{config}]"]
         assert row["ok"] is True
         assert row["verdict"].startswith("8/8 prompts identical")
+
+
+def test_the_path_draft_accepts_its_whole_proposal_on_the_gpu() -> None:
+    """The second run is the first under the rebuilt path draft (lag-1 head, MLP memory, cancelling heads):
+    SGLang's EAGLE-3 chain and tree accepted 4 of 4 drafted tokens on every prompt (the first run's draft, 1.03),
+    and 30-numerics held it to its floor."""
+    rows = {
+        r["test"].split("::")[-1]: r
+        for r in json.loads((RUNS[1] / CELL / "numerics.json").read_text("utf-8"))
+    }
+    for config in ("eagle3-bfloat16", "eagle3-tree-bfloat16"):
+        assert float(rows[f"test_e2e_gpu[{config}]"]["properties"]["accept_length"]) >= 3.0
