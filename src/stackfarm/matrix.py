@@ -2,7 +2,8 @@
 
 Every error names the file, the line, the key and a fix (with a close-match suggestion for typos). Every table is
 checked in `load`, before any work starts: the tables read by one library or suite are declared next to the code
-that owns their meaning and checked here through stackfarm.schema: [suites.*] settings (stackfarm.suite_settings),
+that owns their meaning and checked here through stackfarm.schema: [suites.*] settings (each suite's family.py, stackfarm.families; stackfarm.legacy_settings for the suites not
+migrated yet),
 [thresholds.<kind>] (stackfarm.throughput.thresholds), [runners], [features], [docker] (stackfarm.matrix_tables).
 """
 
@@ -20,9 +21,10 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import indexauth, matrix_tables, schema, tomlread
+from . import families, indexauth, legacy_settings, matrix_tables, schema, tomlread
 from .artifacts import Source
 from .errors import ConfigError, StackfarmError, did_you_mean
+from .family import SuiteFamily
 from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of, python_problem
 from .throughput import thresholds as throughput_thresholds
 from .throughput.settings import SUITE as THROUGHPUT_SUITE
@@ -115,9 +117,13 @@ class Suite:
     needs_gpu: bool = False
     gate: bool = True
     timeout: int = 1800
+    #: [suites.<name>.settings] as written (an input of the verdict; what a legacy suite reads).
     settings: Mapping[str, Any] = field(default_factory=dict)
     #: Requirements of wheels the suite needs beyond the cell's stack (`wheels`): carried by a host's bundle.
     wheels: tuple[str, ...] = ()
+    #: The settings parsed once by the suite's family (stackfarm.family), None for a suite without one: the
+    #: runner hands it to the suite as JSON in CellSpec.settings.
+    parsed_settings: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -733,6 +739,39 @@ def discover_suites(root: Path) -> dict[str, Path]:
     }
 
 
+def family_of(suite_dir: Path) -> SuiteFamily[Any, Any] | None:
+    """The family a suite folder declares in its family.py (stackfarm.families), None for a legacy suite."""
+    file = suite_dir / families.FAMILY_FILE
+    if not file.is_file():
+        return None
+    try:
+        return families.load_one(file)
+    except families.FamilyError as exc:
+        raise ConfigError(
+            file, str(exc).removeprefix(f"{file.resolve()}: "), fix="fix the suite's family.py"
+        ) from None
+
+
+def settings_schema(suite_dir: Path) -> schema.Table:
+    """The schema of a suite's [suites.<name>.settings]: its family's, else the legacy table's (still to migrate)."""
+    family = family_of(suite_dir)
+    if family is None:
+        return legacy_settings.schema_for(suite_dir.name)
+    return family.settings_schema or legacy_settings.NONE
+
+
+def parse_settings(doc_path: Path, suite_dir: Path, raw: Mapping[str, Any], line: int | None) -> Any:
+    """The family's settings object of a checked table (None for a legacy suite)."""
+    family = family_of(suite_dir)
+    if family is None:
+        return None
+    try:
+        return family.parse(raw)
+    except (StackfarmError, ValueError, TypeError) as exc:
+        where = f"[suites.{suite_dir.name}.settings]"
+        raise ConfigError(doc_path, f"{where}: {exc}", line=line, fix="fix the setting") from None
+
+
 def _suites(doc: _Doc, table: dict[str, Any]) -> tuple[Suite, ...]:
     found = discover_suites(doc.path.parent)
     for name in table:
@@ -746,18 +785,23 @@ def _suites(doc: _Doc, table: dict[str, Any]) -> tuple[Suite, ...]:
     suites = []
     for name, path in found.items():
         entry = table.get(name, {})
-        schema.check(doc, ("suites", name), entry, matrix_tables.suite(name))
+        schema.check(doc, ("suites", name), entry, matrix_tables.suite(settings_schema(path)))
         if not entry.get("enabled", True):
             continue
+        raw = dict(entry.get("settings", {}))
+        family = family_of(path)
         suites.append(
             Suite(
                 name=name,
                 path=path,
-                needs_gpu=bool(entry.get("needs_gpu", False)),
+                needs_gpu=bool(entry.get("needs_gpu", family.needs.gpu if family else False)),
                 gate=bool(entry.get("gate", True)),
                 timeout=math.ceil(entry.get("timeout", 1800)),
-                settings=dict(entry.get("settings", {})),
+                settings=raw,
                 wheels=tuple(entry.get("wheels", ())),
+                parsed_settings=parse_settings(
+                    doc.path, path, raw, doc.line_of(f"suites.{name}.settings", None)
+                ),
             )
         )
     return tuple(suites)
@@ -784,6 +828,9 @@ __all__ = [
     "Runner",
     "Suite",
     "discover_suites",
+    "family_of",
     "load",
     "locate",
+    "parse_settings",
+    "settings_schema",
 ]

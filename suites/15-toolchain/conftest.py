@@ -5,13 +5,20 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from toolchain_cell import cell_findings
 
+from stackfarm import families
 from stackfarm.analysis.jitfindings import ToolFinding
 from stackfarm.cellspec import load
+from stackfarm.family import Results
 from stackfarm.junit import worst_of
+
+#: This folder's family.py (its record classes).
+FAMILY = families.module(Path(__file__).with_name(families.FAMILY_FILE))
 
 
 @functools.cache
@@ -42,10 +49,15 @@ def arch_verdicts(found: list[ToolFinding]) -> dict[tuple[str, str], str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _arch_properties(record_testsuite_property: Callable[[str, object], None]) -> None:
-    """``toolchain.<arch>.toolchain`` and ``toolchain.<arch>.selection``: each arch's verdict, for the reports."""
-    for (arch, kind), text in sorted(arch_verdicts(findings()).items()):
+def _arch_properties(record_testsuite_property: Callable[[str, object], None], results: Results[Any]) -> None:
+    """Each arch's verdicts: into the record (the report's), and as ``toolchain.<arch>.toolchain`` and
+    ``toolchain.<arch>.selection`` testsuite properties for JUnit readers."""
+    verdicts = arch_verdicts(findings())
+    for (arch, kind), text in sorted(verdicts.items()):
         record_testsuite_property(f"toolchain.{arch}.{kind}", text)
+    for arch in sorted({arch for arch, _ in verdicts}):
+        toolchain, selection = (verdicts.get((arch, kind), worst_of([])) for kind in ("toolchain", "selection"))
+        results.add("archs", FAMILY.ArchVerdict(arch=arch, toolchain=toolchain, selection=selection))
 
 
 def pytest_configure(config: pytest.Config) -> None:
