@@ -34,30 +34,24 @@ def findings() -> list[ToolFinding]:
     return cell_findings(cell)
 
 
-#: A finding's outcome as its testcase ends (stackfarm.junit's words).
-_AS_TESTCASE = {"fail": "failed", "skip": "skipped", "pass": "passed", "n/a": "n/a"}
-
-
 def arch_verdicts(found: list[ToolFinding]) -> dict[tuple[str, str], str]:
     """(arch, "toolchain" | "selection") -> the worst outcome of its findings, in words ("failed (2 of 5)"):
-    stackfarm.junit.worst_of, the rule the report's section applies to the same testcases."""
-    groups: dict[tuple[str, str], list[str]] = {}
-    for f in found:
-        kind = "selection" if f.kind == "selection" else "toolchain"
-        groups.setdefault((f.arch, kind), []).append(_AS_TESTCASE.get(f.outcome, "error"))
-    return {key: worst_of(outcomes) for key, outcomes in groups.items()}
+    family.py's arch_verdicts, the rule the record (and so the report's section) carries."""
+    return {
+        (v.arch, kind): text
+        for v in FAMILY.arch_verdicts(found)
+        for kind, text in (("toolchain", v.toolchain), ("selection", v.selection))
+        if text != worst_of([])
+    }
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _arch_properties(record_testsuite_property: Callable[[str, object], None], results: Results[Any]) -> None:
     """Each arch's verdicts: into the record (the report's), and as ``toolchain.<arch>.toolchain`` and
     ``toolchain.<arch>.selection`` testsuite properties for JUnit readers."""
-    verdicts = arch_verdicts(findings())
-    for (arch, kind), text in sorted(verdicts.items()):
+    for (arch, kind), text in sorted(arch_verdicts(findings()).items()):
         record_testsuite_property(f"toolchain.{arch}.{kind}", text)
-    for arch in sorted({arch for arch, _ in verdicts}):
-        toolchain, selection = (verdicts.get((arch, kind), worst_of([])) for kind in ("toolchain", "selection"))
-        results.add("archs", FAMILY.ArchVerdict(arch=arch, toolchain=toolchain, selection=selection))
+    results.set("archs", FAMILY.arch_verdicts(findings()))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -14,7 +14,7 @@ outcome in the JUnit file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -174,6 +174,30 @@ class Finding:
 class ToolchainRecord:
     archs: tuple[ArchVerdict, ...] = ()
     findings: tuple[Finding, ...] = ()
+
+
+#: A finding's outcome as its testcase ends (stackfarm.junit's words).
+_AS_TESTCASE = {"fail": "failed", "skip": "skipped", "pass": "passed", "n/a": "n/a"}
+
+
+def arch_verdicts(found: Iterable[Any]) -> tuple[ArchVerdict, ...]:
+    """Each arch's toolchain and selection verdict from its findings (anything with kind, arch and outcome:
+    stackfarm.analysis.jitfindings.ToolFinding): the worst outcome of each, in words ("failed (2 of 5)"),
+    stackfarm.junit.worst_of; "no finding" for a kind an arch has none of, never passed."""
+    from stackfarm.junit import worst_of
+
+    groups: dict[tuple[str, str], list[str]] = {}
+    for f in found:
+        kind = "selection" if f.kind == "selection" else "toolchain"
+        groups.setdefault((f.arch, kind), []).append(_AS_TESTCASE.get(f.outcome, "error"))
+    return tuple(
+        ArchVerdict(
+            arch=arch,
+            toolchain=worst_of(groups.get((arch, "toolchain"), [])),
+            selection=worst_of(groups.get((arch, "selection"), [])),
+        )
+        for arch in sorted({arch for arch, _ in groups})
+    )
 
 
 #: The columns of the findings table (after suite, outcome, testcase).

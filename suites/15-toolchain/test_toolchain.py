@@ -33,7 +33,10 @@ FAMILY = families.module(Path(__file__).with_name(families.FAMILY_FILE))
 
 
 def test_finding(
-    finding: ToolFinding, record_property: RecordProperty, results: Results[Any], request: pytest.FixtureRequest
+    finding: ToolFinding,
+    record_property: RecordProperty,
+    results: Results[Any],
+    request: pytest.FixtureRequest,
 ) -> None:
     """triton: Triton's bundled ptxas accepts the --gpu-name Triton builds for the arch; flashinfer-jit /
     flashinfer-aot: the CUDA toolkit accepts every -gencode target flashinfer's CompilationContext gives;

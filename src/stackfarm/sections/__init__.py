@@ -17,10 +17,10 @@ The built-in renderers (patches, and still to migrate: eagle3, numerics, through
 
 from __future__ import annotations
 
-import html
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ..family import SectionContext, SuiteFamily, read_record, record_path
@@ -117,8 +117,8 @@ def family_section(
     ctx = SectionContext(cell=cell, suites=tuple(shown), records=tuple(records), trends=mine)
     out = family.section(ctx) if records else ""
     if problems:
-        items = "".join(f"<li>{html.escape(p)}</li>" for p in problems)
-        out += f'<h2>{html.escape(family.title)}</h2><ul class="problems">{items}</ul>'
+        items = "".join(f"<li>{escape(p)}</li>" for p in problems)
+        out += f'<h2>{escape(family.title)}</h2><ul class="problems">{items}</ul>'
     return out
 
 
