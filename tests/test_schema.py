@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import WriteMatrix
-from stackfarm import matrix, schema
+from stackfarm import matrix, schema, suite_config
 from stackfarm.errors import ConfigError, ExitCode
 from stackfarm.matrix import Runner
 from stackfarm.numerics import settings as numerics_settings
@@ -63,7 +63,7 @@ def test_the_shipped_matrix_passes_every_schema_and_exposes_its_runners() -> Non
     )
     assert m.runners["8x-rtx-pro-6000"].cells == ("*-sgl0.5.9", "*-sgl0.5.10")
     for suite in m.suites:  # what load accepted, each suite's own parser accepts too
-        assert schema.first_problem(dict(suite.settings), matrix.settings_schema(suite.path)) is None
+        assert schema.first_problem(dict(suite.settings), suite_config.settings_schema(suite.path)) is None
     by_name = {s.name: s for s in m.suites}
     numerics_settings.parse(by_name["30-numerics"].settings)
     ThroughputSettings.from_mapping(by_name["40-throughput"].settings)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import tomllib
 
-from stackfarm.matrix import settings_schema
 from stackfarm.schema import Table, first_problem
+from stackfarm.suite_config import settings_schema
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -2,8 +2,7 @@
 
 Every error names the file, the line, the key and a fix (with a close-match suggestion for typos). Every table is
 checked in `load`, before any work starts: the tables read by one library or suite are declared next to the code
-that owns their meaning and checked here through stackfarm.schema: [suites.*] settings (each suite's family.py, stackfarm.families; stackfarm.legacy_settings for the suites not
-migrated yet),
+that owns their meaning and checked here through stackfarm.schema: [suites.*] settings (each suite's family.py: stackfarm.suite_config),
 [thresholds.<kind>] (stackfarm.throughput.thresholds), [runners], [features], [docker] (stackfarm.matrix_tables).
 """
 
@@ -21,11 +20,11 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from . import families, indexauth, legacy_settings, matrix_tables, schema, tomlread
+from . import indexauth, matrix_tables, schema, tomlread
 from .artifacts import Source
 from .errors import ConfigError, StackfarmError, did_you_mean
-from .family import SuiteFamily
 from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of, python_problem
+from .suite_config import family_of, parse_settings, settings_schema
 from .throughput import thresholds as throughput_thresholds
 from .throughput.settings import SUITE as THROUGHPUT_SUITE
 from .throughput.settings import Settings as ThroughputSettings
@@ -739,39 +738,6 @@ def discover_suites(root: Path) -> dict[str, Path]:
     }
 
 
-def family_of(suite_dir: Path) -> SuiteFamily[Any, Any] | None:
-    """The family a suite folder declares in its family.py (stackfarm.families), None for a legacy suite."""
-    file = suite_dir / families.FAMILY_FILE
-    if not file.is_file():
-        return None
-    try:
-        return families.load_one(file)
-    except families.FamilyError as exc:
-        raise ConfigError(
-            file, str(exc).removeprefix(f"{file.resolve()}: "), fix="fix the suite's family.py"
-        ) from None
-
-
-def settings_schema(suite_dir: Path) -> schema.Table:
-    """The schema of a suite's [suites.<name>.settings]: its family's, else the legacy table's (still to migrate)."""
-    family = family_of(suite_dir)
-    if family is None:
-        return legacy_settings.schema_for(suite_dir.name)
-    return family.settings_schema or legacy_settings.NONE
-
-
-def parse_settings(doc_path: Path, suite_dir: Path, raw: Mapping[str, Any], line: int | None) -> Any:
-    """The family's settings object of a checked table (None for a legacy suite)."""
-    family = family_of(suite_dir)
-    if family is None:
-        return None
-    try:
-        return family.parse(raw)
-    except (StackfarmError, ValueError, TypeError) as exc:
-        where = f"[suites.{suite_dir.name}.settings]"
-        raise ConfigError(doc_path, f"{where}: {exc}", line=line, fix="fix the setting") from None
-
-
 def _suites(doc: _Doc, table: dict[str, Any]) -> tuple[Suite, ...]:
     found = discover_suites(doc.path.parent)
     for name in table:
@@ -828,9 +794,6 @@ __all__ = [
     "Runner",
     "Suite",
     "discover_suites",
-    "family_of",
     "load",
     "locate",
-    "parse_settings",
-    "settings_schema",
 ]

@@ -45,9 +45,10 @@ from packaging.utils import canonicalize_name
 from . import matrix as matrix_module
 from . import matrix_tables, schema
 from .errors import ConfigError, did_you_mean
-from .matrix import Matrix, Suite, parse_settings, settings_schema
+from .matrix import Matrix, Suite
 from .matrix_tables import HostProfile
 from .schema import List, Map, Str, Table
+from .suite_config import parse_settings, settings_schema
 
 if sys.version_info >= (3, 11):
     import tomllib
