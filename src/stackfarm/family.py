@@ -32,12 +32,9 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .schema import Table
-
-if TYPE_CHECKING:  # the report's types: never imported at run time (this module is the ground floor)
-    from .history import CellRun, SuiteRun
 
 #: The record file's format: 1 is ``{"schema", "family", "record"}`` with `to_json`'s encoding.
 RECORD_SCHEMA = 1
@@ -78,8 +75,10 @@ class SectionContext(Generic[R]):
     """What a family's section gets: the cell as the report knows it, the family's suite runs, the records
     decoded from them (only those whose sha256 the verdict binds), and the cell's figures over time."""
 
-    cell: CellRun
-    suites: tuple[SuiteRun, ...]
+    #: The cell as the report knows it (stackfarm.history.CellRun: this module imports nothing of the report).
+    cell: Any
+    #: The family's suite runs (stackfarm.history.SuiteRun), one per record, in the same order.
+    suites: tuple[Any, ...]
     records: tuple[R, ...]
     trends: Mapping[str, list[tuple[str, float]]] = field(default_factory=dict)
 
