@@ -121,6 +121,8 @@ class SuiteFamily(Generic[S, R]):
 
 def to_json(value: Any) -> Any:
     """A frozen dataclass tree as JSON data: dataclasses as objects, tuples as lists, enums as their values."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, enum.Enum):
@@ -129,8 +131,6 @@ def to_json(value: Any) -> Any:
         return [to_json(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): to_json(v) for k, v in value.items()}
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
     raise TypeError(
         f"{type(value).__name__} is not part of a record (primitives, tuples, mappings, dataclasses)"
     )
@@ -147,7 +147,14 @@ def _decode(kind: Any, data: Any, where: str) -> Any:
         return data
     if dataclasses.is_dataclass(kind) and isinstance(kind, type):
         return _decode_dataclass(kind, data, where)
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    origin = typing.get_origin(kind)
+    if origin is None and kind not in (dict, Mapping):
+        return _decode_scalar(kind, data, where)
+    return _decode_generic(origin or kind, typing.get_args(kind), data, where)
+
+
+def _decode_generic(origin: Any, args: tuple[Any, ...], data: Any, where: str) -> Any:
+    """A union, a Literal, a tuple or list, a mapping (typing's origin of the declared type)."""
     if origin in (typing.Union, types.UnionType):
         return _decode_union(args, data, where)
     if origin is typing.Literal:
@@ -156,11 +163,9 @@ def _decode(kind: Any, data: Any, where: str) -> Any:
         return data
     if origin is tuple or origin is list:
         return _decode_sequence(origin, args, data, where)
-    if origin in (dict, Mapping) or kind in (dict, Mapping):
+    if origin in (dict, Mapping):
         return _decode_mapping(args, data, where)
-    if isinstance(kind, type) and issubclass(kind, enum.Enum):
-        return kind(data)
-    return _decode_scalar(kind, data, where)
+    raise ValueError(f"{where}: {origin} is not a record type (primitives, tuples, mappings, dataclasses)")
 
 
 def _decode_dataclass(kind: type, data: Any, where: str) -> Any:
@@ -210,13 +215,24 @@ def _decode_mapping(args: tuple[Any, ...], data: Any, where: str) -> Any:
 
 
 def _decode_scalar(kind: Any, data: Any, where: str) -> Any:
-    if kind is float and isinstance(data, int) and not isinstance(data, bool):
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return kind(data)
+    if kind is float and _is_number(data):
         return float(data)
-    if kind is type(None) and data is None:
-        return None
-    if not isinstance(kind, type) or not isinstance(data, kind) or (kind is int and isinstance(data, bool)):
+    if not _fits(kind, data):
         raise ValueError(f"{where}: expected {getattr(kind, '__name__', kind)}, got {data!r}")
     return data
+
+
+def _is_number(data: Any) -> bool:
+    return isinstance(data, int | float) and not isinstance(data, bool)
+
+
+def _fits(kind: Any, data: Any) -> bool:
+    """`data` is a `kind` (None for NoneType; a bool is no int, though Python says it is)."""
+    if kind is type(None):
+        return data is None
+    return isinstance(kind, type) and isinstance(data, kind) and not (kind is int and isinstance(data, bool))
 
 
 # --------------------------------------------------------------------------- records

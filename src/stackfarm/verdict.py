@@ -588,17 +588,21 @@ def reusable(stored: Stored, input_hash: str) -> str | None:
     wrong_key = key_problem(stored)
     if wrong_key is not None:
         return wrong_key
-    for s in report.suites:
-        xml = stored.path.parent / f"{s.suite}.xml"
-        if s.sha256 is None:
-            return f"{s.suite}: the verdict binds no JUnit hash (an older format)"
-        if not xml.is_file() or hashlib.sha256(xml.read_bytes()).hexdigest() != s.sha256:
-            return f"{s.suite}: its JUnit file is not the one the verdict summarised"
-        record = xml.with_suffix(".json")
-        if s.record_sha256 is not None and (
-            not record.is_file() or hashlib.sha256(record.read_bytes()).hexdigest() != s.record_sha256
-        ):
-            return f"{s.suite}: its record {record.name} is not the one the verdict binds"
+    return next((why for s in report.suites if (why := _bound_files_problem(stored.path.parent, s))), None)
+
+
+def _bound_files_problem(folder: Path, s: SuiteResult) -> str | None:
+    """Why the suite's JUnit file (or its record, stackfarm.family) beside the verdict is not the one bound."""
+    xml = folder / f"{s.suite}.xml"
+    if s.sha256 is None:
+        return f"{s.suite}: the verdict binds no JUnit hash (an older format)"
+    if not xml.is_file() or hashlib.sha256(xml.read_bytes()).hexdigest() != s.sha256:
+        return f"{s.suite}: its JUnit file is not the one the verdict summarised"
+    record = xml.with_suffix(".json")
+    if s.record_sha256 is not None and (
+        not record.is_file() or hashlib.sha256(record.read_bytes()).hexdigest() != s.record_sha256
+    ):
+        return f"{s.suite}: its record {record.name} is not the one the verdict binds"
     return None
 
 

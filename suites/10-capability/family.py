@@ -101,7 +101,7 @@ def _case(finding: Finding, junit: Mapping[str, Case]) -> Case | None:
 
 def render(ctx: SectionContext[CapabilityRecord]) -> str:
     """The grid (arch x component), then each finding with its file:line."""
-    from stackfarm.sections.html import e, findings, table
+    from stackfarm.sections.html import findings
 
     cases: list[tuple[str, Case]] = []
     grid: dict[tuple[str, str], str] = {}
@@ -111,15 +111,18 @@ def render(ctx: SectionContext[CapabilityRecord]) -> str:
         grid |= {(g.arch, g.component): g.text for g in record.grid}
     if not cases and not grid:
         return ""
-    out = "<h2>Capability findings</h2>"
-    if grid:
-        archs = sorted({a for a, _ in grid})
-        comps = sorted({c for _, c in grid})
-        rows = [(f"<strong>{e(a)}</strong>", *(e(grid.get((a, c), "")) for c in comps)) for a in archs]
-        out += table(("arch", *comps), rows)
-    if cases:
-        out += findings("Findings", cases, KEYS)
-    return out
+    out = "<h2>Capability findings</h2>" + (_grid_table(grid) if grid else "")
+    return out + (findings("Findings", cases, KEYS) if cases else "")
+
+
+def _grid_table(grid: Mapping[tuple[str, str], str]) -> str:
+    """arch x component: "verdict xN, ..." or "ok" in each cell."""
+    from stackfarm.sections.html import e, table
+
+    archs = sorted({a for a, _ in grid})
+    comps = sorted({c for _, c in grid})
+    rows = [(f"<strong>{e(a)}</strong>", *(e(grid.get((a, c), "")) for c in comps)) for a in archs]
+    return table(("arch", *comps), rows)
 
 
 FAMILY: SuiteFamily[CapabilitySettings, CapabilityRecord] = SuiteFamily(

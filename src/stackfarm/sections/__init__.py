@@ -93,26 +93,34 @@ def claimed(suite: str, families: Families | None = None) -> bool:
     return suite in (families or {}) or for_suite(suite) is not None
 
 
+def _records(
+    family: SuiteFamily[Any, Any], suites: Sequence[SuiteRun]
+) -> tuple[list[SuiteRun], list[Any], list[str]]:
+    """(the suite runs shown, their records, why each other record is not shown): only the bytes the verdict
+    binds are read as a record (stackfarm.family.read_record)."""
+    shown: list[SuiteRun] = []
+    records: list[Any] = []
+    problems: list[str] = []
+    for suite in suites:
+        if family.record is None or suite.result.xml is None:
+            continue
+        path = record_path(suite.result.xml.parent, family.name)
+        record, problem = read_record(family.record, path, suite.result.record_sha256)
+        problems += [problem] if problem is not None else []
+        if record is not None:
+            shown.append(suite)
+            records.append(record)
+    return shown, records, problems
+
+
 def family_section(
     family: SuiteFamily[Any, Any], cell: CellRun, trends: Mapping[str, list[tuple[str, float]]] | None = None
 ) -> str:
     """The family's section from the records of its suite, and a problem line per record not shown."""
     suites = [s for s in cell.suites if s.result.suite == family.name]
-    if family.section is None or family.record is None or not suites:
+    if family.section is None or not suites:
         return ""
-    shown, records, problems = [], [], []
-    for suite in suites:
-        folder = suite.result.xml.parent if suite.result.xml is not None else None
-        if folder is None:
-            continue
-        record, problem = read_record(
-            family.record, record_path(folder, family.name), suite.result.record_sha256
-        )
-        if problem is not None:
-            problems.append(problem)
-        if record is not None:
-            shown.append(suite)
-            records.append(record)
+    shown, records, problems = _records(family, suites)
     mine = {k: v for k, v in (trends or {}).items() if k.split("::", 1)[0] == family.name}
     ctx = SectionContext(cell=cell, suites=tuple(shown), records=tuple(records), trends=mine)
     out = family.section(ctx) if records else ""
