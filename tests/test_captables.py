@@ -539,6 +539,14 @@ def test_suite_fails_unpatched_and_passes_patched(tmp_path: Path) -> None:
     gpu = [c for name, c in cases.items() if "gpu" in name]
     assert gpu
     assert all(c["outcome"] == "skipped" and "needs GPU: no GPU in unit tests" in c["message"] for c in gpu)
+    # the suite's record (family.py) beside its JUnit file says the same, and carries the grid
+    record = json.loads((tmp_path / "run1" / "10-capability.json").read_text())["record"]
+    (table_finding,) = (f for f in record["findings"] if f["symbol"] == "MAX_SIZES" and f["arch"] == "sm_120")
+    assert (table_finding["verdict"], table_finding["file"], table_finding["line"]) == (
+        "missing-crash", "sglang/srt/symm.py", 9,
+    )  # fmt: skip
+    assert table_finding["testcase"] in cases
+    assert {(g["arch"], g["component"]) for g in record["grid"]} >= {("sm_120", "sglang")}
 
     patched = write_tree(tmp_path / "patched", SYMM_059)
     utils = patched / "sglang" / "srt" / "all_reduce_utils.py"

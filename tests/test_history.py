@@ -7,6 +7,7 @@ runner and pytest write them), modelling the seeds' upgrade: a patch set edited 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ from junitparser import Error, Failure, JUnitXml, Properties, Property, Skipped,
 from conftest import cell_report
 from stackfarm import history, htmlreport, verdict
 from stackfarm.errors import StackfarmError
+from stackfarm.family import record_bytes
 from stackfarm.history import Outcome
 from stackfarm.verdict import CellReport, SuiteResult
 
@@ -63,8 +65,11 @@ def write_cell(
     inputs: Mapping[str, Any] | None = None,
     timestamp: str = "2026-11-01T02:17:00+00:00",
     xml_prefix: str = "reports",
+    records: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> CellReport:
-    """One cell of a reports/ folder: per-suite JUnit files and the verdict.json that points at them."""
+    """One cell of a reports/ folder: per-suite JUnit files, the records of suites with a family (`records`:
+    suite -> the record as JSON data, written as <suite>.json and bound by its sha256) and the verdict.json
+    that points at them."""
     folder = reports / cell
     folder.mkdir(parents=True, exist_ok=True)
     results = []
@@ -79,6 +84,11 @@ def write_cell(
         xml.update_statistics()  # type: ignore[no-untyped-call]  # junitparser: unannotated
         xml.write(str(folder / f"{suite}.xml"))
         outcome = _outcome(cases)
+        record_sha256 = None
+        if suite in (records or {}):
+            data = record_bytes(suite, (records or {})[suite])
+            (folder / f"{suite}.json").write_bytes(data)
+            record_sha256 = hashlib.sha256(data).hexdigest()
         bad = next((f"{c[0]}: {c[2]}" for c in cases if c[1] in ("failed", "error")), None)
         results.append(
             SuiteResult(
@@ -93,6 +103,7 @@ def write_cell(
                 first_failure=bad,
                 # As the runner records it: relative to the folder it ran in, which a copy does not keep.
                 xml=Path(xml_prefix) / cell / f"{suite}.xml",
+                record_sha256=record_sha256,
             )
         )
     report = cell_report(

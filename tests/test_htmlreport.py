@@ -15,7 +15,9 @@ import shutil
 import struct
 import subprocess
 import zlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,6 +60,33 @@ PASSING: dict[str, list[CaseSpec]] = {
 }  # fmt: skip
 
 
+def capability_record(cases: Sequence[CaseSpec], grid: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """10-capability's record (suites/10-capability/family.py) of the findings `cases` carry and the
+    ``capability.<arch>.<component>`` grid, as the suite writes both."""
+    findings = [
+        {"testcase": name, "arch": p["arch"], "component": p.get("component", ""), "verdict": p["verdict"],
+         "file": p.get("file", ""), "line": int(p.get("line", 0)), "symbol": p.get("symbol", ""),
+         "detail": p.get("detail", "")}
+        for name, _, _, p in cases
+        if {"arch", "verdict"} <= p.keys()
+    ]  # fmt: skip
+    cells = [
+        {"arch": key.split(".")[1], "component": key.split(".", 2)[2], "text": text}
+        for key, text in (grid or {}).items()
+    ]
+    return {"grid": cells, "findings": findings}
+
+
+#: The records the suites with a family write for FAILING and PASSING.
+FAILING_RECORDS = {
+    "10-capability": capability_record(
+        FAILING["10-capability"],
+        {"capability.sm_120.sglang": "missing-key x1", "capability.sm_90.sglang": "ok"},
+    )
+}
+PASSING_RECORDS = {"10-capability": capability_record(PASSING["10-capability"])}
+
+
 @pytest.fixture
 def reports(tmp_path: Path) -> Path:
     root = tmp_path / "reports"
@@ -68,8 +97,10 @@ def reports(tmp_path: Path) -> Path:
         properties={"axis.sglang": "0.5.9", "sglang.version": "0.5.9", "sglang.sha256": "8a" * 32,
                     "patches.sm120-capability.sha256": "ff" * 32},
         suite_properties={"10-capability": {"capability.sm_120.sglang": "missing-key x1", "capability.sm_90.sglang": "ok"}},
+        records=FAILING_RECORDS,
     )  # fmt: skip
-    write_cell(root, OTHER, PASSING, properties={"axis.sglang": "0.5.15", "sglang.version": "0.5.15"})
+    write_cell(root, OTHER, PASSING, properties={"axis.sglang": "0.5.15", "sglang.version": "0.5.15"},
+               records=PASSING_RECORDS)  # fmt: skip
     return root
 
 
@@ -118,7 +149,7 @@ def test_cell_page_shows_findings_patches_contract_equivalence_throughput(report
     htmlreport.write(reports)
     failing = (reports / CELL / "index.html").read_text()
     assert "<h2>Capability findings</h2>" in failing
-    assert "missing-key x1" in failing, "the arch x component grid from the testsuite properties"
+    assert "missing-key x1" in failing, "the arch x component grid from the record"
     assert "KeyError: 12 &lt;script&gt;" in failing
     assert "<script>" not in failing, "messages are escaped"
     assert re.search(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import WriteMatrix
-from stackfarm import matrix, schema, suite_settings
+from stackfarm import matrix, schema, suite_config
 from stackfarm.errors import ConfigError, ExitCode
 from stackfarm.matrix import Runner
 from stackfarm.numerics import settings as numerics_settings
@@ -63,7 +63,7 @@ def test_the_shipped_matrix_passes_every_schema_and_exposes_its_runners() -> Non
     )
     assert m.runners["8x-rtx-pro-6000"].cells == ("*-sgl0.5.9", "*-sgl0.5.10")
     for suite in m.suites:  # what load accepted, each suite's own parser accepts too
-        assert schema.first_problem(dict(suite.settings), suite_settings.schema_for(suite.name)) is None
+        assert schema.first_problem(dict(suite.settings), suite_config.settings_schema(suite.path)) is None
     by_name = {s.name: s for s in m.suites}
     numerics_settings.parse(by_name["30-numerics"].settings)
     ThroughputSettings.from_mapping(by_name["40-throughput"].settings)
@@ -296,6 +296,8 @@ def test_bad_eagle3_settings(write_matrix: WriteMatrix, tmp_path: Path, line: st
 
 def test_capability_settings(write_matrix: WriteMatrix, tmp_path: Path) -> None:
     suites(tmp_path, "10-capability")
+    family = REPO / "suites" / "10-capability" / "family.py"  # the suite's settings are its family's
+    (tmp_path / "suites" / "10-capability" / "family.py").write_text(family.read_text())
     good = (
         '\n[suites.10-capability]\nsettings = { environ = { SGLANG_X = "1" }, flag_packages = ["sglang"] }\n'
     )

@@ -1,45 +1,55 @@
-"""stackfarm.sections: the registry of a cell page's sections, one renderer per suite family, by prefix."""
+"""stackfarm.sections: a cell page's sections, each suite family's from its record (suites/NN-name/family.py),
+and the legacy renderers (by suite-name prefix) of the families not migrated yet."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from stackfarm import htmlreport, sections
+from stackfarm import families, htmlreport, sections
+from stackfarm.family import to_json
 from stackfarm.history import read_run
-from stackfarm.junit import NA_PROPERTY
 from stackfarm.sections.html import loc
 from test_history import CELL, CaseSpec, write_cell
-from test_htmlreport import FAILING, PASSING
+from test_htmlreport import FAILING, FAILING_RECORDS, PASSING, PASSING_RECORDS
 
 SRC = Path(htmlreport.__file__)
+REPO = Path(__file__).resolve().parents[1]
+TOOLCHAIN = families.module(REPO / "suites" / "15-toolchain" / "family.py")
 
 
 def test_each_suite_family_has_its_renderer() -> None:
-    assert {s.name for s in sections.load()} >= {"patches", "capability", "eagle3", "numerics", "throughput"}
+    assert {s.name for s in sections.load()} >= {"patches", "eagle3", "numerics", "throughput"}
+    registry = families.load(REPO / "suites")
+    assert {name: f.section is not None and f.record is not None for name, f in registry.items()} == {
+        "10-capability": True,
+        "15-toolchain": True,
+    }, "the migrated families render from their records"
     owner = {
         suite: (found.name if (found := sections.for_suite(suite)) else None)
         for suite in (
-            "10-capability",
-            "15-toolchain",
             "20-eagle3",
             "30-numerics",
             "30-equivalence",
             "40-throughput",
             "00-stack",
+            "10-capability",
         )
     }
     assert owner == {
-        "10-capability": "capability",
-        "15-toolchain": "toolchain",
         "20-eagle3": "eagle3",
         "30-numerics": "numerics",
         "30-equivalence": "numerics",
         "40-throughput": "throughput",
         "00-stack": None,
-    }
+        "10-capability": None,
+    }, "still to migrate: the legacy renderers, by prefix"
+    assert sections.claimed("10-capability", registry)
+    assert sections.claimed("15-toolchain", registry)
 
 
 def test_htmlreport_has_no_suite_specific_code() -> None:
@@ -61,7 +71,9 @@ def test_a_registered_section_renders_for_its_suites(tmp_path: Path, monkeypatch
         seen.append(tuple(s.result.suite for s in ctx.suites))
         return "<h2>From the stack suite</h2>"
 
-    write_cell(tmp_path, CELL, {**FAILING, "00-stack": [("test_imports", "passed", "", {})]})
+    write_cell(
+        tmp_path, CELL, {**FAILING, "00-stack": [("test_imports", "passed", "", {})]}, records=FAILING_RECORDS
+    )
     run = read_run(tmp_path)
     page = htmlreport.cell_page(run.cells[CELL])
     assert "<h2>From the stack suite</h2>" in page
@@ -74,7 +86,7 @@ def test_a_registered_section_renders_for_its_suites(tmp_path: Path, monkeypatch
 
 
 def test_findings_carry_their_file_line(tmp_path: Path) -> None:
-    write_cell(tmp_path, CELL, FAILING)
+    write_cell(tmp_path, CELL, FAILING, records=FAILING_RECORDS)
     page = htmlreport.cell_page(read_run(tmp_path).cells[CELL])
     findings = page.split("<h2>Capability findings</h2>", 1)[1].split("<h2>", 1)[0]
     assert '<code class="loc">torch_symm_mem.py:40</code>' in findings
@@ -93,31 +105,55 @@ def test_eagle3_findings_locate_provider_and_consumer(tmp_path: Path) -> None:
         ],
         **{k: v for k, v in PASSING.items() if k != "20-eagle3"},
     }  # fmt: skip
-    write_cell(tmp_path, CELL, suites)
+    write_cell(tmp_path, CELL, suites, records=PASSING_RECORDS)
     page = htmlreport.cell_page(read_run(tmp_path).cells[CELL])
     assert '<code class="loc">sglang/srt/speculative/eagle_worker.py:88</code>' in page
 
 
+def _tool(testcase: str, kind: str, arch: str, outcome: str, **facts: object) -> Any:
+    """One 15-toolchain finding: the record's (family.py), and its outcome as the suite's analysis gave it."""
+    return TOOLCHAIN.Finding(testcase=testcase, kind=kind, arch=arch, **facts), SimpleNamespace(
+        kind=kind, arch=arch, outcome=outcome
+    )
+
+
 def test_toolchain_section_gives_each_arch_a_toolchain_and_a_selection_verdict(tmp_path: Path) -> None:
     sel = "sglang/srt/layers/attention/nsa_backend.py"
+    found = [
+        _tool("test_finding[triton-sm_120]", "triton", "sm_120", "pass"),
+        _tool("test_finding[selection-mla-prefill-trtllm-gen-sm_120]", "selection", "sm_120", "fail",
+              target="trtllm-gen", file=sel, line=1776),
+        _tool("test_finding[flashinfer-jit-sm_90]", "flashinfer-jit", "sm_90", "skip"),
+        _tool("test_finding[selection-attention-fa3-sm_90]", "selection", "sm_90", "pass"),
+        _tool("test_finding[selection-attention-triton-sm_90]", "selection", "sm_90", "n/a"),
+    ]  # fmt: skip
+    junit = {"pass": "passed", "fail": "failed", "skip": "skipped", "n/a": "skipped"}
     suites: dict[str, list[CaseSpec]] = {
         **PASSING,
-        "15-toolchain": [
-            ("test_finding[triton-sm_120]", "passed", "", {"arch": "sm_120", "kind": "triton"}),
-            ("test_finding[selection-mla-prefill-trtllm-gen-sm_120]", "failed", "refused",
-             {"arch": "sm_120", "kind": "selection", "target": "trtllm-gen", "file": sel, "line": "1776"}),
-            ("test_finding[flashinfer-jit-sm_90]", "skipped", "no toolkit", {"arch": "sm_90"}),
-            ("test_finding[selection-attention-fa3-sm_90]", "passed", "", {"arch": "sm_90", "kind": "selection"}),
-            ("test_finding[selection-attention-triton-sm_90]", "skipped", "n/a: no gate declared",
-             {"arch": "sm_90", "kind": "selection", NA_PROPERTY: "not-configured"}),
-        ],
-    }  # fmt: skip
-    write_cell(tmp_path, CELL, suites)
+        "15-toolchain": [(f.testcase, junit[o.outcome], o.outcome, {}) for f, o in found],
+    }
+    record = TOOLCHAIN.ToolchainRecord(
+        archs=TOOLCHAIN.arch_verdicts(o for _, o in found), findings=tuple(f for f, _ in found)
+    )
+    write_cell(tmp_path, CELL, suites, records={**PASSING_RECORDS, "15-toolchain": to_json(record)})
     page = htmlreport.cell_page(read_run(tmp_path).cells[CELL])
     part = page.split("<h2>Toolchain and backend selection</h2>", 1)[1].split("<h2>", 1)[0]
     assert "<td><strong>sm_120</strong></td><td>passed</td><td>failed (1 of 1)</td>" in part
     assert "<td><strong>sm_90</strong></td><td>unanswered (1 of 1)</td><td>passed</td>" in part
     assert f'<code class="loc">{sel}:1776</code>' in part
-    from stackfarm.sections.toolchain import verdict
+    assert TOOLCHAIN.arch_verdicts([]) == ()
+    only_tool = TOOLCHAIN.arch_verdicts([SimpleNamespace(kind="triton", arch="sm_90", outcome="pass")])
+    assert only_tool[0].selection == "no finding"  # never passed
 
-    assert verdict([]) == "no finding"  # never passed
+
+def test_a_record_the_verdict_does_not_bind_is_not_rendered(tmp_path: Path) -> None:
+    write_cell(tmp_path, CELL, FAILING, records=FAILING_RECORDS)
+    record = tmp_path / CELL / "10-capability.json"
+    record.write_text(record.read_text().replace("missing-key x1", "ok"))  # edited after the run
+    page = htmlreport.cell_page(read_run(tmp_path).cells[CELL])
+    assert "missing-key x1" not in page
+    assert "torch_symm_mem.py:40" not in page.split("<h2>All testcases</h2>", 1)[0]
+    assert "10-capability.json: not the record the verdict binds (its sha256 differs): not shown" in page
+    record.unlink()
+    page = htmlreport.cell_page(read_run(tmp_path).cells[CELL])
+    assert "10-capability.json: the verdict binds a record that is not there" in page

@@ -1,4 +1,4 @@
-"""suite_settings: 15-toolchain's selection settings, as matrix.load checks them."""
+"""15-toolchain's selection settings, as matrix.load checks them: the schema its family.py declares."""
 
 from __future__ import annotations
 
@@ -6,10 +6,14 @@ from pathlib import Path
 
 import tomllib
 
-from stackfarm.schema import first_problem
-from stackfarm.suite_settings import schema_for
+from stackfarm.schema import Table, first_problem
+from stackfarm.suite_config import settings_schema
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def schema_for(suite: str) -> Table:
+    return settings_schema(REPO / "suites" / suite)
 
 
 def _settings() -> dict[str, object]:

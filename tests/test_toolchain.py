@@ -281,6 +281,16 @@ def test_suite_end_to_end(tmp_path: Path) -> None:
     assert props["toolchain.sm_121.toolchain"].startswith("failed (")
     # sm_90's compilers accept it, but the unanswered compile keeps its toolchain verdict from "passed"
     assert props["toolchain.sm_90.toolchain"] == "unanswered (1 of 3)"
+    # the suite's record (family.py), beside its JUnit file: what the report renders, the same verdicts
+    record = json.loads((tmp_path / "run" / "15-toolchain.json").read_text())
+    assert (record["schema"], record["family"]) == (1, "15-toolchain")
+    archs = {a["arch"]: a for a in record["record"]["archs"]}
+    assert archs["sm_121"]["toolchain"] == props["toolchain.sm_121.toolchain"]
+    assert archs["sm_90"]["toolchain"] == "unanswered (1 of 3)"
+    found = {f["testcase"]: f for f in record["record"]["findings"]}
+    assert set(found) == set(cases), "one finding per testcase, named as JUnit names it"
+    assert found["test_finding[triton-sm_121]"]["target"] == "sm_121a"
+    assert found["test_finding[flashinfer-jit-sm_120]"]["toolkit"] == "the cell's nvcc wheel"
 
 
 # sglang#37105's shape: a selector written as `device_sm_major >= 10` routes every Blackwell to an sm100-only

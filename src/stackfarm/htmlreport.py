@@ -21,7 +21,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import indexauth, sections
+from . import families, indexauth, sections
 from .files import write_atomic
 from .history import CellRun, History, Run, Series, SuiteRun, from_json, read_run
 from .sections import grid
@@ -213,9 +213,15 @@ def _other_cases(cell: CellRun) -> str:
     return out
 
 
-def cell_page(cell: CellRun, trends: Mapping[str, list[tuple[str, float]]] | None = None) -> str:
-    """The cell's page; what its suites found is each suite family's own section (stackfarm.sections)."""
+def cell_page(
+    cell: CellRun,
+    trends: Mapping[str, list[tuple[str, float]]] | None = None,
+    registry: sections.Families | None = None,
+) -> str:
+    """The cell's page; what its suites found is each suite family's own section (stackfarm.sections), from
+    the `registry` of families (stackfarm.families: ./suites when none is given)."""
     trends = trends or {}
+    registry = families.load(families.default_root()) if registry is None else registry
     verdict = cell.verdict
     head, _, rest = cell.report.reason.partition("\n")
     # The first line says what failed (a build error: the step and its error line); the rest keeps its lines.
@@ -227,9 +233,9 @@ def cell_page(cell: CellRun, trends: Mapping[str, list[tuple[str, float]]] | Non
         f"<h1><code>{e(cell.cell)}</code> {badge(verdict)}</h1>{reason}"
         + _suites(cell)
         + _stack(cell)
-        + sections.render(cell, trends)
+        + sections.render(cell, trends, registry)
     )
-    others = {k: v for k, v in trends.items() if not sections.claimed(k.split("::", 1)[0])}
+    others = {k: v for k, v in trends.items() if not sections.claimed(k.split("::", 1)[0], registry)}
     if others:
         body += "<h2>Figures over time</h2>" + trend_charts(others)
     if cell.suites:
@@ -299,15 +305,19 @@ def _links(reports_dir: Path) -> list[tuple[str, str]]:
     return links
 
 
-def write(reports_dir: Path, cells: Sequence[CellReport] | None = None) -> list[Path]:
+def write(
+    reports_dir: Path, cells: Sequence[CellReport] | None = None, *, suites: Path | None = None
+) -> list[Path]:
     """Write ``index.html`` and ``<cell>/index.html`` under `reports_dir`. `cells` is the runner's list
-    (conflicts and errors included); without it the cells are read back from ``*/verdict.json``."""
+    (conflicts and errors included); without it the cells are read back from ``*/verdict.json``. `suites`: the
+    suites folder whose families render their sections (stackfarm.families; ./suites when None)."""
+    registry = families.load(suites if suites is not None else families.default_root())
     run = read_run(reports_dir, cells)
     trends = _trends(reports_dir)
     written = []
     for cell_id, cell in run.cells.items():
         path = reports_dir / cell_id / "index.html"
-        write_atomic(path, indexauth.scrub(cell_page(cell, trends.get(cell_id))))
+        write_atomic(path, indexauth.scrub(cell_page(cell, trends.get(cell_id), registry)))
         written.append(path)
     index = reports_dir / "index.html"
     write_atomic(index, indexauth.scrub(index_page(run, links=_links(reports_dir))))

@@ -2,7 +2,7 @@
 
 Every error names the file, the line, the key and a fix (with a close-match suggestion for typos). Every table is
 checked in `load`, before any work starts: the tables read by one library or suite are declared next to the code
-that owns their meaning and checked here through stackfarm.schema: [suites.*] settings (stackfarm.suite_settings),
+that owns their meaning and checked here through stackfarm.schema: [suites.*] settings (each suite's family.py: stackfarm.suite_config),
 [thresholds.<kind>] (stackfarm.throughput.thresholds), [runners], [features], [docker] (stackfarm.matrix_tables).
 """
 
@@ -24,6 +24,7 @@ from . import indexauth, matrix_tables, schema, tomlread
 from .artifacts import Source
 from .errors import ConfigError, StackfarmError, did_you_mean
 from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of, python_problem
+from .suite_config import family_of, parse_settings, settings_schema
 from .throughput import thresholds as throughput_thresholds
 from .throughput.settings import SUITE as THROUGHPUT_SUITE
 from .throughput.settings import Settings as ThroughputSettings
@@ -115,9 +116,13 @@ class Suite:
     needs_gpu: bool = False
     gate: bool = True
     timeout: int = 1800
+    #: [suites.<name>.settings] as written (an input of the verdict; what a legacy suite reads).
     settings: Mapping[str, Any] = field(default_factory=dict)
     #: Requirements of wheels the suite needs beyond the cell's stack (`wheels`): carried by a host's bundle.
     wheels: tuple[str, ...] = ()
+    #: The settings parsed once by the suite's family (stackfarm.family), None for a suite without one: the
+    #: runner hands it to the suite as JSON in CellSpec.settings.
+    parsed_settings: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -746,18 +751,23 @@ def _suites(doc: _Doc, table: dict[str, Any]) -> tuple[Suite, ...]:
     suites = []
     for name, path in found.items():
         entry = table.get(name, {})
-        schema.check(doc, ("suites", name), entry, matrix_tables.suite(name))
+        schema.check(doc, ("suites", name), entry, matrix_tables.suite(settings_schema(path)))
         if not entry.get("enabled", True):
             continue
+        raw = dict(entry.get("settings", {}))
+        family = family_of(path)
         suites.append(
             Suite(
                 name=name,
                 path=path,
-                needs_gpu=bool(entry.get("needs_gpu", False)),
+                needs_gpu=bool(entry.get("needs_gpu", family.needs.gpu if family else False)),
                 gate=bool(entry.get("gate", True)),
                 timeout=math.ceil(entry.get("timeout", 1800)),
-                settings=dict(entry.get("settings", {})),
+                settings=raw,
                 wheels=tuple(entry.get("wheels", ())),
+                parsed_settings=parse_settings(
+                    doc.path, path, raw, doc.line_of(f"suites.{name}.settings", None)
+                ),
             )
         )
     return tuple(suites)

@@ -1,5 +1,5 @@
 """The declared schemas of matrix.toml's tables that no suite library owns: [runners], [features], [docker] and
-the keys of each [suites.<NN-name>] (its settings are declared per suite: stackfarm.suite_settings).
+the keys of each [suites.<NN-name>] (its settings are declared per suite: its family.py, stackfarm.family).
 
 matrix.load checks every table against these (stackfarm.schema) before any work starts. Each declaration
 mirrors what its reader accepts:
@@ -25,20 +25,19 @@ from packaging.requirements import InvalidRequirement, Requirement
 from .analysis.arch import ArchError, parse_target
 from .errors import did_you_mean
 from .schema import Bool, Either, Enum, Int, List, Map, Number, Problem, Str, Table
-from .suite_settings import schema_for
 
 # --------------------------------------------------------------------------- [suites.<NN-name>]
 
 
-def suite(name: str) -> Table:
-    """[suites.<name>]: its keys, and its settings as the suite declares them (stackfarm.suite_settings)."""
+def suite(settings: Table) -> Table:
+    """[suites.<name>]: its keys, and its `settings` as the suite declares them (matrix.settings_schema)."""
     return Table(
         {
             "needs_gpu": Bool("true or false: the suite needs a GPU (skipped, not failed, without one)"),
             "gate": Bool("true or false: a failure stops the cell's later suites"),
             "timeout": Number("a number of seconds, e.g. timeout = 900", positive=True),
             "enabled": Bool("true or false: false drops the suite"),
-            "settings": schema_for(name),
+            "settings": settings,
             "wheels": List(
                 Str("a requirement", check=_requirement),
                 "wheels the suite needs beyond the cell's stack, carried by a host's offline bundle (stackfarm "

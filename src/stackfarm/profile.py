@@ -48,6 +48,7 @@ from .errors import ConfigError, did_you_mean
 from .matrix import Matrix, Suite
 from .matrix_tables import HostProfile
 from .schema import List, Map, Str, Table
+from .suite_config import parse_settings, settings_schema
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -268,17 +269,20 @@ def _suites(doc: Any, data: Mapping[str, Any], suites: tuple[Suite, ...]) -> tup
         if entry is None:
             out.append(suite)
             continue
-        schema.check(doc, ("suites", suite.name), entry, matrix_tables.suite(suite.name))
+        schema.check(doc, ("suites", suite.name), entry, matrix_tables.suite(settings_schema(suite.path)))
         if not entry.get("enabled", True):
             continue
+        merged = {**suite.settings, **entry.get("settings", {})}
+        line = doc.line_of(f"suites.{suite.name}.settings", None)
         out.append(
             dataclasses.replace(
                 suite,
                 needs_gpu=bool(entry.get("needs_gpu", suite.needs_gpu)),
                 gate=bool(entry.get("gate", suite.gate)),
                 timeout=int(entry.get("timeout", suite.timeout)),
-                settings={**suite.settings, **entry.get("settings", {})},
+                settings=merged,
                 wheels=tuple(entry.get("wheels", suite.wheels)),
+                parsed_settings=parse_settings(doc.path, suite.path, merged, line),
             )
         )
     return tuple(out)

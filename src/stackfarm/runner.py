@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from . import __version__, patches, proc, provenance, verdict
 from .artifacts import Artifact, Cache
@@ -23,6 +24,7 @@ from .cachekeep import remove_tree
 from .cellspec import CellSpec
 from .driver import routed_runner
 from .errors import ArtifactError, ConfigError, EnvironmentProblem, IndexUnreachableError, StackfarmError
+from .family import record_path, sha256_of, to_json
 from .junit import Step, write_skipped_suite, write_steps
 from .matrix import Matrix, Suite
 from .matrix import Runner as MatrixRunner
@@ -321,7 +323,7 @@ class Runner:
             patch_sets=tuple({"name": n, "sha256": report.patch_sets[n]} for n in cell.patch_sets),
             features=dict(self.matrix.features),
             thresholds=dict(self.matrix.thresholds),
-            settings={s.name: dict(s.settings) for s in self.matrix.suites},
+            settings={s.name: _handed_settings(s) for s in self.matrix.suites},
             no_gpu_reason=self.no_gpu_reason,
             patched_files=self._patched_files.get(cell.id, ()),
             matrix=str(self.matrix.path.resolve()),
@@ -457,6 +459,8 @@ class Runner:
             blocked = f"gated: {first.suite} did not pass ({first.first_failure or first.outcome})"
         for suite in self.matrix.suites:
             junit = out / f"{suite.name}.xml"
+            record = record_path(out, suite.name)
+            record.unlink(missing_ok=True)  # a record of an earlier run never stands for this one
             if self.cancel.is_set():
                 blocked = blocked or "run interrupted"
             if blocked is not None:
@@ -468,7 +472,10 @@ class Runner:
             else:
                 self.ui.update(cell.id, f"suite {suite.name}")
                 self._run_one(suite, spec_path, junit)
-            result = read_suite(junit, cell=cell.id, suite=suite.name)
+            # The verdict binds the suite's record (stackfarm.family) as it binds its JUnit file.
+            result = replace(
+                read_suite(junit, cell=cell.id, suite=suite.name), record_sha256=sha256_of(record)
+            )
             results.append(result)
             if suite.gate and result.outcome in GATE_CLOSED and blocked is None:
                 blocked = f"gated: {suite.name} did not pass ({result.outcome})"
@@ -503,6 +510,15 @@ class Runner:
                 raise HarnessError(f"{suite.name}: {problem}; a harness error, not the suite's result")
         else:
             tmp.replace(junit)
+
+
+def _handed_settings(suite: Suite) -> dict[str, Any]:
+    """What the suite finds in CellSpec.settings[<name>]: its family's parsed settings as JSON, or the table as
+    written for a suite without a family (stackfarm.legacy_settings)."""
+    if suite.parsed_settings is not None:
+        handed: dict[str, Any] = to_json(suite.parsed_settings)
+        return handed
+    return dict(suite.settings)
 
 
 def _suite_problem(outcome: proc.Outcome, suite: Suite, *, ran: bool, log: str) -> str | None:

@@ -299,6 +299,7 @@ class Store:
             except ValueError as exc:
                 raise BrokenEntry(f"{where}: {exc}") from None
             names = {f"{s.suite}.xml" for s in claimed.report.suites}
+            names |= {f"{s.suite}.json" for s in claimed.report.suites if s.record_sha256}  # stackfarm.family
             rest = (
                 sorted(set(manifest["files"]) - {VERDICT})
                 if everything

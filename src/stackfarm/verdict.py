@@ -86,6 +86,9 @@ class SuiteResult:
     not_applicable: int = 0
     #: sha256 of the JUnit file this result summarises.
     sha256: str | None = None
+    #: sha256 of the suite's record (``<suite>.json``, stackfarm.family) when it wrote one: the report renders
+    #: only a record with these bytes.
+    record_sha256: str | None = None
 
     @property
     def passed(self) -> int:
@@ -483,8 +486,9 @@ def _kept_texts(stored: SuiteResult, fresh: SuiteResult) -> SuiteResult:
     """The fresh counts and outcome, with what the record binds kept: the JUnit hash it was computed from (so
     `reusable` still sees a file that changed), its time, and its explanation where both say the same."""
     kept = replace(
-        fresh, sha256=stored.sha256 if stored.sha256 is not None else fresh.sha256, time=stored.time
-    )
+        fresh, sha256=stored.sha256 if stored.sha256 is not None else fresh.sha256, time=stored.time,
+        record_sha256=stored.record_sha256,
+    )  # fmt: skip
     if fresh.outcome == stored.outcome and stored.first_failure:
         return replace(kept, first_failure=stored.first_failure)
     return kept
@@ -584,12 +588,21 @@ def reusable(stored: Stored, input_hash: str) -> str | None:
     wrong_key = key_problem(stored)
     if wrong_key is not None:
         return wrong_key
-    for s in report.suites:
-        xml = stored.path.parent / f"{s.suite}.xml"
-        if s.sha256 is None:
-            return f"{s.suite}: the verdict binds no JUnit hash (an older format)"
-        if not xml.is_file() or hashlib.sha256(xml.read_bytes()).hexdigest() != s.sha256:
-            return f"{s.suite}: its JUnit file is not the one the verdict summarised"
+    return next((why for s in report.suites if (why := _bound_files_problem(stored.path.parent, s))), None)
+
+
+def _bound_files_problem(folder: Path, s: SuiteResult) -> str | None:
+    """Why the suite's JUnit file (or its record, stackfarm.family) beside the verdict is not the one bound."""
+    xml = folder / f"{s.suite}.xml"
+    if s.sha256 is None:
+        return f"{s.suite}: the verdict binds no JUnit hash (an older format)"
+    if not xml.is_file() or hashlib.sha256(xml.read_bytes()).hexdigest() != s.sha256:
+        return f"{s.suite}: its JUnit file is not the one the verdict summarised"
+    record = xml.with_suffix(".json")
+    if s.record_sha256 is not None and (
+        not record.is_file() or hashlib.sha256(record.read_bytes()).hexdigest() != s.record_sha256
+    ):
+        return f"{s.suite}: its record {record.name} is not the one the verdict binds"
     return None
 
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from stackfarm import families
 from stackfarm.analysis.arch import Arch, ArchError, parse_target
 from stackfarm.analysis.cache import JsonCache, default_root
 from stackfarm.analysis.capauto import AutoResult, auto_sites, decided_by_gpu, evaluate_auto
@@ -71,6 +72,8 @@ from stackfarm.analysis.pysource import Evaluator, SourceError, SourceTree
 from stackfarm.cellspec import CellSpec, InstalledComponent, component_files
 
 SUITE = "10-capability"
+#: This folder's family (family.py): its settings class.
+FAMILY = families.load_one(Path(__file__).with_name(families.FAMILY_FILE))
 Kind = Literal["binary", "loader", "table", "gate", "flag", "auto", "expectation", "error"]
 #: skip: undecidable (an unanswered question); n/a: the question does not arise for this arch.
 Outcome = Literal["pass", "fail", "skip", "n/a"]
@@ -312,7 +315,7 @@ def _tables(cell: CellSpec, archs: list[Arch], out: Analysis) -> None:
     if comp is None:
         out.notes.append("no sglang component in this cell: no capability tables to scan")
         return
-    packages = tuple(cell.settings.get(SUITE, {}).get("table_packages", ["sglang"]))
+    packages = FAMILY.settings_of(cell.settings.get(SUITE, {})).table_packages
     scan = scan_tables(
         SourceTree([comp.root], packages=_top_packages(cell)),
         packages,
@@ -381,11 +384,10 @@ def _gates(cell: CellSpec, archs: list[Arch], features: tuple[Feature, ...], out
     if comp is None:
         return
     roots = [comp.root] + [c.root for c in cell.components if c is not comp and c.root]
-    settings = cell.settings.get(SUITE, {})
+    settings = FAMILY.settings_of(cell.settings.get(SUITE, {}))
     run = _GateRun(
         cell=cell, comp=comp, tree=SourceTree(roots, packages=_top_packages(cell)), archs=archs,
-        reference=_reference(cell), packages=tuple(settings.get("flag_packages", ["sglang"])),
-        environ={str(k): str(v) for k, v in settings.get("environ", {}).items()}, out=out,
+        reference=_reference(cell), packages=settings.flag_packages, environ=dict(settings.environ), out=out,
     )  # fmt: skip
     for feature in features:
         present = [g for g in feature.gates if _exists(run.tree, g)]

@@ -1,7 +1,8 @@
 """10-capability: the analysis runs once per session, at collection; each finding becomes one testcase.
 
-The arch x component grid goes to the terminal summary, to ``capability.md`` beside the JUnit file, and
-into the JUnit testsuite properties ``capability.<arch>.<component>``.
+The arch x component grid goes to the terminal summary, to ``capability.md`` beside the JUnit file, into the
+suite's record (``10-capability.json``, family.py: what the report renders) and, for JUnit readers, into the
+testsuite properties ``capability.<arch>.<component>``.
 """
 
 from __future__ import annotations
@@ -10,11 +11,17 @@ import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from capability_findings import Analysis, Finding, analyse, grid, grid_markdown
 
+from stackfarm import families
 from stackfarm.cellspec import load
+from stackfarm.family import Results
+
+#: This folder's family.py (its record classes).
+FAMILY = families.module(Path(__file__).with_name(families.FAMILY_FILE))
 
 #: The type of pytest's record_property / record_testsuite_property fixtures.
 RecordProperty = Callable[[str, object], None]
@@ -61,11 +68,13 @@ def _unique(ids: list[str]) -> list[str]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _grid_properties(record_testsuite_property: RecordProperty) -> None:
+def _grid_properties(record_testsuite_property: RecordProperty, results: Results[Any]) -> None:
     for (arch, component), text in sorted(grid(analysis()).items()):
         record_testsuite_property(f"capability.{arch}.{component}", text)
+        results.add("grid", FAMILY.GridCell(arch=arch, component=component, text=text))
     for name, seconds in analysis().timings.items():
         record_testsuite_property(f"capability.seconds.{name}", f"{seconds:.3f}")
+        results.add("timings", FAMILY.Timing(step=name, seconds=seconds))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

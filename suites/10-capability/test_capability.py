@@ -18,23 +18,53 @@ from typing import Any
 import pytest
 from capability_findings import Finding
 
+from stackfarm import families
 from stackfarm.analysis.arch import Arch, parse_target
 from stackfarm.analysis.fatbin import read_binary
 from stackfarm.analysis.kernels import sgl_kernel_loader
 from stackfarm.cellspec import CellSpec
+from stackfarm.family import Results
 from stackfarm.suitekit import NA, need_gpu, not_applicable, stack_module
 
 #: The type of pytest's record_property fixture.
 RecordProperty = Callable[[str, object], None]
 _KERNELS = ("sglang-kernel", "sgl-kernel")
+#: This folder's family.py: the record's classes.
+FAMILY = families.module(Path(__file__).with_name(families.FAMILY_FILE))
 
 
-def _judge(finding: Finding, record_property: RecordProperty) -> None:
+class _Recorder:
+    """What a testcase found, twice: the record's finding (the report's) and JUnit properties (JUnit readers')."""
+
+    def __init__(self, record_property: RecordProperty, results: Results[Any], testcase: str) -> None:
+        self.record_property, self.results, self.testcase = record_property, results, testcase
+
+    def __call__(self, key: str, value: object) -> None:
+        self.record_property(key, value)
+
+    def finding(self, **values: Any) -> None:
+        keys = ("arch", "component", "verdict", "file", "line", "symbol", "detail", "feature")
+        facts = {k: (int(values.get(k) or 0) if k == "line" else str(values.get(k, ""))) for k in keys}
+        self.results.add("findings", FAMILY.Finding(testcase=self.testcase, **facts))
+
+
+@pytest.fixture
+def record_property(
+    record_property: RecordProperty, results: Results[Any], request: pytest.FixtureRequest
+) -> _Recorder:
+    """pytest's record_property (this fixture overrides it and wraps it), and the record's findings."""
+    return _Recorder(record_property, results, request.node.name)
+
+
+def _judge(finding: Finding, record_property: _Recorder) -> None:
     for key in ("arch", "component", "file", "line", "symbol", "verdict"):
         record_property(key, str(getattr(finding, key)))
     if finding.feature:
         record_property("feature", finding.feature)
     record_property("detail", finding.message)
+    record_property.finding(arch=finding.arch, component=finding.component, verdict=finding.verdict,
+                            file=finding.file, line=finding.line, symbol=finding.symbol, detail=finding.message,
+                            feature=finding.feature)  # fmt: skip
     if finding.outcome == "n/a":
         na = _na_class(finding)
         if na is None:  # a finding says n/a for a reason no class names: the question is not settled
@@ -59,7 +89,7 @@ def _na_class(finding: Finding) -> NA | None:
     return None
 
 
-def test_finding(finding: Finding, record_property: RecordProperty) -> None:
+def test_finding(finding: Finding, record_property: _Recorder) -> None:
     """One static finding: its id starts with its kind.
 
     binary / loader: a CUDA library (or the one sgl-kernel's loader picks) has code that runs on the arch;
@@ -74,9 +104,10 @@ def test_finding(finding: Finding, record_property: RecordProperty) -> None:
 # --------------------------------------------------------------------------- GPU
 
 
-def _props(record_property: RecordProperty, **values: Any) -> None:
+def _props(record_property: _Recorder, **values: Any) -> None:
     for key in ("arch", "component", "file", "line", "symbol", "verdict"):
         record_property(key, str(values.get(key, 0 if key == "line" else "")))
+    record_property.finding(**values)
 
 
 def _kernel_distribution(cell: CellSpec) -> str:
@@ -94,7 +125,7 @@ def device(cell: CellSpec) -> Arch:
     return Arch(major, minor)
 
 
-def test_gpu_device_is_a_target(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
+def test_gpu_device_is_a_target(cell: CellSpec, device: Arch, record_property: _Recorder) -> None:
     """The GPU is one of matrix.toml's target archs, so the static findings above describe it."""
     targets = [parse_target(a) for a in cell.archs]
     ok = device in targets
@@ -105,7 +136,7 @@ def test_gpu_device_is_a_target(cell: CellSpec, device: Arch, record_property: R
     )
 
 
-def test_gpu_torch_kernel(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
+def test_gpu_torch_kernel(cell: CellSpec, device: Arch, record_property: _Recorder) -> None:
     """torch runs a kernel on the GPU, and every arch torch says it was built for is in libtorch_cuda's fatbin."""
     import torch
 
@@ -128,7 +159,7 @@ def test_gpu_torch_kernel(cell: CellSpec, device: Arch, record_property: RecordP
            symbol="torch.matmul", verdict="ok")  # fmt: skip
 
 
-def test_gpu_sgl_kernel_loader(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
+def test_gpu_sgl_kernel_loader(cell: CellSpec, device: Arch, record_property: _Recorder) -> None:
     """sgl_kernel loads the ops library that the static evaluation of its loader predicts for this GPU."""
     sgl_kernel = stack_module(cell, "sgl_kernel", _KERNELS)
     import torch
@@ -153,7 +184,7 @@ def _rmsnorm_reference(x: Any, w: Any, eps: float) -> Any:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
-def test_gpu_sgl_kernel_rmsnorm(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
+def test_gpu_sgl_kernel_rmsnorm(cell: CellSpec, device: Arch, record_property: _Recorder) -> None:
     """One real sgl-kernel call: rmsnorm against a float32 reference."""
     sgl_kernel = stack_module(cell, "sgl_kernel", _KERNELS)
     import torch
@@ -167,7 +198,7 @@ def test_gpu_sgl_kernel_rmsnorm(cell: CellSpec, device: Arch, record_property: R
            symbol="rmsnorm", verdict="ok")  # fmt: skip
 
 
-def test_gpu_flashinfer_rmsnorm(cell: CellSpec, device: Arch, record_property: RecordProperty) -> None:
+def test_gpu_flashinfer_rmsnorm(cell: CellSpec, device: Arch, record_property: _Recorder) -> None:
     """One real flashinfer call (JIT-compiled for this GPU on first use): rmsnorm against a float32 reference."""
     flashinfer = stack_module(cell, "flashinfer", ("flashinfer-python",))
     import torch

@@ -5,13 +5,20 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 from toolchain_cell import cell_findings
 
+from stackfarm import families
 from stackfarm.analysis.jitfindings import ToolFinding
 from stackfarm.cellspec import load
+from stackfarm.family import Results
 from stackfarm.junit import worst_of
+
+#: This folder's family.py (its record classes).
+FAMILY = families.module(Path(__file__).with_name(families.FAMILY_FILE))
 
 
 @functools.cache
@@ -27,25 +34,24 @@ def findings() -> list[ToolFinding]:
     return cell_findings(cell)
 
 
-#: A finding's outcome as its testcase ends (stackfarm.junit's words).
-_AS_TESTCASE = {"fail": "failed", "skip": "skipped", "pass": "passed", "n/a": "n/a"}
-
-
 def arch_verdicts(found: list[ToolFinding]) -> dict[tuple[str, str], str]:
     """(arch, "toolchain" | "selection") -> the worst outcome of its findings, in words ("failed (2 of 5)"):
-    stackfarm.junit.worst_of, the rule the report's section applies to the same testcases."""
-    groups: dict[tuple[str, str], list[str]] = {}
-    for f in found:
-        kind = "selection" if f.kind == "selection" else "toolchain"
-        groups.setdefault((f.arch, kind), []).append(_AS_TESTCASE.get(f.outcome, "error"))
-    return {key: worst_of(outcomes) for key, outcomes in groups.items()}
+    family.py's arch_verdicts, the rule the record (and so the report's section) carries."""
+    return {
+        (v.arch, kind): text
+        for v in FAMILY.arch_verdicts(found)
+        for kind, text in (("toolchain", v.toolchain), ("selection", v.selection))
+        if text != worst_of([])
+    }
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _arch_properties(record_testsuite_property: Callable[[str, object], None]) -> None:
-    """``toolchain.<arch>.toolchain`` and ``toolchain.<arch>.selection``: each arch's verdict, for the reports."""
+def _arch_properties(record_testsuite_property: Callable[[str, object], None], results: Results[Any]) -> None:
+    """Each arch's verdicts: into the record (the report's), and as ``toolchain.<arch>.toolchain`` and
+    ``toolchain.<arch>.selection`` testsuite properties for JUnit readers."""
     for (arch, kind), text in sorted(arch_verdicts(findings()).items()):
         record_testsuite_property(f"toolchain.{arch}.{kind}", text)
+    results.set("archs", FAMILY.arch_verdicts(findings()))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -8,6 +8,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from stackfarm import families
 from stackfarm.analysis.arch import ArchError, parse_target
 from stackfarm.analysis.backendsel import cell_choices, families_of
 from stackfarm.analysis.jitcompile import compile_findings
@@ -20,10 +21,14 @@ from stackfarm.profile import load_matrix
 from stackfarm.resolve import Resolver
 
 SUITE = "15-toolchain"
+#: This folder's family (family.py): its settings class.
+FAMILY = families.load_one(Path(__file__).with_name(families.FAMILY_FILE))
 
 
 def settings(cell: CellSpec) -> dict[str, Any]:
-    return dict(cell.settings.get(SUITE, {}))
+    """The suite's settings as matrix.load parsed them (family.py's ToolchainSettings), as the analysis reads them."""
+    table: dict[str, Any] = FAMILY.settings_of(cell.settings.get(SUITE, {})).as_table()
+    return table
 
 
 class _Wheels:

@@ -55,7 +55,7 @@ class Selector:
 
 
 def parse_selectors(raw: Mapping[str, Any]) -> tuple[Selector, ...]:
-    """The selectors of the suite's settings (matrix.load has checked their shape: suite_settings)."""
+    """The selectors of the suite's settings (matrix.load has checked their shape: suites/15-toolchain/family.py)."""
     out = []
     for name, entry in raw.items():
         functions = entry["selector"]

@@ -44,14 +44,14 @@ from stackfarm.analysis.toolchain import (
     wheel_bin_dir,
 )
 from stackfarm.cellspec import CellSpec, InstalledComponent, dist_info
-from stackfarm.suite_settings import TOOLCHAIN_MODES
 
 Outcome = Literal["pass", "fail", "skip", "n/a"]
 #: Fetches an unpacked wheel (distribution, version) -> root; raises `Unavailable` when it cannot.
 Fetch = Callable[[str, str], Path]
 #: Reads a distribution's metadata Requires-Dist (distribution, version) -> requirements.
 Requires = Callable[[str, str], list[str]]
-MODES = TOOLCHAIN_MODES
+#: How 15-toolchain may ask flashinfer for its kernels: JIT at first use, and the AOT build.
+MODES = ("jit", "aot")
 _ENV = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux", "os_name": "posix"}
 
 

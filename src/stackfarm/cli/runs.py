@@ -487,7 +487,7 @@ def write_reports(
         [*mine.values(), *(s.report for s in stored if s.report.cell not in mine)], key=lambda r: r.cell
     )
     write_summaries(reports, where, matrix=matrix)
-    htmlreport.write(where, reports)
+    htmlreport.write(where, reports, suites=matrix.parent / "suites" if matrix is not None else None)
     return reports
 
 

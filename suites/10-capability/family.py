@@ -1,0 +1,136 @@
+"""10-capability as a suite family (stackfarm.family): its settings, its record, its report section.
+
+Settings ([suites.10-capability.settings]): `environ` (the deployment's environment for the gate evaluation),
+`table_packages` / `flag_packages` (the packages scanned, default ["sglang"]).
+
+Record (``10-capability.json``): the arch x component grid ("verdict xN, ..." over the findings that did not
+pass, or "ok"), every finding with its testcase, arch, component, verdict, file:line, symbol and detail, and the
+seconds of each analysis step. The section joins each finding with its testcase's outcome in the JUnit file
+(JUnit says pass/fail/skip, the record says what was found).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from stackfarm.family import SectionContext, SuiteFamily
+from stackfarm.schema import Table
+from stackfarm.settings_kit import ENVIRON, PACKAGES
+
+if TYPE_CHECKING:  # the report's types: matrix.load imports this file too, and needs none of them
+    from stackfarm.history import Case
+
+NAME = "10-capability"
+
+SCHEMA = Table({"environ": ENVIRON, "table_packages": PACKAGES, "flag_packages": PACKAGES}, noun="setting")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapabilitySettings:
+    """[suites.10-capability.settings], parsed."""
+
+    environ: dict[str, str] = field(default_factory=dict)
+    table_packages: tuple[str, ...] = ("sglang",)
+    flag_packages: tuple[str, ...] = ("sglang",)
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any]) -> CapabilitySettings:
+        return cls(
+            environ={str(k): str(v) for k, v in dict(table.get("environ", {})).items()},
+            table_packages=tuple(str(p) for p in table.get("table_packages", ("sglang",))),
+            flag_packages=tuple(str(p) for p in table.get("flag_packages", ("sglang",))),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridCell:
+    arch: str
+    component: str
+    #: "verdict xN, ..." over the findings that did not pass, or "ok".
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One judged finding, as its testcase (`testcase`, pytest's name) reports it."""
+
+    testcase: str
+    arch: str
+    component: str
+    verdict: str
+    file: str
+    line: int = 0
+    symbol: str = ""
+    detail: str = ""
+    feature: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timing:
+    step: str
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapabilityRecord:
+    grid: tuple[GridCell, ...] = ()
+    findings: tuple[Finding, ...] = ()
+    timings: tuple[Timing, ...] = ()
+
+
+#: The columns of the findings table (after suite, outcome, testcase).
+KEYS = ("arch", "component", "verdict", "file", "line", "symbol", "detail")
+
+
+def _case(finding: Finding, junit: Mapping[str, Case]) -> Case | None:
+    """The finding as the findings table shows it: its testcase's outcome from JUnit, its facts from the record."""
+    from stackfarm.history import Case
+
+    ran = junit.get(finding.testcase)
+    if ran is None:  # the record names a testcase the JUnit file does not have: not shown as a result
+        return None
+    facts = {
+        "arch": finding.arch, "component": finding.component, "verdict": finding.verdict, "file": finding.file,
+        "line": str(finding.line), "symbol": finding.symbol, "detail": finding.detail,
+    }  # fmt: skip
+    return Case(name=ran.name, classname=ran.classname, outcome=ran.outcome, message=ran.message, time=ran.time,
+                properties=facts)  # fmt: skip
+
+
+def render(ctx: SectionContext[CapabilityRecord]) -> str:
+    """The grid (arch x component), then each finding with its file:line."""
+    from stackfarm.sections.html import findings
+
+    cases: list[tuple[str, Case]] = []
+    grid: dict[tuple[str, str], str] = {}
+    for suite, record in zip(ctx.suites, ctx.records, strict=True):
+        junit = {c.name: c for c in suite.cases}
+        cases += [(suite.result.suite, c) for f in record.findings if (c := _case(f, junit)) is not None]
+        grid |= {(g.arch, g.component): g.text for g in record.grid}
+    if not cases and not grid:
+        return ""
+    out = "<h2>Capability findings</h2>" + (_grid_table(grid) if grid else "")
+    return out + (findings("Findings", cases, KEYS) if cases else "")
+
+
+def _grid_table(grid: Mapping[tuple[str, str], str]) -> str:
+    """arch x component: "verdict xN, ..." or "ok" in each cell."""
+    from stackfarm.sections.html import e, table
+
+    archs = sorted({a for a, _ in grid})
+    comps = sorted({c for _, c in grid})
+    rows = [(f"<strong>{e(a)}</strong>", *(e(grid.get((a, c), "")) for c in comps)) for a in archs]
+    return table(("arch", *comps), rows)
+
+
+FAMILY: SuiteFamily[CapabilitySettings, CapabilityRecord] = SuiteFamily(
+    name=NAME,
+    title="Capability findings",
+    order=10,
+    settings_schema=SCHEMA,
+    settings=CapabilitySettings,
+    record=CapabilityRecord,
+    section=render,
+)
