@@ -86,9 +86,9 @@ def write_cell(
         outcome = _outcome(cases)
         record_sha256 = None
         if suite in (records or {}):
-            data = record_bytes(suite, (records or {})[suite])
-            (folder / f"{suite}.json").write_bytes(data)
-            record_sha256 = hashlib.sha256(data).hexdigest()
+            blob = record_bytes(suite, (records or {})[suite])
+            (folder / f"{suite}.json").write_bytes(blob)
+            record_sha256 = hashlib.sha256(blob).hexdigest()
         bad = next((f"{c[0]}: {c[2]}" for c in cases if c[1] in ("failed", "error")), None)
         results.append(
             SuiteResult(
