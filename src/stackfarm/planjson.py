@@ -346,7 +346,15 @@ def plan_document(
         "history": str(history) if history is not None else None,
         "store": store.where if store is not None else None,
         "cells": cells,
-        "conflicts": [{"id": c.cell.id, "problems": list(c.problems)} for c in plan.conflicts],
+        "conflicts": [
+            {
+                "id": c.cell.id,
+                "problems": list(c.problems),
+                "contradictions": [asdict(x) for x in c.contradictions],
+                "declared_at": asdict(c.declared_at) if c.declared_at is not None else None,
+            }
+            for c in plan.conflicts
+        ],
         "excluded": [{"id": e.cell.id, "reason": e.reason} for e in plan.excluded],
         "warnings": warnings,
         "unreachable": [{"distribution": d, "version": v, "reason": r} for (d, v), r in unreachable.items()],

@@ -35,8 +35,10 @@ if TYPE_CHECKING:  # junitparser is imported where a JUnit file is read: plannin
 Outcome = Literal["passed", "failed", "error", "skipped", "incomplete", "not_applicable"]
 #: The name of a cell's stored verdict inside its reports folder.
 VERDICT = "verdict.json"
-#: The store's format: 1 was a flat bag of properties with status "ran"/"reused"; 2 is this module's record.
-FORMAT = 2
+#: The store's format: 1 was a flat bag of properties with status "ran"/"reused"; 2 is this module's record;
+#: 3 adds a conflict's typed contradictions and the matrix line of a cell that never ran (a format 2 record
+#: loads with none).
+FORMAT = 3
 
 
 class Status(str, enum.Enum):
@@ -103,6 +105,27 @@ class Wheel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Contradiction:
+    """One of sglang's own pins that a cell's components contradict (what makes a cell a *conflict*)."""
+
+    #: The axis whose value contradicts the pin ("torch").
+    axis: str
+    #: sglang's requirement as its wheel declares it ("torch==2.9.1").
+    requirement: str
+    #: The problem as people read it ("sglang 0.5.9 requires torch==2.9.1; the cell has torch 2.8.0").
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceLine:
+    """A place in a config file: where the matrix declares a cell that never ran."""
+
+    path: str
+    #: 1-based; None when only the file is known.
+    line: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class CellReport:
     """The verdict of one cell and everything it was computed from."""
 
@@ -134,6 +157,11 @@ class CellReport:
     #: The `--suites` selection the run was narrowed to ("" = every suite of the matrix): a verdict of the
     #: selected suites only, shown as such ("passed (only 00-*)") and never one a qualification accepts.
     selection: str = ""
+    #: A conflict's contradicted pins (empty for every other status).
+    contradictions: tuple[Contradiction, ...] = ()
+    #: Where the matrix declares a cell that never ran: a conflict's [[include]] or [axes] line, a config
+    #: error's file and line (None when not known).
+    declared_at: SourceLine | None = None
 
     @property
     def ran(self) -> bool:
@@ -332,6 +360,9 @@ def from_json(data: Mapping[str, Any]) -> CellReport:
             "overridden": tuple(data.get("overridden", ())),
             "suites": suites,
             "loaded_libraries": tuple(LoadedLibrary(**x) for x in data.get("loaded_libraries", ())),
+            # format 3 (a format 2 record has neither)
+            "contradictions": tuple(Contradiction(**c) for c in data.get("contradictions", ())),
+            "declared_at": SourceLine(**data["declared_at"]) if data.get("declared_at") else None,
         }
     )
 
@@ -598,7 +629,9 @@ __all__ = [
     "VERDICT",
     "Cause",
     "CellReport",
+    "Contradiction",
     "Outcome",
+    "SourceLine",
     "Status",
     "Stored",
     "SuiteResult",
