@@ -121,3 +121,14 @@ def test_toolchain_section_gives_each_arch_a_toolchain_and_a_selection_verdict(t
     from stackfarm.sections.toolchain import verdict
 
     assert verdict([]) == "no finding"  # never passed
+
+
+def test_the_patch_section_judges_a_status_as_the_runner_does(tmp_path: Path) -> None:
+    # An upstreamed patch fails the runner's patch step (stackfarm.patches.model.fine): the page says so too.
+    props = {"patch.sm120-capability/0001-all-reduce.patch.status": "upstreamed",
+             "patch.sm120-capability/0002-gate.patch.status": "applied"}  # fmt: skip
+    write_cell(tmp_path, CELL, FAILING, properties=props)
+    page = htmlreport.cell_page(read_run(tmp_path).cells[CELL])
+    patches = page.split("<h2>Patches</h2>", 1)[1].split("<h2>", 1)[0]
+    assert '0001-all-reduce.patch</code></td><td><span class="badge o-failed">upstreamed' in patches
+    assert '0002-gate.patch</code></td><td><span class="badge o-passed">applied' in patches
