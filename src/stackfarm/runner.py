@@ -301,7 +301,9 @@ class Runner:
         self.backend.realise(cell, artifacts, workdir, lambda text: self.ui.update(cell.id, text))
         facts = self.backend.properties(cell)
         self.ui.done(cell.id, "realised", ", ".join(f"{k} {v}" for k, v in facts.items()))
-        return replace(report, reason=REALISED_ONLY, backend_facts=facts)
+        return replace(
+            report, reason=REALISED_ONLY, backend_facts=verdict.BackendFacts.from_properties(facts)
+        )
 
     def _run_fresh(
         self,
@@ -321,7 +323,8 @@ class Runner:
             report = replace(report, patches=patch_step[1])
         installed = self.backend.realise(cell, artifacts, workdir, lambda text: self.ui.update(cell.id, text))
         profile = self.matrix.profile.as_facts() if self.matrix.profile is not None else {}
-        report = replace(report, backend_facts={**self.backend.properties(cell), **profile})
+        facts = verdict.BackendFacts.from_properties({**self.backend.properties(cell), **profile})
+        report = replace(report, backend_facts=facts)
         spec = CellSpec(
             id=cell.id,
             values=cell.as_dict(),

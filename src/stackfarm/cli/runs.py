@@ -425,13 +425,15 @@ def realised_summary(reports: Sequence[CellReport], console: Console) -> int:
         if report.status is Status.ERROR:
             continue
         facts = report.backend_facts
-        pushed = facts.get("docker.repo_digest")
+        pushed = facts.docker_repo_digest
         where = f"; in the registry as {pushed}" if pushed else ""
         if report.backend == "docker" and not pushed:
             where = "; in this engine only (no registry: [docker] registry or STACKFARM_REGISTRY)"
-        image = facts.get("docker.image")
-        what = f"image {image} ({facts.get('docker.image_digest', '?')}){where}" if image else ""
-        what = what or f"backend {report.backend} ({', '.join(f'{k} {v}' for k, v in facts.items())})"
+        image = facts.docker_image
+        digest = "?" if facts.docker_image_digest is None else facts.docker_image_digest
+        what = f"image {image} ({digest}){where}" if image else ""
+        shown = ", ".join(f"{k} {v}" for k, v in facts.as_properties().items())
+        what = what or f"backend {report.backend} ({shown})"
         console.print(f"realised {escape(report.cell)}: {escape(what)}")
     for report in broken:
         console.print(f"not realised {escape(report.cell)}: {escape(report.reason.splitlines()[0])}")
