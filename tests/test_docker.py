@@ -266,7 +266,7 @@ def test_real_cell_properties_name_the_image_by_its_content_id(runs: Runs, engin
         text=True,
         check=True,
     )
-    facts = runs.docker.backend_facts
+    facts = runs.docker.backend_facts.as_properties()  # as the JUnit properties name them
     assert facts["docker.image"] == tag
     assert facts["docker.image_digest"] == inspect.stdout.strip()
     assert facts["docker.image_digest"].startswith("sha256:")

@@ -177,7 +177,8 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
         first_code = _run(project, project.reports)
         first_log = _build_log(project.reports)
         report = verdict.read(verdict.path_of(project.reports, CELL)).report
-        tag = report.backend_facts["docker.image"]
+        tag = report.backend_facts.docker_image
+        assert tag is not None
         remote = f"{where}/stackfarm-test-{run}/{tag}"
         tags = (tag, remote, f"{remote.rsplit(':', 1)[0]}:{dk.CACHE_TAG}")
         for ref in tags:  # runner 2's engine has never seen the image
@@ -237,9 +238,11 @@ def test_runner_two_pulls_and_builds_nothing(shared: Shared) -> None:
         (s.suite, s.outcome, s.tests) for s in first.suites
     ]
     # The very image runner 1 built (same content id), known by its registry digest.
-    assert second.backend_facts["docker.image"] == shared.tag
-    assert second.backend_facts["docker.image_digest"] == first.backend_facts["docker.image_digest"]
-    assert second.backend_facts["docker.repo_digest"].startswith(shared.remote.rsplit(":", 1)[0] + "@sha256:")
+    assert second.backend_facts.docker_image == shared.tag
+    assert second.backend_facts.docker_image_digest == first.backend_facts.docker_image_digest
+    assert str(second.backend_facts.docker_repo_digest).startswith(
+        shared.remote.rsplit(":", 1)[0] + "@sha256:"
+    )
 
 
 @pytest.mark.docker
@@ -336,7 +339,7 @@ def test_a_realise_only_build_step_pushes_the_image_the_test_step_pulls(
         assert main(["run", *where_to, "--jobs", "1"]) == ExitCode.OK
         assert f"pulled {remote}, nothing built" in _build_log(project.reports)
         report = verdict.read(verdict.path_of(project.reports, CELL)).report
-        assert report.backend_facts["docker.image"] == tag
+        assert report.backend_facts.docker_image == tag
         assert [(s.suite, s.outcome) for s in report.suites] == [("00-suite", "passed")]
     finally:
         for ref in tags:

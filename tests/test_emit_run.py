@@ -412,6 +412,11 @@ def test_a_conflict_is_counted_by_the_merge(farm: Farm, engine: str) -> None:
     """A cell that contradicts SGLang's pins runs nowhere, and the merge counts it: exit 1, named."""
     doc = farm.plan()
     assert [c["id"] for c in doc["conflicts"]] == [cell_id(CONFLICT)]
+    # typed as the plan found it: the merge records the axes and the matrix line with the conflict
+    found = doc["conflicts"][0]["contradictions"]
+    assert found
+    assert all(c["axis"] and c["requirement"] in c["text"] for c in found), found
+    assert isinstance(doc["conflicts"][0]["declared_at"]["line"], int)
     assert ENGINES[engine](farm, doc, lambda cell: False) == 1, farm.said()
     said = farm.merge_said()
     assert "3 cells: 2 passed, 1 conflict" in said

@@ -40,10 +40,10 @@ def test_the_run_passes_when_re_judged_from_its_junit_files(run: Path) -> None:
     }  # fmt: skip
     assert set(suites.values()) == {"passed"}
     facts = fresh.backend_facts
-    assert facts["profile.name"] == "1x-h200"
+    assert facts.profile_name == "1x-h200"
     # the profile as it was at the run (runners/1x-h200.toml may move on; the record says which one it ran under)
     want = hashlib.sha256((run / "1x-h200.toml").read_bytes()).hexdigest()
-    assert facts["profile.sha256"] == want
+    assert facts.profile_sha256 == want
 
 
 def test_the_h200_table_is_derived_from_the_two_runs() -> None:

@@ -95,7 +95,10 @@ def reports(tmp_path: Path) -> Path:
         CELL,
         FAILING,
         properties={"axis.sglang": "0.5.9", "sglang.version": "0.5.9", "sglang.sha256": "8a" * 32,
-                    "patches.sm120-capability.sha256": "ff" * 32},
+                    "patches.sm120-capability.sha256": "ff" * 32,
+                    # the statuses the runner's patch step gives the verdict (CellReport.patches)
+                    "patch.sm120-capability/0001-all-reduce.patch.status": "applied",
+                    "patch.kimi-k25-eagle3/0001-hooks.patch.status": "drift"},
         suite_properties={"10-capability": {"capability.sm_120.sglang": "missing-key x1", "capability.sm_90.sglang": "ok"}},
         records=FAILING_RECORDS,
     )  # fmt: skip

@@ -559,3 +559,10 @@ def test_port_retires_a_patch_upstream_already_has(tmp_path: Path) -> None:
     )
     assert [p.status for p in result.patches] == ["upstreamed"]
     assert "retired" in (tmp_path / "o" / "series").read_text()
+
+
+def test_one_patch_rule_only_an_applied_patch_is_fine() -> None:
+    from stackfarm.patches.model import fine
+
+    every = ("applied", "already-applied", "upstreamed", "drift", "target-missing")
+    assert [status for status in every if fine(status)] == ["applied"]

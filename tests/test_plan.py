@@ -29,6 +29,7 @@ from stackfarm.plan import (
     plan,
     select,
 )
+from stackfarm.verdict import Contradiction, SourceLine
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -459,6 +460,35 @@ def test_torch_mismatch(build: BuildMatrix) -> None:
     p = plan(build(torch=["2.8.0"]), {"0.5.9": PINS_059})
     (conflict,) = p.conflicts
     assert conflict.problems == ("sglang 0.5.9 requires torch==2.9.1; the cell has torch 2.8.0",)
+
+
+def test_a_conflict_carries_its_axis_requirement_and_matrix_line(build: BuildMatrix) -> None:
+    m = build(torch=["2.8.0"])
+    (conflict,) = plan(m, {"0.5.9": PINS_059}).conflicts
+    text = "sglang 0.5.9 requires torch==2.9.1; the cell has torch 2.8.0"
+    assert conflict.contradictions == (Contradiction(axis="torch", requirement="torch==2.9.1", text=text),)
+    # [axes] is line 1, cuda line 2, torch line 3 (conftest.write_matrix)
+    assert conflict.declared_at == SourceLine(path=str(m.path), line=3)
+
+
+def test_a_conflict_made_by_an_include_points_at_the_include(build: BuildMatrix) -> None:
+    m = build(
+        """
+        [[include]]
+        cuda = "12.8"
+        torch = "2.9.1"
+        sgl_kernel = "0.4.1"
+        flashinfer = "0.6.3"
+        sglang = "0.5.9"
+        reason = "the renamed kernel on the old sglang"
+        """,
+    )
+    (conflict,) = plan(m, {"0.5.9": PINS_059}).conflicts
+    assert [(c.axis, c.requirement) for c in conflict.contradictions] == [
+        ("sgl_kernel", "sgl-kernel==0.3.21")
+    ]
+    header = m.path.read_text().splitlines().index("[[include]]") + 1
+    assert conflict.declared_at == SourceLine(path=str(m.path), line=header)
 
 
 def test_unrelated_pins_are_ignored(build: BuildMatrix) -> None:

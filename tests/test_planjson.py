@@ -26,7 +26,7 @@ from stackfarm import verdict
 from stackfarm.artifacts import Cache
 from stackfarm.errors import ExitCode
 from stackfarm.matrix import load
-from stackfarm.planjson import plan_document
+from stackfarm.planjson import conflict_entry, plan_document
 from stackfarm.resolve import Resolver, plan_matrix
 from stackfarm.store import open_store
 
@@ -231,3 +231,21 @@ def test_a_worker_refuses_a_cell_whose_inputs_hash_otherwise_than_the_plans(
     reason = verdict.read(verdict.path_of(fake_project.reports, cell_id(OLD))).report.reason
     assert f"the plan's is {planned}" in reason
     assert fake_project.runs() == []
+
+
+def test_a_plan_documents_conflict_is_recorded_with_its_typed_fields() -> None:
+    from stackfarm.cli.runs import _conflict_report
+    from stackfarm.plan import Cell, Conflict
+
+    cell = Cell(id="c", values=(("torch", "2.8.0"),), components=(), patch_sets=())
+    found = verdict.Contradiction(
+        axis="torch", requirement="torch==2.9.1", text="sglang requires torch==2.9.1"
+    )
+    conflict = Conflict(cell=cell, problems=(found.text,), contradictions=(found,),
+                        declared_at=verdict.SourceLine(path="matrix.toml", line=3))  # fmt: skip
+    entry = json.loads(json.dumps(conflict_entry(conflict)))
+    report = _conflict_report(entry)
+    assert (report.cell, report.status, report.reason) == ("c", verdict.Status.CONFLICT, found.text)
+    assert (report.contradictions, report.declared_at) == (conflict.contradictions, conflict.declared_at)
+    older = _conflict_report({"id": "c", "problems": [found.text]})  # a plan document written before them
+    assert (older.reason, older.contradictions, older.declared_at) == (found.text, (), None)

@@ -33,7 +33,8 @@ def test_a_docker_runs_record_names_its_image_digest(
     assert main(argv) == ExitCode.OK
     report = verdict.read(verdict.path_of(fake_project.reports, CELL)).report
     assert report.backend == "docker"
-    image = report.backend_facts["docker.image"]
+    image = report.backend_facts.docker_image
+    assert image is not None
     inspect = subprocess.run(
         [engine.executable, "image", "inspect", "--format", "{{.Id}}", image],
         capture_output=True,

@@ -14,7 +14,7 @@ from junitparser import JUnitXml, TestSuite
 from conftest import cell_report
 from stackfarm import reports
 from stackfarm.errors import EnvironmentProblem
-from stackfarm.verdict import CellReport, SuiteResult
+from stackfarm.verdict import CellReport, SourceLine, Status, SuiteResult
 
 # Tiny real suites; each becomes one pytest process writing its own --junitxml, as the runner does.
 SUITES = {
@@ -177,6 +177,25 @@ def test_merge_keeps_cells_apart_and_totals_add_up(cells: list[CellReport], tmp_
     assert next(iter(suites["d::plan"])).is_error
     assert next(iter(suites["e::plan"])).is_skipped
     assert sorted(p.name for p in out.parent.iterdir()) == ["junit.xml"]
+
+
+def test_merge_locates_a_cell_that_never_ran_where_the_plan_typed_it(tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.toml"
+    cells = [
+        CellReport(cell="c", status=Status.CONFLICT, reason="sglang 0.5.9 requires torch==2.9.1",
+                   declared_at=SourceLine(path=str(matrix), line=3)),
+        CellReport(cell="d", status=Status.ERROR, reason="/p/runners/x.toml:7: `gpus` must be a number",
+                   declared_at=SourceLine(path="/p/runners/x.toml", line=7)),
+        CellReport(cell="f", status=Status.CONFLICT, reason="older verdict", declared_at=None),
+    ]  # fmt: skip
+    reports.merge(cells, tmp_path / "reports" / "junit.xml", matrix=matrix)
+    root = JUnitXml.fromfile(str(tmp_path / "reports" / "junit.xml"))
+    messages = {str(ts.name): next(iter(ts)).result[0].message for ts in root}
+    assert messages == {
+        "c::plan": "matrix.toml:3: sglang 0.5.9 requires torch==2.9.1",
+        "d::plan": "/p/runners/x.toml:7: `gpus` must be a number",
+        "f::plan": "matrix.toml: older verdict",
+    }
 
 
 def test_merge_never_greener_than_the_verdict(xmls: dict[str, Path], tmp_path: Path) -> None:

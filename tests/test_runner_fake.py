@@ -603,8 +603,8 @@ def test_a_cell_whose_python_is_missing_is_an_environment_error(
     assert f"python{absent}" in summary_row(fake_project, missing)
     assert [c for c, _ in fake_project.runs()] == [mine], f"nothing of the {absent} cell ran"
     facts = verdict.read(fake_project.reports / mine / "verdict.json").report.backend_facts
-    assert facts["local.python"] == platform.python_version()
-    assert facts["local.python_path"] == sys.executable
+    assert facts.local_python == platform.python_version()
+    assert facts.local_python_path == sys.executable
     ran_by = (fake_project.reports / mine / "python.txt").read_text().split()
     assert ran_by == [platform.python_version(), sys.executable]
 
@@ -631,8 +631,8 @@ def test_a_cell_of_another_python_runs_its_suites_there(fake_project: FakeProjec
     assert version == interp.version
     assert executable.startswith(str(fake_project.cache / "interpreters"))
     facts = verdict.read(fake_project.reports / cell / "verdict.json").report.backend_facts
-    assert facts["local.python"] == interp.version
-    assert facts["local.python_source"] == interp.source
+    assert facts.local_python == interp.version
+    assert facts.local_python_source == interp.source
 
 
 def test_realise_only_realises_every_cell_and_keeps_no_verdict(

@@ -157,3 +157,14 @@ def test_a_record_the_verdict_does_not_bind_is_not_rendered(tmp_path: Path) -> N
     record.unlink()
     page = htmlreport.cell_page(read_run(tmp_path).cells[CELL])
     assert "10-capability.json: the verdict binds a record that is not there" in page
+
+
+def test_the_patch_section_judges_a_status_as_the_runner_does(tmp_path: Path) -> None:
+    # An upstreamed patch fails the runner's patch step (stackfarm.patches.model.fine): the page says so too.
+    props = {"patch.sm120-capability/0001-all-reduce.patch.status": "upstreamed",
+             "patch.sm120-capability/0002-gate.patch.status": "applied"}  # fmt: skip
+    write_cell(tmp_path, CELL, FAILING, properties=props)
+    page = htmlreport.cell_page(read_run(tmp_path).cells[CELL])
+    patches = page.split("<h2>Patches</h2>", 1)[1].split("<h2>", 1)[0]
+    assert '0001-all-reduce.patch</code></td><td><span class="badge o-failed">upstreamed' in patches
+    assert '0002-gate.patch</code></td><td><span class="badge o-passed">applied' in patches

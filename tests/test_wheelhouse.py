@@ -388,7 +388,7 @@ def test_a_wheelhouse_bundle_installs_offline_and_runs_a_host_cell(
     assert main(argv) == 0
     stored = json.loads((fake_project.reports / cell / "verdict.json").read_text())
     assert stored["report"]["status"] == "passed"
-    assert stored["report"]["backend_facts"]["profile.name"] == "fake-host"
+    assert stored["report"]["backend_facts"]["profile_name"] == "fake-host"
     assert stored["inputs"]["profile"]["name"] == "fake-host", (
         "a verdict under a profile is not reused without it"
     )

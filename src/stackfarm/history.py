@@ -20,19 +20,18 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Properties, Property, Skipped, TestCase
-
-from . import trendplot, verdict
+from . import junit, trendplot, verdict
 from .errors import StackfarmError
 from .files import write_atomic
 from .verdict import CellReport, SuiteResult
 
 #: A cell's verdict in one run (stackfarm.verdict.Status's value: passed, failed, incomplete, ...).
 Verdict = str
-#: A testcase's outcome as its JUnit file says it.
-Outcome = Literal["passed", "failed", "error", "skipped"]
+#: A testcase's outcome as its JUnit file says it (stackfarm.junit reads every JUnit file: one parser).
+Outcome = junit.CaseOutcome
+Case = junit.Case
 
 #: Property names that look numeric but are identities, not measurements (versions, hashes, line numbers).
 _NOT_A_FIGURE = re.compile(r"version|sha256|hash|digest|(^|\.)line$", re.IGNORECASE)
@@ -40,19 +39,6 @@ _HEX = re.compile(r"^[0-9a-f]{40,64}$")
 
 
 # --------------------------------------------------------------------------- one run
-
-
-@dataclass(frozen=True, kw_only=True)
-class Case:
-    """One testcase of a suite's JUnit file."""
-
-    name: str
-    classname: str
-    outcome: Outcome
-    #: The failure, error or skip message ("" when it passed).
-    message: str
-    time: float
-    properties: Mapping[str, str]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,59 +82,6 @@ class Run:
     problems: tuple[str, ...] = ()
 
 
-def _outcome(case: TestCase) -> tuple[Outcome, str]:
-    for result in case.result:
-        if isinstance(result, Failure | Error | Skipped):
-            kind: Outcome = (
-                "failed"
-                if isinstance(result, Failure)
-                else "error"
-                if isinstance(result, Error)
-                else "skipped"
-            )
-            text = next(
-                (line.strip() for t in (result.message, result.text) for line in str(t or "").splitlines()),
-                kind,
-            )
-            return kind, text
-    return "passed", ""
-
-
-def _properties(element: Any) -> dict[str, str]:
-    props = element.child(Properties)
-    if props is None:
-        return {}
-    return {str(p.name): str(p.value) for p in props.iterchildren(Property)}
-
-
-def read_junit(path: Path) -> tuple[dict[str, str], tuple[Case, ...], str | None]:
-    """(testsuite properties, testcases, latest timestamp) of one per-suite JUnit file; empty if unreadable."""
-    try:
-        xml = JUnitXml.fromfile(str(path))
-    except (OSError, SyntaxError, JUnitXmlError):
-        return {}, (), None
-    suite_props: dict[str, str] = {}
-    cases: list[Case] = []
-    stamps: list[str] = []
-    for ts in xml:
-        suite_props.update(_properties(ts))
-        if ts.timestamp:
-            stamps.append(str(ts.timestamp))
-        for case in ts:
-            outcome, message = _outcome(case)
-            cases.append(
-                Case(
-                    name=str(case.name or ""),
-                    classname=str(case.classname or ""),
-                    outcome=outcome,
-                    message=message,
-                    time=float(case.time or 0.0),
-                    properties=_properties(case),
-                )
-            )
-    return suite_props, tuple(cases), max(stamps, default=None)
-
-
 def _suite_file(folder: Path, result: SuiteResult) -> Path:
     """The suite's JUnit file inside this copy of reports/ (a copy moves; the recorded path may not)."""
     local = folder / result.cell / f"{result.suite}.xml"
@@ -161,9 +94,14 @@ def cell_run(folder: Path, report: CellReport, inputs: Mapping[str, Any] | None 
     suites = []
     for result in report.suites:
         path = _suite_file(folder, result)
-        props, cases, stamp = read_junit(path)
+        try:
+            read = junit.read(path)
+        except junit.UNREADABLE:  # the verdict names the file's problem; the run is still read
+            read = junit.EMPTY
         res = SuiteResult(**{**asdict(result), "xml": path})
-        suites.append(SuiteRun(result=res, properties=props, cases=cases, timestamp=stamp))
+        suites.append(
+            SuiteRun(result=res, properties=read.properties, cases=read.cases, timestamp=read.timestamp)
+        )
     return CellRun(
         report=report,
         input_hash=report.input_hash or None,
@@ -494,7 +432,6 @@ __all__ = [
     "from_json",
     "load_history",
     "markdown",
-    "read_junit",
     "read_run",
     "series",
     "to_json",

@@ -157,27 +157,21 @@ def index_page(run: Run, *, links: Sequence[tuple[str, str]] = ()) -> str:
 
 
 def _stack(cell: CellRun) -> str:
-    props = cell.report.properties
-    axes = [(k.removeprefix("axis."), v) for k, v in props.items() if k.startswith("axis.")]
-    dists = sorted(
-        {k.rsplit(".", 1)[0] for k in props if k.endswith(".version") and not k.startswith("axis.")}
-    )
+    """The cell's axes and wheels, from the verdict's typed fields (its JUnit properties are only written)."""
+    report = cell.report
+    wheels = {w.distribution: w for w in report.wheels}
     rows = [
-        (
-            f"<code>{e(d)}</code>",
-            e(props.get(f"{d}.version", "")),
-            f"<code>{e(props.get(f'{d}.sha256', ''))}</code>",
-            e(props.get(f"{d}.source", "")),
-        )
-        for d in dists
+        (f"<code>{e(d)}</code>", e(w.version), f"<code>{e(w.sha256)}</code>", e(w.source))
+        for d, w in sorted(wheels.items())
     ]
+    axes = list(report.values.items())
     out = "<h2>Stack</h2>"
     out += "<p>" + " · ".join(f"{e(k)} <strong>{e(v)}</strong>" for k, v in axes) + "</p>" if axes else ""
     out += table(("distribution", "version", "wheel sha256", "index"), rows) if rows else ""
-    if props.get("overridden"):
-        out += f"<p>Overrides: {e(props['overridden'])}</p>"
-    if props.get("stackfarm.input_hash"):
-        out += f'<p class="muted">input hash <code>{e(props["stackfarm.input_hash"])}</code></p>'
+    if report.overridden:
+        out += f"<p>Overrides: {e('; '.join(report.overridden))}</p>"
+    if report.input_hash:
+        out += f'<p class="muted">input hash <code>{e(report.input_hash)}</code></p>'
     return out
 
 

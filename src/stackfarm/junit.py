@@ -24,13 +24,23 @@ import hashlib
 import io
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from junitparser import Error, Failure, JUnitXml, JUnitXmlError, Skipped, TestCase, TestSuite
+from junitparser import (
+    Error,
+    Failure,
+    JUnitXml,
+    JUnitXmlError,
+    Properties,
+    Property,
+    Skipped,
+    TestCase,
+    TestSuite,
+)
 
 from .files import write_bytes_atomic
 
@@ -209,6 +219,77 @@ def load(path: Path) -> JUnitXml:
 UNREADABLE: tuple[type[BaseException], ...] = (OSError, SyntaxError, JUnitXmlError, ValueError)
 
 
+#: A testcase's outcome as its JUnit file says it (no rule applied: stackfarm.verdict judges).
+CaseOutcome = Literal["passed", "failed", "error", "skipped"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One testcase of a JUnit file, as read."""
+
+    name: str
+    classname: str
+    outcome: CaseOutcome
+    #: The first line of the failure, error or skip message ("" when it passed).
+    message: str
+    time: float
+    properties: Mapping[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteFile:
+    """One per-suite JUnit file, as read: the one reader of testcases and properties (the history, the
+    report's sections and qualification read suites through it)."""
+
+    #: <testsuite> properties, merged over the file's testsuites (e.g. 10-capability's grid).
+    properties: Mapping[str, str]
+    cases: tuple[Case, ...]
+    #: The latest testsuite timestamp, None when the file has none.
+    timestamp: str | None
+
+
+#: What an unreadable or missing file reads as where a reader goes on without it.
+EMPTY = SuiteFile(properties={}, cases=(), timestamp=None)
+
+
+def _properties(element: Any) -> dict[str, str]:
+    props = element.child(Properties)
+    if props is None:
+        return {}
+    return {str(p.name): str(p.value) for p in props.iterchildren(Property)}
+
+
+def _case(case: TestCase) -> Case:
+    outcome: CaseOutcome = "passed"
+    text = ""
+    for result in results(case)[:1]:
+        outcome = (
+            "failed" if isinstance(result, Failure) else "error" if isinstance(result, Error) else "skipped"
+        )
+        text = first_line(result) or outcome
+    return Case(
+        name=str(case.name or ""),
+        classname=str(case.classname or ""),
+        outcome=outcome,
+        message=text,
+        time=float(case.time or 0.0),
+        properties=_properties(case),
+    )
+
+
+def read(path: Path) -> SuiteFile:
+    """One per-suite JUnit file's properties, testcases and latest timestamp; raises one of UNREADABLE."""
+    suite_props: dict[str, str] = {}
+    cases: list[Case] = []
+    stamps: list[str] = []
+    for ts in load(path):
+        suite_props.update(_properties(ts))
+        if ts.timestamp:
+            stamps.append(str(ts.timestamp))
+        cases.extend(_case(case) for case in ts)
+    return SuiteFile(properties=suite_props, cases=tuple(cases), timestamp=max(stamps, default=None))
+
+
 def results(case: TestCase) -> list[Failure | Error | Skipped]:
     return [r for r in case.result if isinstance(r, Failure | Error | Skipped)]
 
@@ -370,14 +451,18 @@ def worst_of(outcomes: Sequence[str]) -> str:
 
 __all__ = [
     "ALLOWED",
+    "EMPTY",
     "NA",
     "NA_PROPERTY",
     "NOT_APPLICABLE",
     "REQUIRED",
     "UNREADABLE",
     "WORST_FIRST",
+    "Case",
+    "CaseOutcome",
     "Counts",
     "Step",
+    "SuiteFile",
     "append",
     "count",
     "first_line",
@@ -388,6 +473,7 @@ __all__ = [
     "na_mark",
     "now",
     "one_case",
+    "read",
     "results",
     "unearned",
     "with_location",

@@ -185,6 +185,8 @@ class Matrix:
     trusted_runner_keys: tuple[Path, ...] = ()
     #: The host profile layered over the file (`--profile`, stackfarm.profile), None without one.
     profile: matrix_tables.HostProfile | None = None
+    #: The 1-based line of each axis's entry in [axes] (where a conflict on that axis points).
+    axis_lines: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def root(self) -> Path:
@@ -381,6 +383,7 @@ def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
         runners=runners,
         deviations=_deviations(doc, data),
         trusted_runner_keys=_store(doc, _table(doc, data, "store"), doc.path.parent),
+        axis_lines={axis: line for axis in axes if (line := doc.line_of("axes", axis)) is not None},
     )
 
 

@@ -17,7 +17,7 @@ from . import stack
 from .errors import ConfigError
 from .matrix import Matrix, Override, Rule
 from .stack import cell_id
-from .verdict import input_hash
+from .verdict import Contradiction, SourceLine, input_hash
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,8 +48,16 @@ class Cell:
 
 @dataclass(frozen=True, kw_only=True)
 class Conflict:
+    """A cell whose components contradict sglang's own pins: typed where it is found, so no reader has to
+    recover the axis or the matrix line from the text."""
+
     cell: Cell
     problems: tuple[str, ...]
+    #: Each contradicted pin (axis, requirement, text), in the order of `problems`.
+    contradictions: tuple[Contradiction, ...] = ()
+    #: The matrix line that declares the cell: the [[include]] that made it, else the [axes] entry of the
+    #: first contradicted axis; None when the matrix does not say (an axis declared only in a couple).
+    declared_at: SourceLine | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,9 +173,9 @@ def _override_for(overrides: Sequence[Override], axis: str, values: Mapping[str,
     return next((o for o in overrides if o.axis == axis and _matches(o.when, values)), None)
 
 
-def pin_problems(cell: Cell, pins: Sequence[Requirement]) -> list[tuple[str, str]]:
-    """(axis, problem) for every sglang pin the cell's components contradict."""
-    problems = []
+def contradictions(cell: Cell, pins: Sequence[Requirement]) -> list[Contradiction]:
+    """Every sglang pin the cell's components contradict, with the axis it names."""
+    found = []
     by_axis: dict[str, list[Component]] = {}
     for comp in cell.components:
         by_axis.setdefault(comp.axis, []).append(comp)
@@ -180,17 +188,29 @@ def pin_problems(cell: Cell, pins: Sequence[Requirement]) -> list[tuple[str, str
         same = [c for c in mine if c.distribution == name]
         if not same:
             have = ", ".join(f"{c.distribution} {c.version}" for c in mine)
-            problems.append((axis, f"sglang {cell['sglang']} requires {req}; the cell has {have}"))
+            text = f"sglang {cell['sglang']} requires {req}; the cell has {have}"
+            found.append(Contradiction(axis=axis, requirement=str(req), text=text))
             continue
         for comp in same:
             if not req.specifier.contains(comp.version, prereleases=True):
-                problems.append(
-                    (
-                        axis,
-                        f"sglang {cell['sglang']} requires {req}; the cell has {comp.distribution} {comp.version}",
-                    )
+                text = (
+                    f"sglang {cell['sglang']} requires {req}; the cell has {comp.distribution} {comp.version}"
                 )
-    return problems
+                found.append(Contradiction(axis=axis, requirement=str(req), text=text))
+    return found
+
+
+def pin_problems(cell: Cell, pins: Sequence[Requirement]) -> list[tuple[str, str]]:
+    """(axis, problem) for every sglang pin the cell's components contradict."""
+    return [(c.axis, c.text) for c in contradictions(cell, pins)]
+
+
+def _declared_at(matrix: Matrix, values: Mapping[str, str], axis: str) -> SourceLine:
+    """Where the matrix declares a conflicting cell: the [[include]] whose every value is the cell's, else the
+    [axes] entry of the contradicted `axis` (no line when [axes] does not list it)."""
+    rule = next((r for r in matrix.include if all(values.get(k) == v for k, v in r.match)), None)
+    line = rule.line if rule is not None else matrix.axis_lines.get(axis)
+    return SourceLine(path=str(matrix.path), line=line)
 
 
 def plan(matrix: Matrix, pins: Mapping[str, Sequence[Requirement]]) -> Plan:
@@ -201,13 +221,14 @@ def plan(matrix: Matrix, pins: Mapping[str, Sequence[Requirement]]) -> Plan:
     conflicts: list[Conflict] = []
     for values, origin in kept:
         cell = _make_cell(matrix, values, origin, with_python)
-        remaining, overridden = [], []
-        for axis, problem in pin_problems(cell, pins.get(values["sglang"], ())):
-            override = _override_for(matrix.overrides, axis, values)
+        remaining: list[Contradiction] = []
+        overridden: list[str] = []
+        for found in contradictions(cell, pins.get(values["sglang"], ())):
+            override = _override_for(matrix.overrides, found.axis, values)
             if override is None:
-                remaining.append(problem)
+                remaining.append(found)
             else:
-                overridden.append(f"{problem} (overridden: {override.reason})")
+                overridden.append(f"{found.text} (overridden: {override.reason})")
         cell = Cell(
             id=cell.id,
             values=cell.values,
@@ -217,7 +238,15 @@ def plan(matrix: Matrix, pins: Mapping[str, Sequence[Requirement]]) -> Plan:
             origin=origin,
         )
         if remaining:
-            conflicts.append(Conflict(cell=cell, problems=tuple(remaining)))
+            declared_at = _declared_at(matrix, values, remaining[0].axis)
+            conflicts.append(
+                Conflict(
+                    cell=cell,
+                    problems=tuple(c.text for c in remaining),
+                    contradictions=tuple(remaining),
+                    declared_at=declared_at,
+                )
+            )
         else:
             cells.append(cell)
     return Plan(
@@ -250,6 +279,7 @@ __all__ = [
     "Plan",
     "cell_id",
     "components",
+    "contradictions",
     "expand",
     "input_hash",
     "kernel_distribution",

@@ -51,7 +51,7 @@ from .driver import Route, matrix_runners, route, runner_for
 from .errors import ArtifactError, ConfigError, StackfarmError
 from .files import sha256_file
 from .matrix import Matrix, Runner
-from .plan import Cell, Component, Plan, input_hash
+from .plan import Cell, Component, Conflict, Plan, input_hash
 from .resolve import Resolver
 from .runner import cell_inputs
 from .store import BrokenEntry, Store
@@ -292,6 +292,18 @@ def _route_fields(found: Route, symbols: tuple[str, ...] | None, note: str) -> d
     }
 
 
+def conflict_entry(conflict: Conflict) -> dict[str, Any]:
+    """A conflict as plan documents carry it: its problems, typed contradictions and matrix line (the merge
+    of a CI or Ray run records it as `run` does, stackfarm.cli.runs)."""
+    where = conflict.declared_at
+    return {
+        "id": conflict.cell.id,
+        "problems": list(conflict.problems),
+        "contradictions": [asdict(c) for c in conflict.contradictions],
+        "declared_at": asdict(where) if where is not None else None,
+    }
+
+
 def plan_document(
     matrix: Matrix,
     plan: Plan,
@@ -346,7 +358,7 @@ def plan_document(
         "history": str(history) if history is not None else None,
         "store": store.where if store is not None else None,
         "cells": cells,
-        "conflicts": [{"id": c.cell.id, "problems": list(c.problems)} for c in plan.conflicts],
+        "conflicts": [conflict_entry(c) for c in plan.conflicts],
         "excluded": [{"id": e.cell.id, "reason": e.reason} for e in plan.excluded],
         "warnings": warnings,
         "unreachable": [{"distribution": d, "version": v, "reason": r} for (d, v), r in unreachable.items()],
@@ -362,6 +374,7 @@ __all__ = [
     "PlannedCell",
     "cell_artifacts",
     "cell_hash",
+    "conflict_entry",
     "driver_symbols",
     "durations",
     "is_stored",

@@ -372,9 +372,9 @@ def build_predicate(
         "patch_statuses": dict(sorted(report.patches.items())),
         "backend": planned.inputs.get("backend"),
         # What the backend says of the stack it realised (docker.image_digest, host.python, ...).
-        "backend_facts": dict(sorted(report.backend_facts.items())),
+        "backend_facts": dict(sorted(report.backend_facts.as_properties().items())),
         "image_digest": report.image_digest,
-        "image_tag": report.backend_facts.get("docker.image"),
+        "image_tag": report.backend_facts.docker_image,
         "gpu": {
             "present": planned.inputs.get("gpu") is True and report.no_gpu_reason is None,
             "no_gpu_reason": report.no_gpu_reason,

@@ -16,7 +16,6 @@ No report holds a credential: every URL's ``user:password@`` is removed before a
 from __future__ import annotations
 
 import html
-import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -62,46 +61,18 @@ _PLAN_RESULT: dict[Status, Outcome] = {
     Status.CONFLICT: "error",
     Status.ERROR: "error",
 }
-_TOML_LOCATION = re.compile(r"(?P<path>[\w./-]*\.toml):(?P<line>\d+)")
-_HAS = re.compile(r"the cell has (?P<dist>[A-Za-z0-9_.-]+) ")
-_HEADER = re.compile(r"^\s*(\[\[?)\s*(?P<name>[^\]]+?)\s*\]\]?")
-_PAIR = re.compile(r'^\s*(?P<key>[\w-]+)\s*=\s*"(?P<value>[^"]*)"')
 
 
-def matrix_location(cell: CellReport, matrix: Path | None, shown: str = "matrix.toml") -> str:
-    """Where in matrix.toml a cell that never ran comes from: "matrix.toml:<line>" of the [[include]] that
-    made it, else of the [axes] entry of the component its conflict names (a location in the reason wins);
-    "matrix.toml" alone when the line is not known."""
-    named = _TOML_LOCATION.search(cell.reason)
-    if named is not None:
-        return f"{named['path']}:{named['line']}"
-    try:
-        lines = matrix.read_text(encoding="utf-8").splitlines() if matrix is not None else []
-    except (OSError, UnicodeDecodeError):
-        lines = []
-    if not lines or cell.status is not Status.CONFLICT:
+def matrix_location(cell: CellReport, shown: str = "matrix.toml") -> str:
+    """Where in matrix.toml a cell that never ran comes from, as the plan typed it (`CellReport.declared_at`):
+    "matrix.toml:<line>" of the [[include]] that made a conflict, else of the [axes] entry of the axis it
+    contradicts; a config error's own "file:line"; "matrix.toml" alone when the line is not known."""
+    where = cell.declared_at
+    if where is None or where.line is None:
         return shown
-    blocks: list[tuple[str, int, dict[str, str]]] = []
-    for number, text in enumerate(lines, 1):
-        if (h := _HEADER.match(text)) is not None:
-            blocks.append((h["name"], number, {}))
-        elif blocks and (pair := _PAIR.match(text)) is not None:
-            blocks[-1][2][pair["key"]] = pair["value"]
-    values = dict(cell.values)
-    for name, number, pairs in blocks:
-        if name == "include" and pairs and all(values.get(k) == v for k, v in pairs.items()):
-            return f"{shown}:{number}"
-    from .stack import axis_of  # late: the summaries need no stack model otherwise
-
-    has = _HAS.search(cell.reason)
-    axis = (axis_of(has["dist"]) if has else None) or "sglang"
-    section = ""
-    for number, text in enumerate(lines, 1):
-        if (h := _HEADER.match(text)) is not None:
-            section = h["name"]
-        elif section == "axes" and re.match(rf"^\s*{re.escape(axis)}\s*=", text):
-            return f"{shown}:{number}"
-    return shown
+    if cell.status is Status.CONFLICT:
+        return f"{shown}:{where.line}"
+    return f"{where.path}:{where.line}"
 
 
 def _classname(cell: str, suite: str, original: str) -> str:
@@ -157,7 +128,7 @@ def merge(cells: Sequence[CellReport], out: Path, *, matrix: Path | None = None)
                 cell=cell.cell, suite="plan", outcome=_PLAN_RESULT[cell.status], tests=1, failures=0,
                 errors=0, skipped=0, time=0.0, first_failure=cell.reason or cell.status, xml=None,
             )  # fmt: skip
-            where = None if cell.status is Status.EXCLUDED else matrix_location(cell, matrix, shown)
+            where = None if cell.status is Status.EXCLUDED else matrix_location(cell, shown)
             junit.append(root, _merged_suite(cell, res, where))
             continue
         for res in cell.suites:

@@ -145,8 +145,9 @@ class Runner:
         """Every cell's report, sorted by id. On Ctrl-C, `self.finished` keeps the cells that completed."""
         reports = self.finished
         for conflict in () if self.options.realise_only else plan.conflicts:  # nothing to realise: not run
+            unrun = self._unrun(conflict.cell, Status.CONFLICT, "; ".join(conflict.problems))
             reports[conflict.cell.id] = self._store(
-                self._unrun(conflict.cell, Status.CONFLICT, "; ".join(conflict.problems))
+                replace(unrun, contradictions=conflict.contradictions, declared_at=conflict.declared_at)
             )
             self.ui.done(conflict.cell.id, "conflict", conflict.problems[0])
         for excluded in () if self.options.realise_only else plan.excluded:
@@ -184,6 +185,9 @@ class Runner:
             return self._error(cell, str(exc), Cause.ENVIRONMENT, store=False)
         except (ArtifactError, EnvironmentProblem) as exc:
             return self._error(cell, str(exc), Cause.ENVIRONMENT, store=store)
+        except ConfigError as exc:  # its file and line are typed: the merged report points there
+            where = verdict.SourceLine(path=str(exc.path), line=exc.line)
+            return self._error(cell, str(exc), Cause.INTERNAL, store=store, declared_at=where)
         except StackfarmError as exc:
             return self._error(cell, str(exc), Cause.INTERNAL, store=store)
         except Exception as exc:
@@ -206,9 +210,17 @@ class Runner:
         verdict.save(self.options.reports, report, inputs)
         return report
 
-    def _error(self, cell: Cell, reason: str, cause: Cause, *, store: bool = True) -> CellReport:
+    def _error(
+        self,
+        cell: Cell,
+        reason: str,
+        cause: Cause,
+        *,
+        store: bool = True,
+        declared_at: verdict.SourceLine | None = None,
+    ) -> CellReport:
         self.ui.done(cell.id, "error", reason.splitlines()[0])
-        report = self._unrun(cell, Status.ERROR, reason, cause)
+        report = replace(self._unrun(cell, Status.ERROR, reason, cause), declared_at=declared_at)
         return self._store(report) if store else report
 
     # -- one cell ---------------------------------------------------------------------------------------------
@@ -291,7 +303,9 @@ class Runner:
         self.backend.realise(cell, artifacts, workdir, lambda text: self.ui.update(cell.id, text))
         facts = self.backend.properties(cell)
         self.ui.done(cell.id, "realised", ", ".join(f"{k} {v}" for k, v in facts.items()))
-        return replace(report, reason=REALISED_ONLY, backend_facts=facts)
+        return replace(
+            report, reason=REALISED_ONLY, backend_facts=verdict.BackendFacts.from_properties(facts)
+        )
 
     def _run_fresh(
         self,
@@ -311,7 +325,8 @@ class Runner:
             report = replace(report, patches=patch_step[1])
         installed = self.backend.realise(cell, artifacts, workdir, lambda text: self.ui.update(cell.id, text))
         profile = self.matrix.profile.as_facts() if self.matrix.profile is not None else {}
-        report = replace(report, backend_facts={**self.backend.properties(cell), **profile})
+        facts = verdict.BackendFacts.from_properties({**self.backend.properties(cell), **profile})
+        report = replace(report, backend_facts=facts)
         spec = CellSpec(
             id=cell.id,
             values=cell.as_dict(),

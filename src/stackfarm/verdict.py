@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,8 +35,11 @@ if TYPE_CHECKING:  # junitparser is imported where a JUnit file is read: plannin
 Outcome = Literal["passed", "failed", "error", "skipped", "incomplete", "not_applicable"]
 #: The name of a cell's stored verdict inside its reports folder.
 VERDICT = "verdict.json"
-#: The store's format: 1 was a flat bag of properties with status "ran"/"reused"; 2 is this module's record.
-FORMAT = 2
+#: The store's format: 1 was a flat bag of properties with status "ran"/"reused"; 2 is this module's record;
+#: 3 adds a conflict's typed contradictions and the matrix line of a cell that never ran (a format 2 record
+#: loads with none) and stores the backend's facts as `BackendFacts` fields (a format 2 record's bag of
+#: "docker.image"-style properties loads into them).
+FORMAT = 3
 
 
 class Status(str, enum.Enum):
@@ -106,6 +109,67 @@ class Wheel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class BackendFacts:
+    """What the backend says of the stack it realised, each None where it says nothing. Written as JUnit
+    properties named ``<backend>.<fact>`` ("docker.image_digest": the field's first "_" becomes a ".")."""
+
+    #: docker: the image's tag, its content id ("sha256:..."), and its digest in a registry when pushed.
+    docker_image: str | None = None
+    docker_image_digest: str | None = None
+    docker_repo_digest: str | None = None
+    #: host: the interpreter the suites ran under (its version, its path).
+    host_python: str | None = None
+    host_python_path: str | None = None
+    #: local: the interpreter of the cell's python value (version, path, where it was found).
+    local_python: str | None = None
+    local_python_path: str | None = None
+    local_python_source: str | None = None
+    #: --profile: the host profile layered over the matrix at the run (stackfarm.profile).
+    profile_name: str | None = None
+    profile_sha256: str | None = None
+    profile_path: str | None = None
+
+    def as_properties(self) -> dict[str, str]:
+        """The facts given, as JUnit properties ("docker.image" -> tag), in field order."""
+        return {
+            f.name.replace("_", ".", 1): value
+            for f in fields(self)
+            if (value := getattr(self, f.name)) is not None
+        }
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str], *, lenient: bool = False) -> BackendFacts:
+        """The facts of a backend's properties (`Backend.properties`, a profile's `as_facts`). A key with no
+        field raises ValueError: a new fact needs its field. `lenient` (old records) leaves such keys out."""
+        names = {f.name.replace("_", ".", 1): f.name for f in fields(cls)}
+        unknown = sorted(k for k in props if k not in names)
+        if unknown and not lenient:
+            raise ValueError(f"backend facts without a BackendFacts field: {', '.join(unknown)}")
+        return cls(**{names[k]: str(v) for k, v in props.items() if k in names})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Contradiction:
+    """One of sglang's own pins that a cell's components contradict (what makes a cell a *conflict*)."""
+
+    #: The axis whose value contradicts the pin ("torch").
+    axis: str
+    #: sglang's requirement as its wheel declares it ("torch==2.9.1").
+    requirement: str
+    #: The problem as people read it ("sglang 0.5.9 requires torch==2.9.1; the cell has torch 2.8.0").
+    text: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceLine:
+    """A place in a config file: where the matrix declares a cell that never ran."""
+
+    path: str
+    #: 1-based; None when only the file is known.
+    line: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class CellReport:
     """The verdict of one cell and everything it was computed from."""
 
@@ -122,8 +186,8 @@ class CellReport:
     patch_sets: Mapping[str, str] = field(default_factory=dict)
     patches: Mapping[str, str] = field(default_factory=dict)
     backend: str = ""
-    #: What the backend says of the realised stack (docker.image, docker.image_digest, host.python, ...).
-    backend_facts: Mapping[str, str] = field(default_factory=dict)
+    #: What the backend says of the realised stack (the docker image, the host's python, the profile, ...).
+    backend_facts: BackendFacts = field(default_factory=BackendFacts)
     overridden: tuple[str, ...] = ()
     input_hash: str = ""
     #: The run that computed this verdict (a reused verdict keeps the run it came from).
@@ -137,6 +201,11 @@ class CellReport:
     #: The `--suites` selection the run was narrowed to ("" = every suite of the matrix): a verdict of the
     #: selected suites only, shown as such ("passed (only 00-*)") and never one a qualification accepts.
     selection: str = ""
+    #: A conflict's contradicted pins (empty for every other status).
+    contradictions: tuple[Contradiction, ...] = ()
+    #: Where the matrix declares a cell that never ran: a conflict's [[include]] or [axes] line, a config
+    #: error's file and line (None when not known).
+    declared_at: SourceLine | None = None
 
     @property
     def ran(self) -> bool:
@@ -145,7 +214,7 @@ class CellReport:
 
     @property
     def image_digest(self) -> str | None:
-        return self.backend_facts.get("docker.image_digest")
+        return self.backend_facts.docker_image_digest
 
     @property
     def properties(self) -> dict[str, str]:
@@ -156,7 +225,7 @@ class CellReport:
             props[f"{w.distribution}.source"] = w.source
         props |= {f"patches.{name}.sha256": sha for name, sha in self.patch_sets.items()}
         props |= {f"patch.{name}.status": status for name, status in self.patches.items()}
-        props |= dict(self.backend_facts)
+        props |= self.backend_facts.as_properties()
         if self.overridden:
             props["overridden"] = "; ".join(self.overridden)
         if self.backend:
@@ -315,6 +384,7 @@ class Stored:
 def to_json(report: CellReport) -> dict[str, Any]:
     data = asdict(report)
     data["status"], data["cause"] = str(report.status), str(report.cause)
+    data["backend_facts"] = {k: v for k, v in data["backend_facts"].items() if v is not None}
     data["suites"] = [{**asdict(s), "xml": str(s.xml) if s.xml else None} for s in report.suites]
     return data
 
@@ -332,11 +402,22 @@ def from_json(data: Mapping[str, Any]) -> CellReport:
             "status": Status(data["status"]),
             "cause": Cause(data.get("cause", "")),
             "wheels": tuple(Wheel(**w) for w in data.get("wheels", ())),
+            "backend_facts": _facts(data.get("backend_facts") or {}),
             "overridden": tuple(data.get("overridden", ())),
             "suites": suites,
             "loaded_libraries": tuple(LoadedLibrary(**x) for x in data.get("loaded_libraries", ())),
+            # format 3 (a format 2 record has neither)
+            "contradictions": tuple(Contradiction(**c) for c in data.get("contradictions", ())),
+            "declared_at": SourceLine(**data["declared_at"]) if data.get("declared_at") else None,
         }
     )
+
+
+def _facts(data: Mapping[str, str]) -> BackendFacts:
+    """Format 3 stores the fields; format 2 stored the properties' bag ("docker.image": ...)."""
+    if any("." in key for key in data):
+        return BackendFacts.from_properties(data, lenient=True)
+    return BackendFacts(**data)
 
 
 def _from_format_1(data: Mapping[str, Any], suites: tuple[SuiteResult, ...]) -> CellReport:
@@ -369,7 +450,7 @@ def _from_format_1(data: Mapping[str, Any], suites: tuple[SuiteResult, ...]) -> 
             for k, v in props.items()
             if k.startswith("patch.") and k.endswith(".status")
         },
-        backend_facts=facts,
+        backend_facts=BackendFacts.from_properties(facts, lenient=True),
         input_hash=props.get("stackfarm.input_hash", ""),
         suites=suites,
     )
@@ -609,9 +690,12 @@ def _bound_files_problem(folder: Path, s: SuiteResult) -> str | None:
 __all__ = [
     "FORMAT",
     "VERDICT",
+    "BackendFacts",
     "Cause",
     "CellReport",
+    "Contradiction",
     "Outcome",
+    "SourceLine",
     "Status",
     "Stored",
     "SuiteResult",

@@ -16,6 +16,7 @@ import json
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -27,6 +28,7 @@ from ..errors import ExitCode, UsageError
 from ..executors import ray as rayexec
 from ..gha import DEFAULT_RUNNER
 from ..matrix import Matrix, Runner
+from ..planjson import conflict_entry
 from ..profile import load_matrix
 from ..resolve import Resolver, plan_matrix
 from ..store import Store
@@ -63,8 +65,8 @@ def _worker_args(args: argparse.Namespace, cell: str) -> tuple[str, ...]:
 
 def _cells(
     args: argparse.Namespace, matrix: Matrix, cudas: dict[str, str]
-) -> tuple[list[str], list[tuple[str, list[str]]], list[CellReport]]:
-    """(cell ids to dispatch, conflicts (id, problems), verdicts decided here: exclusions and cells no kind
+) -> tuple[list[str], list[dict[str, Any]], list[CellReport]]:
+    """(cell ids to dispatch, conflicts (as plan documents carry them), verdicts decided here: exclusions and cells no kind
     can run); `cudas` gets each dispatched cell's CUDA (its driver floor, for `route`)."""
     decided: list[CellReport] = []
     if args.plan is not None:
@@ -84,9 +86,7 @@ def _cells(
                 continue
             ids.append(str(c["id"]))
             cudas[str(c["id"])] = str(c.get("cuda", ""))
-        conflicts = [
-            (str(c["id"]), [str(p) for p in c.get("problems", [])]) for c in doc.get("conflicts", [])
-        ]
+        conflicts = [dict(c) for c in doc.get("conflicts", [])]
         return ids, conflicts, decided
     resolver = Resolver(matrix, Cache(), refresh=args.refresh)
     full, unreachable = plan_matrix(matrix, resolver, None)
@@ -99,7 +99,7 @@ def _cells(
     too_old = driver_problems(matrix, p.cells)
     for cell, why in too_old.items():
         decided.append(CellReport(cell=cell, status=Status.ERROR, reason=why, cause=Cause.ENVIRONMENT))
-    conflicts = [(c.cell.id, list(c.problems)) for c in p.conflicts]
+    conflicts = [conflict_entry(c) for c in p.conflicts]
     cudas.update((c.id, c.as_dict().get("cuda", "")) for c in p.cells)
     return [c.id for c in p.cells if c.id not in too_old], conflicts, decided
 
@@ -180,14 +180,14 @@ def _merge(
     store: Store,
     console: Console,
     outcomes: Sequence[rayexec.CellOutcome],
-    conflicts: Sequence[tuple[str, list[str]]],
+    conflicts: Sequence[Mapping[str, Any]],
 ) -> list[CellReport]:
     """Fetch each node's verdict from the store (merge_from, over a plan of the hashes the nodes computed);
     the error verdicts of the cells it holds none of."""
     pushed = [o for o in outcomes if o.status in _RAN and o.input_hash]
     doc = {
         "cells": [{"id": o.cell, "input_hash": o.input_hash, "input_hash_error": None} for o in pushed],
-        "conflicts": [{"id": cell, "problems": problems} for cell, problems in conflicts],
+        "conflicts": [dict(c) for c in conflicts],
     }
     with tempfile.TemporaryDirectory(prefix="stackfarm-ray-merge-") as tmp:
         plan = Path(tmp) / "merge-plan.json"
@@ -236,7 +236,11 @@ def cmd_run_ray(args: argparse.Namespace) -> int:
         errors = _merge(args, store, console, outcomes, conflicts)
         for report in [*decided, *unrouted, *errors]:
             verdict.save(args.reports, report)
-        ours = {t.cell for t in tasks} | {r.cell for r in (*decided, *unrouted)} | {c for c, _ in conflicts}
+        ours = (
+            {t.cell for t in tasks}
+            | {r.cell for r in (*decided, *unrouted)}
+            | {str(c["id"]) for c in conflicts}
+        )
         reports = [r for r in write_reports(args.reports, matrix=args.matrix) if r.cell in ours]
     print_summary(reports, args.reports, console)
     return verdict.exit_code(reports)

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -424,13 +425,15 @@ def realised_summary(reports: Sequence[CellReport], console: Console) -> int:
         if report.status is Status.ERROR:
             continue
         facts = report.backend_facts
-        pushed = facts.get("docker.repo_digest")
+        pushed = facts.docker_repo_digest
         where = f"; in the registry as {pushed}" if pushed else ""
         if report.backend == "docker" and not pushed:
             where = "; in this engine only (no registry: [docker] registry or STACKFARM_REGISTRY)"
-        image = facts.get("docker.image")
-        what = f"image {image} ({facts.get('docker.image_digest', '?')}){where}" if image else ""
-        what = what or f"backend {report.backend} ({', '.join(f'{k} {v}' for k, v in facts.items())})"
+        image = facts.docker_image
+        digest = "?" if facts.docker_image_digest is None else facts.docker_image_digest
+        what = f"image {image} ({digest}){where}" if image else ""
+        shown = ", ".join(f"{k} {v}" for k, v in facts.as_properties().items())
+        what = what or f"backend {report.backend} ({shown})"
         console.print(f"realised {escape(report.cell)}: {escape(what)}")
     for report in broken:
         console.print(f"not realised {escape(report.cell)}: {escape(report.reason.splitlines()[0])}")
@@ -521,9 +524,9 @@ class Planned:
 
 def planned_hashes(
     args: argparse.Namespace, matrix: Matrix | None = None
-) -> tuple[list[Planned], list[tuple[str, list[str]]]]:
+) -> tuple[list[Planned], list[CellReport]]:
     """Every cell of --plan, or of the --matrix planned here (`matrix`, when the caller has loaded it); and the
-    plan's conflicts (cell id, problems): cells no runner ran, which no store holds, and which are not green."""
+    plan's conflicts as `run` records them: cells no runner ran, which no store holds, and which are not green."""
     if args.plan is not None:
         doc = read_plan(args.plan)
     else:
@@ -542,13 +545,27 @@ def planned_hashes(
         )
         for c in doc["cells"]
     ]
-    return cells, [(str(c["id"]), [str(p) for p in c.get("problems", [])]) for c in doc.get("conflicts", [])]
+    return cells, [_conflict_report(c) for c in doc.get("conflicts", [])]
 
 
-def _save_conflicts(reports: Path, conflicts: Sequence[tuple[str, list[str]]]) -> None:
+def _conflict_report(entry: Mapping[str, Any]) -> CellReport:
+    """A plan document's conflict as a verdict (its typed contradictions and matrix line where it has them)."""
+    problems = entry.get("problems")
+    found = entry.get("contradictions")
+    where = entry.get("declared_at")
+    return CellReport(
+        cell=str(entry["id"]),
+        status=Status.CONFLICT,
+        reason="; ".join(str(p) for p in problems) if isinstance(problems, list) else "",
+        contradictions=tuple(verdict.Contradiction(**c) for c in found) if isinstance(found, list) else (),
+        declared_at=verdict.SourceLine(**where) if isinstance(where, dict) else None,
+    )
+
+
+def _save_conflicts(reports: Path, conflicts: Sequence[CellReport]) -> None:
     """As `run` records them: every planned cell is in the merged report, a conflict as a conflict."""
-    for cell, problems in conflicts:
-        verdict.save(reports, CellReport(cell=cell, status=Status.CONFLICT, reason="; ".join(problems)))
+    for conflict in conflicts:
+        verdict.save(reports, conflict)
 
 
 def _why_absent(one: Planned) -> str:

@@ -23,6 +23,14 @@ from ..matrix import PatchSet
 
 Status = Literal["applied", "already-applied", "upstreamed", "drift", "target-missing"]
 
+
+def fine(status: str) -> bool:
+    """The one patch rule, asked by the runner's patch step and by the report: a patch is fine only when it
+    applied. An `upstreamed` or `already-applied` one means the set's applies_to still claims a change the
+    release already holds (retire or narrow the set), so the step fails on it unless its set is optional."""
+    return status == "applied"
+
+
 #: The distribution whose unpacked wheel the patches are written against.
 DISTRIBUTION = "sglang"
 #: Written at a tree's root by apply_sets: which patches (by sha256) stackfarm applied there.
@@ -126,7 +134,7 @@ class PatchResult:
     @property
     def ok(self) -> bool:
         """Whether the cell's patch step may go on: the patch applied, or its set is optional."""
-        return self.status == "applied" or self.optional
+        return fine(self.status) or self.optional
 
 
 # ----------------------------------------------------------------------------------------------------------
