@@ -27,6 +27,7 @@ from .backend import (
     TOOLS_INDEX,
     CellImage,
     DockerBackend,
+    make,
     run_as,
 )
 from .base import (
@@ -150,6 +151,7 @@ __all__ = [
     "hash_listing",
     "image_name",
     "is_base_path",
+    "make",
     "make_overlay",
     "parse_build_failure",
     "parse_loaded_image",
