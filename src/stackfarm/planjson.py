@@ -268,7 +268,7 @@ def is_stored(store: Store, cell_id: str, digest: str, warnings: list[str] | Non
 
 
 def runner_fields(kind: Runner | None) -> dict[str, Any]:
-    """What a plan cell says of its runner kind (stackfarm.gha.job_matrix's entry, less the cell id)."""
+    """What a plan cell says of its runner kind (an entry of stackfarm.gha.dispatch's matrix, less the cell id)."""
     if kind is None:
         return {"runner": None, "labels": [], "gpus": None, "arch": None}
     return {"runner": kind.name, "labels": list(kind.labels), "gpus": kind.gpus, "arch": kind.arch}
