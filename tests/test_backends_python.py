@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from stackfarm.backends import docker as dk
 from stackfarm.backends.docker import DockerError
+from stackfarm.backends.docker.base import base_for, check_base_python, rootfs_pythons
 from stackfarm.backends.host import HostBackend
 from stackfarm.plan import Cell
 
@@ -19,14 +19,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_the_python_axis_can_choose_the_base_image() -> None:
     template = "python:{python}-slim-bookworm"
-    assert dk.base_for(template, {"cuda": "12.8", "python": "3.12"}) == "python:3.12-slim-bookworm"
-    assert dk.base_for(template, {"cuda": "12.8", "python": "3.10"}) == "python:3.10-slim-bookworm"
+    assert base_for(template, {"cuda": "12.8", "python": "3.12"}) == "python:3.12-slim-bookworm"
+    assert base_for(template, {"cuda": "12.8", "python": "3.10"}) == "python:3.10-slim-bookworm"
     both = "registry.local/cuda-py:{cuda}-py{python}"
-    assert dk.base_for(both, {"cuda": "12.8", "python": "3.11"}) == "registry.local/cuda-py:12.8.1-py3.11"
+    assert base_for(both, {"cuda": "12.8", "python": "3.11"}) == "registry.local/cuda-py:12.8.1-py3.11"
     with pytest.raises(DockerError, match=r"not like 3\.11"):
-        dk.base_for(template, {"cuda": "12.8", "python": "3"})
+        base_for(template, {"cuda": "12.8", "python": "3"})
     with pytest.raises(DockerError, match="only placeholders allowed are"):
-        dk.base_for("python:{torch}", {"cuda": "12.8", "python": "3.12"})
+        base_for("python:{torch}", {"cuda": "12.8", "python": "3.12"})
 
 
 def _rootfs(root: Path, os_id: str, *pythons: str) -> Path:
@@ -41,17 +41,17 @@ def _rootfs(root: Path, os_id: str, *pythons: str) -> Path:
 
 def test_a_rootfs_base_without_the_cells_python_is_refused_before_any_build(tmp_path: Path) -> None:
     debian = _rootfs(tmp_path / "bookworm", "debian", "3.11")
-    assert dk.rootfs_pythons(debian) == ["3.11"]
-    dk.check_base_python(str(debian), "3.11")
+    assert rootfs_pythons(debian) == ["3.11"]
+    check_base_python(str(debian), "3.11")
     with pytest.raises(DockerError) as caught:
-        dk.check_base_python(str(debian), "3.12")
+        check_base_python(str(debian), "3.12")
     text = str(caught.value)
     assert f"the base image {debian} has no python3.12 (it has python3.11)" in text
     assert "fix: a base with python3.12" in text
     # Ubuntu gets another Python from the deadsnakes PPA (docker/Dockerfile); names and tarballs are not opened.
-    dk.check_base_python(str(_rootfs(tmp_path / "noble", "ubuntu", "3.12")), "3.11")
-    dk.check_base_python("stackfarm-base:bookworm", "3.12")
-    dk.check_base_python(str(tmp_path / "base.tar"), "3.12")
+    check_base_python(str(_rootfs(tmp_path / "noble", "ubuntu", "3.12")), "3.11")
+    check_base_python("stackfarm-base:bookworm", "3.12")
+    check_base_python(str(tmp_path / "base.tar"), "3.12")
 
 
 def test_the_dockerfile_builds_the_cells_python_or_fails_saying_so() -> None:

@@ -12,7 +12,11 @@ import pytest
 from stackfarm.artifacts import Cache
 from stackfarm.backends import Backend
 from stackfarm.backends import docker as dk
-from stackfarm.backends.docker import ContainerSpec, DockerBackend, DockerEngine, DockerError, EngineInfo
+from stackfarm.backends.docker import DockerBackend, DockerError
+from stackfarm.backends.docker.commands import ContainerSpec
+from stackfarm.backends.docker.common import USER, DiskFullError, site_packages
+from stackfarm.backends.docker.engine import DockerEngine, EngineInfo, ImageIdentity
+from stackfarm.backends.docker.images import BUILD_LOG, read_records
 from stackfarm.backends.local import LocalBackend
 from stackfarm.matrix import load as load_matrix
 from stackfarm.plan import Cell
@@ -31,7 +35,7 @@ def test_space_is_checked_before_a_long_build(tmp_path: Path) -> None:
     backend = DockerBackend(Cache(tmp_path / "cache"), engine=_NoGpuEngine())
     info = EngineInfo(executable="docker", client="20.10", server="20.10", gpu=False, root_dir=str(tmp_path))
     huge = {c: dataclasses.replace(a, size=1 << 50) for c, a in stack_artifacts().items()}
-    with pytest.raises(dk.DiskFullError, match="GiB free; this cell's build needs about"):
+    with pytest.raises(DiskFullError, match="GiB free; this cell's build needs about"):
         backend._check_space(info, huge)
     backend._check_space(info, {c: dataclasses.replace(a, size=1) for c, a in stack_artifacts().items()})
     remote = dataclasses.replace(info, root_dir="/no/such/dir")
@@ -48,8 +52,8 @@ class _NoGpuEngine(DockerEngine):
     def check(self) -> EngineInfo:
         return EngineInfo(executable="docker", client="20.10", server="20.10", gpu=False, root_dir="")
 
-    def image_identity(self, ref: str) -> dk.ImageIdentity | None:
-        return dk.ImageIdentity(id=IMAGE_ID, repo_digests=self.repo_digests)
+    def image_identity(self, ref: str) -> ImageIdentity | None:
+        return ImageIdentity(id=IMAGE_ID, repo_digests=self.repo_digests)
 
     def image_id(self, ref: str) -> str | None:
         return None
@@ -200,7 +204,7 @@ def test_real_cell_testcases_match_local_one_for_one(runs: Runs) -> None:
 @pytest.mark.integration
 def test_real_cell_build_log_is_in_its_reports(runs: Runs) -> None:
     """reports/<cell>/docker-build.log says what realise did: a build from the cache's wheels, or nothing."""
-    log = (runs.docker_reports / CELL / dk.BUILD_LOG).read_text(encoding="utf-8")
+    log = (runs.docker_reports / CELL / BUILD_LOG).read_text(encoding="utf-8")
     tag = runs.backend.images[CELL].tag
     assert log.startswith(f"stackfarm: cell {CELL}: image {tag} (inputs sha256:")
     if runs.backend.images[CELL].built:
@@ -222,7 +226,7 @@ def test_real_cell_rebuild_is_a_no_op(runs: Runs) -> None:
     (cell,) = plan.cells
     arts = {c: resolver.artifact(c, cell["python"]) for c in cell.components}
     tag = runs.backend.images[CELL].tag
-    named = [(r.last_used, w) for w, r in dk.read_records(Cache().root).items() if r.tags[0] == tag]
+    named = [(r.last_used, w) for w, r in read_records(Cache().root).items() if r.tags[0] == tag]
     assert named, f"no work dir in the cache records {tag}"
     workdir = max(named)[1]  # where the runner left the patched tree
     again = DockerBackend(Cache(), base=runs.backend.base, engine=runs.backend.engine)
@@ -242,7 +246,7 @@ def test_real_cell_patch_layer_reaches_site_packages(
     patched = [s for s in runs.docker.suites if s.suite == "00-patches"]
     if not patched:
         pytest.skip("matrix.toml gives this cell no patch sets")
-    table = f"{dk.site_packages('3.11')}/sglang/srt/distributed/device_communicators/all_reduce_utils.py"
+    table = f"{site_packages('3.11')}/sglang/srt/distributed/device_communicators/all_reduce_utils.py"
     code = f"import runpy; print(sorted(runpy.run_path({table!r})['TORCH_SYMM_MEM_ALL_REDUCE_MAX_SIZES']))"
     code += "; import json, os; print(os.getuid(), json.load(open('/stackfarm/cell.json'))['id'])"
     spec = ContainerSpec(image=runs.backend.images[CELL].tag, argv=("python", "-c", code))
@@ -252,7 +256,7 @@ def test_real_cell_patch_layer_reaches_site_packages(
     # SM120's key in the capability-keyed table: what the sm120-capability patch adds, now in site-packages.
     assert "12" in keys.strip("[]").split(", ")
     # The image's own user is unprivileged, and its cell record names the cell.
-    assert who == f"{dk.USER} {CELL}"
+    assert who == f"{USER} {CELL}"
 
 
 @pytest.mark.docker

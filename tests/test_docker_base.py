@@ -10,35 +10,38 @@ import pytest
 
 from stackfarm.artifacts import Cache
 from stackfarm.backends import docker as dk
-from stackfarm.backends.docker import DockerBackend, DockerEngine, DockerError
+from stackfarm.backends.docker import DockerBackend, DockerError
+from stackfarm.backends.docker.base import DEFAULT_BASE, base_for, hash_listing
+from stackfarm.backends.docker.engine import DockerEngine
+from stackfarm.dockergrammar import is_base_path
 from test_docker_support import local_base, real_engine, tree
 
 
 def test_base_for_fills_in_the_image_cuda_version() -> None:
-    assert dk.base_for(dk.DEFAULT_BASE, {"cuda": "12.8"}) == "nvidia/cuda:12.8.1-devel-ubuntu24.04"
-    assert dk.base_for(dk.DEFAULT_BASE, {"cuda": "13.0"}) == "nvidia/cuda:13.0.1-devel-ubuntu24.04"
-    assert dk.base_for(dk.DEFAULT_BASE, {"cuda": "12.8.0"}) == "nvidia/cuda:12.8.0-devel-ubuntu24.04"
-    assert dk.base_for("stackfarm-base:bookworm", {"cuda": "12.8"}) == "stackfarm-base:bookworm"
-    assert dk.base_for("/srv/bases/cuda.tar", {"cuda": "12.8"}) == "/srv/bases/cuda.tar"
+    assert base_for(DEFAULT_BASE, {"cuda": "12.8"}) == "nvidia/cuda:12.8.1-devel-ubuntu24.04"
+    assert base_for(DEFAULT_BASE, {"cuda": "13.0"}) == "nvidia/cuda:13.0.1-devel-ubuntu24.04"
+    assert base_for(DEFAULT_BASE, {"cuda": "12.8.0"}) == "nvidia/cuda:12.8.0-devel-ubuntu24.04"
+    assert base_for("stackfarm-base:bookworm", {"cuda": "12.8"}) == "stackfarm-base:bookworm"
+    assert base_for("/srv/bases/cuda.tar", {"cuda": "12.8"}) == "/srv/bases/cuda.tar"
     with pytest.raises(DockerError, match=r"no nvidia/cuda image version known for CUDA 11\.2"):
-        dk.base_for(dk.DEFAULT_BASE, {"cuda": "11.2"})
+        base_for(DEFAULT_BASE, {"cuda": "11.2"})
     with pytest.raises(DockerError, match="only placeholder"):
-        dk.base_for("nvidia/cuda:{torch}", {"cuda": "12.8"})
+        base_for("nvidia/cuda:{torch}", {"cuda": "12.8"})
 
 
 def test_base_paths_are_told_from_names() -> None:
-    assert dk.is_base_path("/srv/bases/cuda.tar")
-    assert dk.is_base_path("./rootfs")
-    assert dk.is_base_path("cuda.tgz")
-    assert not dk.is_base_path("nvidia/cuda:12.8.1-devel-ubuntu24.04")
+    assert is_base_path("/srv/bases/cuda.tar")
+    assert is_base_path("./rootfs")
+    assert is_base_path("cuda.tgz")
+    assert not is_base_path("nvidia/cuda:12.8.1-devel-ubuntu24.04")
 
 
 def test_rootfs_identity_follows_its_listing(tmp_path: Path) -> None:
     root = tree(tmp_path / "rootfs", {"etc/a": "1\n"})
-    before = dk.hash_listing(root)
-    assert dk.hash_listing(root) == before
+    before = hash_listing(root)
+    assert hash_listing(root) == before
     (root / "etc" / "b").write_text("2\n")
-    assert dk.hash_listing(root) != before
+    assert hash_listing(root) != before
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from fakestack import OLD, cell_id, make_project
-from stackfarm import patches as P
 from stackfarm import verdict
-from stackfarm.backends import docker as dk
+from stackfarm.backends.docker.common import REGISTRY_ENV
+from stackfarm.backends.docker.images import BUILD_LOG
 from stackfarm.errors import ExitCode
+from stackfarm.patches.git import make_patch
 from test_docker_registry import registry_under_test
 from test_docker_support import local_base, real_engine
 
@@ -41,13 +42,11 @@ def test_a_failing_run_step_is_named_not_the_cache_import_miss(
     folder = project.root / "patches" / "broken"
     folder.mkdir(parents=True)
     broken = FAKE_INIT + f"\n\ndef broken_{run}(:\n    pass\n"
-    (folder / "0001-broken.patch").write_text(
-        P.make_patch(INIT, FAKE_INIT, broken, HEADERS), encoding="utf-8"
-    )
+    (folder / "0001-broken.patch").write_text(make_patch(INIT, FAKE_INIT, broken, HEADERS), encoding="utf-8")
     (folder / "series").write_text("0001-broken.patch\n", encoding="utf-8")
     project.write_matrix(extra='\n[patches.broken]\napplies_to = "sglang>=0.5.9,<0.5.10"\n')
     monkeypatch.setenv("STACKFARM_DOCKER_BASE", base)
-    monkeypatch.setenv(dk.REGISTRY_ENV, f"{where}/stackfarm-test-{run}")
+    monkeypatch.setenv(REGISTRY_ENV, f"{where}/stackfarm-test-{run}")
     from stackfarm.cli import main
 
     argv = ["run", "--matrix", str(project.matrix), "--reports", str(project.reports), "--backend", "docker"]
@@ -55,7 +54,7 @@ def test_a_failing_run_step_is_named_not_the_cache_import_miss(
     said = capfd.readouterr()
     terminal = said.out + said.err
     assert code != ExitCode.OK
-    log = (project.reports / CELL / dk.BUILD_LOG).read_text(encoding="utf-8")
+    log = (project.reports / CELL / BUILD_LOG).read_text(encoding="utf-8")
     assert "importing cache manifest from" in log, log  # the miss this test is about did happen
     assert "ERROR: " in log.split("importing cache manifest from", 1)[1].split("\n\n", 1)[0], log
     assert "*** Error compiling" in log, log

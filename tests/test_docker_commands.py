@@ -7,8 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from stackfarm.backends import docker as dk
-from stackfarm.backends.docker import ContainerSpec, DockerError, Mount
+from stackfarm.backends.docker import DockerError
+from stackfarm.backends.docker.commands import (
+    ContainerSpec,
+    Mount,
+    build_argv,
+    create_options,
+    failure_text,
+    parse_build_failure,
+    parse_loaded_image,
+)
+from stackfarm.backends.docker.common import LABEL_CELL, LABEL_RUN
 from test_docker_support import CELL
 
 # -- reading the engine's output -----------------------------------------------------------------------------
@@ -160,7 +169,7 @@ ERROR: failed to solve: process "/bin/sh -c cp -R /tmp/stackfarm/patch/files/. .
 
 @pytest.mark.parametrize("output", [BUILDKIT_CACHE_MISS, BUILDX_CACHE_MISS])
 def test_a_cache_import_miss_is_never_the_failing_step(output: str) -> None:
-    failure = dk.parse_build_failure(output)
+    failure = parse_build_failure(output)
     assert "] RUN " in failure.step, failure
     assert "compileall" in failure.step
     assert "importing cache manifest" not in failure.step
@@ -168,7 +177,7 @@ def test_a_cache_import_miss_is_never_the_failing_step(output: str) -> None:
     assert "not found" not in failure.reason
     assert failure.error_line.startswith("*** Error compiling '")
     assert failure.tail[-1] == "SyntaxError: invalid syntax"
-    text = dk.failure_text("stackfarm/cell:1", failure, Path("/r/docker-build.log"))
+    text = failure_text("stackfarm/cell:1", failure, Path("/r/docker-build.log"))
     first, *rest = text.splitlines()
     assert first.startswith("building stackfarm/cell:1 failed at [")
     assert first.endswith(
@@ -179,7 +188,7 @@ def test_a_cache_import_miss_is_never_the_failing_step(output: str) -> None:
 
 
 def test_a_step_cancelled_because_another_failed_is_not_the_failing_step() -> None:
-    failure = dk.parse_build_failure(BUILDKIT_CANCELED)
+    failure = parse_build_failure(BUILDKIT_CANCELED)
     assert failure.step == "[b 2/2] RUN echo bad; exit 4"
     assert failure.reason == "executor failed running [/bin/sh -c echo bad; exit 4]: exit code: 4"
     assert failure.tail == ("bad",)
@@ -187,13 +196,13 @@ def test_a_step_cancelled_because_another_failed_is_not_the_failing_step() -> No
 
 
 def test_a_failed_copy_is_named_by_the_builds_last_line() -> None:
-    failure = dk.parse_build_failure(BUILDKIT_COPY)
+    failure = parse_build_failure(BUILDKIT_COPY)
     assert failure.step == "[3/3] COPY nothere /x"
     assert failure.reason == '"/nothere" not found: not found'
 
 
 def test_build_failure_names_the_step_and_its_last_lines() -> None:
-    failure = dk.parse_build_failure(BUILDKIT_20_10)
+    failure = parse_build_failure(BUILDKIT_20_10)
     assert failure.step.startswith("[torch 1/1] RUN python -m pip install")
     assert failure.reason == "executor failed running [/bin/sh -c python -m pip install]: exit code: 1"
     assert failure.tail[-2:] == (
@@ -204,24 +213,22 @@ def test_build_failure_names_the_step_and_its_last_lines() -> None:
 
 
 def test_build_failure_sees_a_full_disk() -> None:
-    failure = dk.parse_build_failure(BUILDKIT_BUILDX)
+    failure = parse_build_failure(BUILDKIT_BUILDX)
     assert failure.step.startswith("[kernels 1/1]")
     assert failure.tail[-1] == "OSError: [Errno 28] No space left on device"
     assert failure.disk_full
 
 
 def test_build_failure_before_any_step_keeps_the_engine_message() -> None:
-    failure = dk.parse_build_failure(
-        "#1 [internal] load build definition\nERROR: failed to read dockerfile\n"
-    )
+    failure = parse_build_failure("#1 [internal] load build definition\nERROR: failed to read dockerfile\n")
     assert failure.step == "(before any build step)"
     assert failure.reason == "ERROR: failed to read dockerfile"
 
 
 def test_loaded_image_names() -> None:
-    assert dk.parse_loaded_image("Loaded image: stackfarm-base:bookworm\n") == "stackfarm-base:bookworm"
-    assert dk.parse_loaded_image("Loaded image ID: sha256:abc\n") == "sha256:abc"
-    assert dk.parse_loaded_image("nothing\n") is None
+    assert parse_loaded_image("Loaded image: stackfarm-base:bookworm\n") == "stackfarm-base:bookworm"
+    assert parse_loaded_image("Loaded image ID: sha256:abc\n") == "sha256:abc"
+    assert parse_loaded_image("nothing\n") is None
 
 
 # -- command lines -------------------------------------------------------------------------------------------
@@ -240,7 +247,7 @@ def _run_spec(**changes: object) -> ContainerSpec:
 
 
 def test_cpu_run_gets_a_private_shm_and_no_gpu_flags() -> None:
-    options = dk.create_options(_run_spec(), "c1")
+    options = create_options(_run_spec(), "c1")
     assert options["name"] == "c1"
     assert "device_requests" not in options
     assert "ipc_mode" not in options
@@ -252,11 +259,11 @@ def test_cpu_run_gets_a_private_shm_and_no_gpu_flags() -> None:
     assert options["image"] == f"stackfarm/{CELL}:0123456789abcdef"
     assert options["command"] == ["python", "-m", "pytest", "/stackfarm/project/suites/00-stack"]
     assert options["environment"] == ["STACKFARM_CELL=/stackfarm/run/cell.json"]
-    assert options["labels"] == {dk.LABEL_RUN: "c1"}
+    assert options["labels"] == {LABEL_RUN: "c1"}
 
 
 def test_gpu_run_gets_gpus_host_ipc_and_ulimits() -> None:
-    options = dk.create_options(_run_spec(gpus=True), "c1")
+    options = create_options(_run_spec(gpus=True), "c1")
     assert options["device_requests"] == [{"count": -1, "capabilities": [["gpu"]]}]  # --gpus all
     assert options["ipc_mode"] == "host"
     assert "shm_size" not in options
@@ -264,27 +271,25 @@ def test_gpu_run_gets_gpus_host_ipc_and_ulimits() -> None:
         {"name": "memlock", "soft": -1, "hard": -1},
         {"name": "stack", "soft": 67108864, "hard": 67108864},
     ]
-    private = dk.create_options(
-        _run_spec(gpus=True, ipc_host=False, ulimits=(("nofile", "1024:4096"),)), "c1"
-    )
+    private = create_options(_run_spec(gpus=True, ipc_host=False, ulimits=(("nofile", "1024:4096"),)), "c1")
     assert "ipc_mode" not in private
     assert private["shm_size"] == "16g"
     assert private["ulimits"] == [{"name": "nofile", "soft": 1024, "hard": 4096}]
 
 
 def test_runs_are_never_privileged_and_never_see_the_engine() -> None:
-    options = dk.create_options(_run_spec(gpus=True, user="1000:1000"), "c1")
+    options = create_options(_run_spec(gpus=True, user="1000:1000"), "c1")
     assert "privileged" not in options
     assert not any("docker.sock" in str(v) for v in options.values())
     assert options["security_opt"] == ["no-new-privileges"]
     assert options["init"] is True
     assert options["user"] == "1000:1000"
     with pytest.raises(DockerError, match="absolute"):
-        dk.create_options(_run_spec(mounts=(Mount(source=Path("rel"), target="/x"),)), "c1")
+        create_options(_run_spec(mounts=(Mount(source=Path("rel"), target="/x"),)), "c1")
     with pytest.raises(DockerError, match="uid"):
-        dk.create_options(_run_spec(user="root"), "c1")
+        create_options(_run_spec(user="root"), "c1")
     with pytest.raises(DockerError, match="not a valid image reference"):
-        dk.create_options(_run_spec(image="Bad Image"), "c1")
+        create_options(_run_spec(image="Bad Image"), "c1")
 
 
 def test_the_options_are_what_the_sdk_accepts() -> None:
@@ -293,7 +298,7 @@ def test_the_options_are_what_the_sdk_accepts() -> None:
     pytest.importorskip("docker", reason="the Docker SDK for Python (a stackfarm dependency) is missing")
     from docker.models.containers import _create_container_args  # type: ignore[attr-defined]
 
-    options = dk.create_options(_run_spec(gpus=True, network="none"), "c1")
+    options = create_options(_run_spec(gpus=True, network="none"), "c1")
     options.pop("detach")
     args = _create_container_args({**options, "version": "1.41"})
     host = args["host_config"]
@@ -306,17 +311,17 @@ def test_the_options_are_what_the_sdk_accepts() -> None:
     assert host["Init"] is True
     assert host["IpcMode"] == "host"
     assert host["NetworkMode"] == "none"
-    assert args["labels"][dk.LABEL_RUN] == "c1"
+    assert args["labels"][LABEL_RUN] == "c1"
 
 
 def test_build_command_is_a_list_with_validated_args_and_secrets() -> None:
-    argv = dk.build_argv(
+    argv = build_argv(
         "docker",
         dockerfile=Path("/r/docker/Dockerfile"),
         context=Path("/c"),
         tag=f"stackfarm/{CELL}:0123456789abcdef",
         build_args={"BASE": "stackfarm-base:bookworm", "PYTHON": "3.11"},
-        labels={dk.LABEL_CELL: CELL},
+        labels={LABEL_CELL: CELL},
         secrets={"netrc": Path("/home/u/.netrc")},
     )
     assert argv[:3] == ["docker", "build", "--progress=plain"]
@@ -330,7 +335,7 @@ def test_build_command_is_a_list_with_validated_args_and_secrets() -> None:
     # Every image carries BuildKit's inline cache metadata, so a pushed one can be another runner's cache.
     assert "BUILDKIT_INLINE_CACHE=1" in argv
     assert "--cache-from" not in argv
-    cached = dk.build_argv(
+    cached = build_argv(
         "docker",
         dockerfile=Path("/d"),
         context=Path("/c"),
@@ -341,7 +346,7 @@ def test_build_command_is_a_list_with_validated_args_and_secrets() -> None:
     )
     assert cached[cached.index("--cache-from") + 1] == "127.0.0.1:5000/stackfarm/cell:latest"
     with pytest.raises(DockerError):
-        dk.build_argv(
+        build_argv(
             "docker",
             dockerfile=Path("/d"),
             context=Path("/c"),
@@ -351,7 +356,7 @@ def test_build_command_is_a_list_with_validated_args_and_secrets() -> None:
             cache_from=("not a ref",),
         )
     with pytest.raises(DockerError):
-        dk.build_argv(
+        build_argv(
             "docker",
             dockerfile=Path("/d"),
             context=Path("/c"),

@@ -6,8 +6,14 @@ import re
 
 import pytest
 
-from stackfarm.backends import docker as dk
 from stackfarm.backends.docker import DockerError
+from stackfarm.backends.docker.common import (
+    site_packages,
+    validate_build_args,
+    validate_image_ref,
+    validate_shm_size,
+    validate_ulimits,
+)
 
 
 @pytest.mark.parametrize(
@@ -20,7 +26,7 @@ from stackfarm.backends.docker import DockerError
     ],
 )
 def test_image_refs_accepted(ref: str) -> None:
-    assert dk.validate_image_ref(ref) == ref
+    assert validate_image_ref(ref) == ref
 
 
 @pytest.mark.parametrize(
@@ -28,7 +34,7 @@ def test_image_refs_accepted(ref: str) -> None:
 )
 def test_image_refs_rejected(ref: str) -> None:
     with pytest.raises(DockerError, match="not a valid image reference"):
-        dk.validate_image_ref(ref)
+        validate_image_ref(ref)
 
 
 @pytest.mark.parametrize(
@@ -44,7 +50,7 @@ def test_image_refs_rejected(ref: str) -> None:
 )
 def test_build_args_rejected(args: dict[str, str], message: str) -> None:
     with pytest.raises(DockerError, match=re.escape(message)):
-        dk.validate_build_args(args)
+        validate_build_args(args)
 
 
 def test_build_args_accepted_unchanged() -> None:
@@ -53,26 +59,26 @@ def test_build_args_accepted_unchanged() -> None:
         "PYTHON": "3.12",
         "PYTHON_PPA": "ppa:deadsnakes/ppa",
     }
-    assert dk.validate_build_args(args) == args
+    assert validate_build_args(args) == args
 
 
 def test_ulimits_and_shm_size() -> None:
-    assert dk.validate_ulimits({"stack": 67108864, "memlock": "-1"}) == (
+    assert validate_ulimits({"stack": 67108864, "memlock": "-1"}) == (
         ("memlock", "-1"),
         ("stack", "67108864"),
     )
-    assert dk.validate_ulimits({"nofile": "1024:4096"}) == (("nofile", "1024:4096"),)
+    assert validate_ulimits({"nofile": "1024:4096"}) == (("nofile", "1024:4096"),)
     with pytest.raises(DockerError, match="unknown limit"):
-        dk.validate_ulimits({"memlocks": "-1"})
+        validate_ulimits({"memlocks": "-1"})
     with pytest.raises(DockerError, match="soft:hard"):
-        dk.validate_ulimits({"stack": "64m"})
-    assert dk.validate_shm_size("16g") == "16g"
+        validate_ulimits({"stack": "64m"})
+    assert validate_shm_size("16g") == "16g"
     for bad in ("16 g", "16gb", "-1", "0"):
         with pytest.raises(DockerError, match="shm_size"):
-            dk.validate_shm_size(bad)
+            validate_shm_size(bad)
 
 
 def test_site_packages_is_the_venvs_for_the_cells_python() -> None:
-    assert dk.site_packages("3.12") == "/opt/stackfarm/venv/lib/python3.12/site-packages"
+    assert site_packages("3.12") == "/opt/stackfarm/venv/lib/python3.12/site-packages"
     with pytest.raises(DockerError, match=r"not like 3\.11"):
-        dk.site_packages("3.11/../..")
+        site_packages("3.11/../..")

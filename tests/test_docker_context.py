@@ -14,8 +14,18 @@ import pytest
 
 from stackfarm import stack
 from stackfarm.artifacts import Artifact
-from stackfarm.backends import docker as dk
 from stackfarm.backends.docker import DockerError
+from stackfarm.backends.docker.context import (
+    DOCKERFILE,
+    STAGES,
+    context_wheels,
+    image_name,
+    make_overlay,
+    place_wheels,
+    requirement_line,
+    stage_wheels,
+    write_context,
+)
 from stackfarm.plan import Component
 from test_docker_support import CELL, SHA, VALUES, art, context, digest, record, stack_artifacts, tree
 
@@ -27,17 +37,17 @@ def _stages(text: str) -> list[str]:
 
 
 def test_dockerfile_stages_run_from_slowest_to_fastest_changing() -> None:
-    text = dk.DOCKERFILE.read_text(encoding="utf-8")
+    text = DOCKERFILE.read_text(encoding="utf-8")
     assert _stages(text) == ["base", "python", "torch", "kernels", "sglang", "patched", "cell"]
-    assert [s for s, _ in dk.STAGES] == ["torch", "kernels", "sglang"] == list(stack.docker_stages())
+    assert [s for s, _ in STAGES] == ["torch", "kernels", "sglang"] == list(stack.docker_stages())
     assert not text.startswith("# syntax="), "a syntax line makes BuildKit pull a frontend image"
 
 
 def test_each_install_stage_mounts_only_its_own_folder() -> None:
     """The layer-cache claim: a stage's RUN sees its own requirements, so a new sglang keeps torch cached."""
-    text = dk.DOCKERFILE.read_text(encoding="utf-8")
+    text = DOCKERFILE.read_text(encoding="utf-8")
     blocks = re.split(r"^FROM ", text, flags=re.MULTILINE)
-    for stage in ("tools", *(s for s, _ in dk.STAGES)):
+    for stage in ("tools", *(s for s, _ in STAGES)):
         home = "python" if stage == "tools" else stage
         block = next(b for b in blocks if re.match(rf"\S+ AS {home}$", b.splitlines()[0]))
         binds = re.findall(r"--mount=type=bind,source=(\w+)", block)
@@ -70,27 +80,27 @@ def hadolint(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_dockerfile_is_hadolint_clean(hadolint: str) -> None:
-    done = subprocess.run([hadolint, str(dk.DOCKERFILE)], capture_output=True, text=True, check=False)
+    done = subprocess.run([hadolint, str(DOCKERFILE)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_image_name_is_readable_and_keyed_by_the_inputs() -> None:
-    name = dk.image_name(CELL, "ab" * 32)
+    name = image_name(CELL, "ab" * 32)
     assert name == f"stackfarm/{CELL}:{'ab' * 8}"
-    assert dk.image_name("CU128+local Cell", "cd" * 32) == f"stackfarm/cu128-local-cell:{'cd' * 8}"
+    assert image_name("CU128+local Cell", "cd" * 32) == f"stackfarm/cu128-local-cell:{'cd' * 8}"
 
 
 def test_requirement_lines_pin_by_hash_and_refuse_credentials() -> None:
-    line = dk.requirement_line("Flashinfer_Python", "https://h.org/f.whl", SHA["fi"])
+    line = requirement_line("Flashinfer_Python", "https://h.org/f.whl", SHA["fi"])
     assert line == f"flashinfer-python @ https://h.org/f.whl --hash=sha256:{SHA['fi']}"
     with pytest.raises(DockerError, match="netrc"):
-        dk.requirement_line("torch", "https://user:token@pkgs.example.org/t.whl", SHA["torch"])
+        requirement_line("torch", "https://user:token@pkgs.example.org/t.whl", SHA["torch"])
     with pytest.raises(DockerError, match="not an http"):
-        dk.requirement_line("torch", "ftp://h.org/t.whl", SHA["torch"])
+        requirement_line("torch", "ftp://h.org/t.whl", SHA["torch"])
     with pytest.raises(DockerError, match="whitespace"):
-        dk.requirement_line("torch", "https://h.org/t.whl --index-url https://evil", SHA["torch"])
+        requirement_line("torch", "https://h.org/t.whl --index-url https://evil", SHA["torch"])
     with pytest.raises(DockerError, match="sha256"):
-        dk.requirement_line("torch", "https://h.org/t.whl", "abc")
+        requirement_line("torch", "https://h.org/t.whl", "abc")
 
 
 # -- the build context and the tag ---------------------------------------------------------------------------
@@ -148,8 +158,8 @@ def test_every_wheel_comes_from_the_cache_into_its_stage_folder(tmp_path: Path) 
     arts[sgl] = art("sglang", "0.5.9", SHA["sgl"], url=blob.as_uri())
     ctx = tmp_path / "ctx"
     rec = record(arts)
-    wheels = dk.context_wheels([art("pytest", "9.0.3", SHA["tool"])], rec.values, arts)
-    dk.write_context(ctx, wheels=wheels, record=rec, overlay=None)
+    wheels = context_wheels([art("pytest", "9.0.3", SHA["tool"])], rec.values, arts)
+    write_context(ctx, wheels=wheels, record=rec, overlay=None)
     before = digest(ctx)
     asked: list[str] = []
 
@@ -157,7 +167,7 @@ def test_every_wheel_comes_from_the_cache_into_its_stage_folder(tmp_path: Path) 
         asked.append(a.filename)
         return blob
 
-    placed = dk.place_wheels(ctx, wheels, from_cache)
+    placed = place_wheels(ctx, wheels, from_cache)
     assert sorted(asked) == sorted(a.filename for arts_ in wheels.values() for a in arts_)
     assert len(placed) == 6  # pytest and the five of the cell
     line = (ctx / "sglang" / "requirements.txt").read_text().strip()
@@ -181,7 +191,7 @@ def test_an_unsafe_wheel_file_name_is_refused(tmp_path: Path) -> None:
     sgl = next(c for c in arts if c.axis == "sglang")
     arts[sgl] = dataclasses.replace(arts[sgl], filename="../../etc/evil.whl")
     with pytest.raises(DockerError, match="unsafe wheel file name"):
-        dk.context_wheels([], VALUES, arts)
+        context_wheels([], VALUES, arts)
 
 
 def test_overlay_holds_only_what_the_patches_changed(tmp_path: Path) -> None:
@@ -205,7 +215,7 @@ def test_overlay_holds_only_what_the_patches_changed(tmp_path: Path) -> None:
             ".stackfarm-patches.json": "{}",
         },
     )
-    changed, deleted = dk.make_overlay(pristine, patched, tmp_path / "overlay")
+    changed, deleted = make_overlay(pristine, patched, tmp_path / "overlay")
     assert changed == [".stackfarm-patches.json", "sglang/a.py", "sglang/new.py"]
     assert deleted == ["sglang/gone.py"]
     assert (tmp_path / "overlay" / "files" / "sglang" / "a.py").read_text() == "A = 2\n"
@@ -238,7 +248,7 @@ def test_optional_axes_go_to_the_stage_the_stack_table_names(tmp_path: Path) -> 
 
 
 def test_an_optional_axis_the_matrix_leaves_out_installs_nothing(tmp_path: Path) -> None:
-    stages = dk.stage_wheels(VALUES, stack_artifacts())
+    stages = stage_wheels(VALUES, stack_artifacts())
     assert list(stages) == list(stack.docker_stages())
     assert [a.distribution for a in stages["torch"]] == ["torch"]
     assert [a.distribution for a in stages["kernels"]] == [
@@ -258,10 +268,10 @@ def test_the_wheels_of_an_axis_value_are_the_stack_tables(tmp_path: Path) -> Non
     with pytest.raises(
         DockerError, match=r"sgl_kernel 0\.4\.4 installs sglang-kernel, but no wheel of it came"
     ):
-        dk.stage_wheels({**VALUES, "sgl_kernel": "0.4.4"}, stack_artifacts())
+        stage_wheels({**VALUES, "sgl_kernel": "0.4.4"}, stack_artifacts())
     stray = {
         **stack_artifacts(),
         _component("cuda", "nvidia-cuda-runtime-cu12", "12.8"): art("x", "1", SHA["tool"]),
     }
     with pytest.raises(DockerError, match=r"no Dockerfile stage installs nvidia-cuda-runtime-cu12 \(cuda\)"):
-        dk.stage_wheels(VALUES, stray)
+        stage_wheels(VALUES, stray)

@@ -22,9 +22,11 @@ import pytest
 
 from stackfarm import proc
 from stackfarm.backends import docker as dk
-from stackfarm.backends.docker import BuildError, ContainerSpec, DockerEngine, EngineError, Mount
 from stackfarm.backends.docker import engine as engine_module
-from stackfarm.backends.docker.engine import _extract, _version
+from stackfarm.backends.docker.commands import ContainerSpec, Mount
+from stackfarm.backends.docker.common import BuildError, DiskFullError, EngineError, RegistryError
+from stackfarm.backends.docker.context import DOCKERFILE
+from stackfarm.backends.docker.engine import MIN_ENGINE, DockerEngine, ImageIdentity, _extract, _version
 from stackfarm.errors import EnvironmentProblem, ExitCode
 from test_docker_commands import BUILDKIT_20_10, BUILDKIT_BUILDX
 from test_docker_support import TEST_LABEL, leftovers, local_base, real_engine
@@ -101,7 +103,7 @@ def _fake_build(tmp_path: Path, output: str, returncode: int) -> DockerEngine:
 
 def _build(engine: DockerEngine, tmp_path: Path) -> None:
     engine.build(
-        dockerfile=dk.DOCKERFILE,
+        dockerfile=DOCKERFILE,
         context=tmp_path,
         tag="stackfarm/cell:0123456789abcdef",
         build_args={"PYTHON": "3.11"},
@@ -115,14 +117,12 @@ def _build(engine: DockerEngine, tmp_path: Path) -> None:
 def test_failed_build_shows_step_reason_and_tail(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match=r"failed at \[torch 1/1\][\s\S]*DO NOT MATCH THE HASHES") as info:
         _build(_fake_build(tmp_path, BUILDKIT_20_10, 1), tmp_path)
-    assert not isinstance(info.value, dk.DiskFullError)
+    assert not isinstance(info.value, DiskFullError)
     assert "executor failed running" in (tmp_path / "build.log").read_text()
 
 
 def test_full_disk_during_build_says_how_to_free_space(tmp_path: Path) -> None:
-    with pytest.raises(
-        dk.DiskFullError, match=r"disk is full \(/var/lib/docker\)[\s\S]*docker builder prune"
-    ):
+    with pytest.raises(DiskFullError, match=r"disk is full \(/var/lib/docker\)[\s\S]*docker builder prune"):
         _build(_fake_build(tmp_path, BUILDKIT_BUILDX, 1), tmp_path)
 
 
@@ -146,10 +146,10 @@ esac""",
     )
     fake.write_text(script)
     engine = DockerEngine(str(fake))
-    assert engine.image_identity("pulled") == dk.ImageIdentity(
+    assert engine.image_identity("pulled") == ImageIdentity(
         id=f"sha256:{'1' * 64}", repo_digests=(f"nvidia/cuda@sha256:{'2' * 64}",)
     )
-    assert engine.image_identity("built") == dk.ImageIdentity(id=f"sha256:{'3' * 64}")
+    assert engine.image_identity("built") == ImageIdentity(id=f"sha256:{'3' * 64}")
     assert engine.image_identity("missing") is None
 
 
@@ -171,7 +171,7 @@ esac""",
     engine = DockerEngine(str(fake))
     assert engine.pull_if_present("127.0.0.1:5000/stackfarm/there:1")[0]
     assert not engine.pull_if_present("127.0.0.1:5000/stackfarm/missing:1")[0]
-    with pytest.raises(dk.RegistryError, match=r"could not pull .*connection refused") as info:
+    with pytest.raises(RegistryError, match=r"could not pull .*connection refused") as info:
         engine.pull_if_present("10.0.0.1:5000/stackfarm/cell:1")
     assert isinstance(info.value, EnvironmentProblem)
     assert info.value.exit_code == ExitCode.ENVIRONMENT
@@ -254,7 +254,7 @@ def base(engine: DockerEngine) -> str:
 @pytest.mark.docker
 def test_real_engine_is_new_enough(engine: DockerEngine) -> None:
     info = engine.check()
-    assert _version(info.server) >= dk.MIN_ENGINE
+    assert _version(info.server) >= MIN_ENGINE
 
 
 @pytest.mark.docker

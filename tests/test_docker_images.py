@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from stackfarm.backends import docker as dk
-from stackfarm.backends.docker import DockerEngine, EngineInfo, ImageRecord
-from stackfarm.backends.docker.images import read_record, write_record
+from stackfarm.backends.docker.common import LABEL_CELL
+from stackfarm.backends.docker.engine import DockerEngine, EngineInfo
+from stackfarm.backends.docker.images import ImageRecord, prune_images, read_record, write_record
 from stackfarm.cli import main
 from test_docker_support import local_base, real_engine
 
@@ -82,11 +82,11 @@ def test_only_images_no_kept_work_dir_names_go(tmp_path: Path) -> None:
         {"stackfarm/a:1": "sha256:1", "reg:5000/stackfarm/a:1": "sha256:1", "stackfarm/b:2": "sha256:2"},
         unknown=("stackfarm/other-cache:9",),
     )
-    dry = dk.prune_images(records, [old, shared], engine=engine, dry_run=True)
+    dry = prune_images(records, [old, shared], engine=engine, dry_run=True)
     assert sorted(dry.removed) == [("reg:5000/stackfarm/a:1", "a"), ("stackfarm/a:1", "a")]
     assert engine.removed == []
     assert dry.freed == 1_000_000
-    done = dk.prune_images(records, [old, shared], engine=engine)
+    done = prune_images(records, [old, shared], engine=engine)
     assert sorted(engine.removed) == ["reg:5000/stackfarm/a:1", "stackfarm/a:1"]
     assert done.freed == 1_000_000  # its last tag went: the engine dropped it
     assert "stackfarm/b:2" in engine.images
@@ -96,7 +96,7 @@ def test_only_images_no_kept_work_dir_names_go(tmp_path: Path) -> None:
 def test_an_image_a_container_uses_stays_and_says_why(tmp_path: Path) -> None:
     records = {tmp_path / "old": _record("a", ("stackfarm/a:1",), "sha256:1")}
     engine = _Engine({"stackfarm/a:1": "sha256:1"}, busy=frozenset({"stackfarm/a:1"}))
-    done = dk.prune_images(records, [tmp_path / "old"], engine=engine)
+    done = prune_images(records, [tmp_path / "old"], engine=engine)
     assert done.removed == []
     assert [tag for tag, _ in done.kept] == ["stackfarm/a:1"]
     assert "container abc is using it" in done.kept[0][1]
@@ -106,7 +106,7 @@ def test_an_image_a_container_uses_stays_and_says_why(tmp_path: Path) -> None:
 def test_a_tag_that_now_names_another_image_is_not_ours(tmp_path: Path) -> None:
     records = {tmp_path / "old": _record("a", ("stackfarm/a:1",), "sha256:1")}
     engine = _Engine({"stackfarm/a:1": "sha256:rebuilt"})
-    assert dk.prune_images(records, [tmp_path / "old"], engine=engine).removed == []
+    assert prune_images(records, [tmp_path / "old"], engine=engine).removed == []
     assert engine.removed == []
 
 
@@ -115,7 +115,7 @@ def test_without_an_engine_prune_says_images_were_not_looked_at(tmp_path: Path) 
     fake.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon' >&2\nexit 1\n")
     fake.chmod(0o755)
     records = {tmp_path / "old": _record("a", ("stackfarm/a:1",), "sha256:1")}
-    done = dk.prune_images(records, [tmp_path / "old"], engine=DockerEngine(str(fake)))
+    done = prune_images(records, [tmp_path / "old"], engine=DockerEngine(str(fake)))
     assert done.removed == []
     assert done.note.startswith("cell images were not looked at: the Docker engine does not answer")
 
@@ -126,7 +126,7 @@ def test_without_an_engine_prune_says_images_were_not_looked_at(tmp_path: Path) 
 def _tiny_image(engine: DockerEngine, base: str, tmp_path: Path, tag: str, cell: str) -> str:
     folder = tmp_path / tag.replace("/", "_").replace(":", "_")
     folder.mkdir()
-    (folder / "Dockerfile").write_text(f"FROM {base}\nLABEL {dk.LABEL_CELL}={cell}\n")
+    (folder / "Dockerfile").write_text(f"FROM {base}\nLABEL {LABEL_CELL}={cell}\n")
     engine.build(
         dockerfile=folder / "Dockerfile",
         context=folder,

@@ -21,8 +21,10 @@ import pytest
 from fakestack import OLD, FakeProject, cell_id, make_project
 from stackfarm import schema, verdict
 from stackfarm.artifacts import Cache
-from stackfarm.backends import docker as dk
-from stackfarm.backends.docker import DockerBackend, DockerEngine, DockerError
+from stackfarm.backends.docker import DockerBackend, DockerError
+from stackfarm.backends.docker.common import CACHE_TAG, LABEL_INPUTS, REGISTRY_ENV, validate_registry
+from stackfarm.backends.docker.engine import DockerEngine
+from stackfarm.backends.docker.images import BUILD_LOG
 from stackfarm.errors import ConfigError, ExitCode
 from stackfarm.matrix import load as load_matrix
 from stackfarm.matrix_tables import DOCKER
@@ -55,7 +57,7 @@ CELL = cell_id(OLD)
 )
 def test_the_schema_accepts_exactly_what_the_backend_accepts(value: str) -> None:
     try:
-        dk.validate_registry(value)
+        validate_registry(value)
         backend_ok = True
     except DockerError:
         backend_ok = False
@@ -75,16 +77,16 @@ def test_a_bad_registry_in_matrix_toml_names_the_key(fake_project: FakeProject) 
 
 
 def test_the_runners_registry_wins_over_the_matrix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(dk.REGISTRY_ENV, raising=False)
+    monkeypatch.delenv(REGISTRY_ENV, raising=False)
     cache = Cache(tmp_path)
     engine = DockerEngine("docker")
     assert DockerBackend(cache, engine=engine).registry is None
     assert DockerBackend(cache, engine=engine).remote_ref("stackfarm/c:1") is None
     backend = DockerBackend(cache, engine=engine, registry="ghcr.io/org/")
     assert backend.remote_ref("stackfarm/c:0123456789abcdef") == "ghcr.io/org/stackfarm/c:0123456789abcdef"
-    monkeypatch.setenv(dk.REGISTRY_ENV, "127.0.0.1:5000")
+    monkeypatch.setenv(REGISTRY_ENV, "127.0.0.1:5000")
     assert DockerBackend(cache, engine=engine, registry="ghcr.io/org").registry == "127.0.0.1:5000"
-    monkeypatch.setenv(dk.REGISTRY_ENV, "http://127.0.0.1:5000")
+    monkeypatch.setenv(REGISTRY_ENV, "http://127.0.0.1:5000")
     with pytest.raises(DockerError, match=r"STACKFARM_REGISTRY = 'http://127.0.0.1:5000' is not a registry"):
         DockerBackend(cache, engine=engine)
 
@@ -150,8 +152,8 @@ def _run(project: FakeProject, reports: Path) -> int:
 
 
 def _build_log(reports: Path) -> str:
-    log = reports / CELL / dk.BUILD_LOG
-    assert log.is_file(), f"no {dk.BUILD_LOG} in {log.parent}"
+    log = reports / CELL / BUILD_LOG
+    assert log.is_file(), f"no {BUILD_LOG} in {log.parent}"
     return log.read_text(encoding="utf-8")
 
 
@@ -172,7 +174,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
         ca.write_text(f"# stackfarm registry test {run}\n", encoding="utf-8")
         mp.setenv("STACKFARM_CA_BUNDLE", str(ca))
         mp.setenv("STACKFARM_DOCKER_BASE", base)
-        mp.setenv(dk.REGISTRY_ENV, f"{where}/stackfarm-test-{run}")
+        mp.setenv(REGISTRY_ENV, f"{where}/stackfarm-test-{run}")
         mp.setenv("STACKFARM_CACHE", str(root / "cache-1"))
         first_code = _run(project, project.reports)
         first_log = _build_log(project.reports)
@@ -180,7 +182,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
         tag = report.backend_facts.docker_image
         assert tag is not None
         remote = f"{where}/stackfarm-test-{run}/{tag}"
-        tags = (tag, remote, f"{remote.rsplit(':', 1)[0]}:{dk.CACHE_TAG}")
+        tags = (tag, remote, f"{remote.rsplit(':', 1)[0]}:{CACHE_TAG}")
         for ref in tags:  # runner 2's engine has never seen the image
             assert engine.remove_image(ref) is None
         assert engine.image_id(tag) is None
@@ -210,7 +212,7 @@ def test_runner_one_builds_and_pushes(shared: Shared) -> None:
     assert "+ " in log
     assert " build " in log
     assert "BUILDKIT_INLINE_CACHE=1" in log
-    assert f"--cache-from {shared.remote.rsplit(':', 1)[0]}:{dk.CACHE_TAG}" in log
+    assert f"--cache-from {shared.remote.rsplit(':', 1)[0]}:{CACHE_TAG}" in log
     assert f"stackfarm: {shared.remote} is not in the registry: building it" in log
     assert f"stackfarm: pushed {shared.remote} (" in log
     # Every wheel came from stackfarm's cache: nothing was downloaded inside the build.
@@ -258,7 +260,7 @@ def test_the_pushed_image_carries_buildkits_inline_cache(shared: Shared) -> None
     assert isinstance(config, dict)
     blob = _registry_json(shared.registry, f"{name}/blobs/{config['digest']}", "application/octet-stream")
     assert "moby.buildkit.cache.v0" in blob
-    assert blob["config"]["Labels"][dk.LABEL_INPUTS]  # type: ignore[index]
+    assert blob["config"]["Labels"][LABEL_INPUTS]  # type: ignore[index]
 
 
 @pytest.mark.docker
@@ -268,7 +270,7 @@ def test_a_build_imports_the_registrys_cache(tmp_path: Path) -> None:
     engine = real_engine()
     base = local_base(engine)
     run = uuid.uuid4().hex[:12]
-    ref = f"{where}/stackfarm-test-{run}/layers:{dk.CACHE_TAG}"
+    ref = f"{where}/stackfarm-test-{run}/layers:{CACHE_TAG}"
     (tmp_path / "Dockerfile").write_text(f"FROM {base}\nRUN echo {run} > /first\n")
     build = {"context": tmp_path, "build_args": {}, "labels": {}, "secrets": {}, "timeout": 300.0}
     try:
@@ -315,7 +317,7 @@ def test_a_realise_only_build_step_pushes_the_image_the_test_step_pulls(
     ca.write_text(f"# stackfarm realise-only test {run}\n", encoding="utf-8")
     monkeypatch.setenv("STACKFARM_CA_BUNDLE", str(ca))
     monkeypatch.setenv("STACKFARM_DOCKER_BASE", base)
-    monkeypatch.setenv(dk.REGISTRY_ENV, f"{where}/stackfarm-test-{run}")
+    monkeypatch.setenv(REGISTRY_ENV, f"{where}/stackfarm-test-{run}")
     monkeypatch.setenv("STACKFARM_CACHE", str(tmp_path / "cache-build"))
     where_to = ["--matrix", str(project.matrix), "--reports", str(project.reports), "--backend", "docker"]
     capsys.readouterr()
@@ -331,7 +333,7 @@ def test_a_realise_only_build_step_pushes_the_image_the_test_step_pulls(
     assert not list(project.reports.rglob("verdict.json")), "a realised image is not a verdict"
     assert not list(project.reports.rglob("*.xml")), "no suite ran"
     assert f"stackfarm: pushed {remote} (" in _build_log(project.reports)
-    tags = (tag, remote, f"{remote.rsplit(':', 1)[0]}:{dk.CACHE_TAG}")
+    tags = (tag, remote, f"{remote.rsplit(':', 1)[0]}:{CACHE_TAG}")
     try:
         for ref in tags:  # the test step's agent has never seen the image
             assert engine.remove_image(ref) is None

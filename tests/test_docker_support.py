@@ -13,7 +13,9 @@ import pytest
 
 from stackfarm.artifacts import Artifact
 from stackfarm.backends import docker as dk
-from stackfarm.backends.docker import DockerEngine
+from stackfarm.backends.docker.common import site_packages
+from stackfarm.backends.docker.context import context_digest, context_wheels, write_context
+from stackfarm.backends.docker.engine import DockerEngine
 from stackfarm.cellspec import CellSpec, InstalledComponent
 from stackfarm.plan import Component
 
@@ -79,7 +81,7 @@ def record(artifacts: dict[Component, Artifact], values: dict[str, str] | None =
                 filename=a.filename,
                 sha256=a.sha256,
                 source=a.source,
-                root=dk.site_packages("3.11"),
+                root=site_packages("3.11"),
             )
             for c, a in artifacts.items()
         ),
@@ -93,9 +95,9 @@ def context(
     values: dict[str, str] | None = None,
 ) -> Path:
     rec = record(artifacts, values)
-    dk.write_context(
+    write_context(
         path,
-        wheels=dk.context_wheels([art("pytest", "9.0.3", SHA["tool"])], rec.values, artifacts),
+        wheels=context_wheels([art("pytest", "9.0.3", SHA["tool"])], rec.values, artifacts),
         record=rec,
         overlay=overlay,
     )
@@ -103,7 +105,7 @@ def context(
 
 
 def digest(ctx: Path, dockerfile: bytes = b"FROM x\n", base_id: str = "sha256:aa") -> str:
-    return dk.context_digest(dockerfile, ctx, {"BASE": "stackfarm-base:bookworm", "PYTHON": "3.11"}, base_id)
+    return context_digest(dockerfile, ctx, {"BASE": "stackfarm-base:bookworm", "PYTHON": "3.11"}, base_id)
 
 
 def tree(root: Path, files: dict[str, str]) -> Path:

@@ -184,3 +184,6 @@ def test_route_passes_over_a_kind_whose_driver_is_too_old(write_matrix: WriteMat
     assert green.status == "unrunnable"
     assert "cuCtxGetDevice_v2 is a CUDA 13.0 driver API" in green.reason
     assert driver.route(cu128, "12.8", (new,)).status == "unrouted"
+    # The kind a verdict names: where it runs, else the first kind its globs match, else none.
+    assert (found.named, alone.named, green.named) == (new, old, old)
+    assert driver.route(cu128, "12.8", (new,)).named is None

@@ -17,6 +17,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,16 @@ def plan300(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- the shared order
+
+
+def _count_steps(pipeline: Mapping[str, Any]) -> int:
+    """Steps of an upload as Buildkite's limit counts them: every step, a group's own steps included."""
+    total = 0
+    for step in pipeline.get("steps", []):
+        total += 1
+        if isinstance(step, Mapping) and "group" in step:
+            total += len(step.get("steps", []))
+    return total
 
 
 def test_the_plan_document_places_and_times_the_cells(plan300: dict[str, Any]) -> None:
@@ -341,7 +352,7 @@ def test_buildkite_pipeline_matches_buildkites_schema(plan300: dict[str, Any]) -
     for part in parts:
         assert _schema_errors(part, "buildkite") == []
         assert _schema_errors(yaml.safe_load(yamltext.dump(part)), "buildkite") == []
-        assert buildkite.count_steps(part) <= buildkite.UPLOAD_LIMIT
+        assert _count_steps(part) <= buildkite.UPLOAD_LIMIT
     pipeline = parts[0]
     steps = pipeline["steps"]
     image = steps[1]
@@ -436,7 +447,7 @@ def test_buildkite_chunks_at_the_upload_limit(tmp_path: Path) -> None:
     assert len(buildkite.pipelines(doc)) == 5, "a docker basis: a build step and a test step per cell"
     for part in parts:
         assert _schema_errors(part, "buildkite") == []
-        assert buildkite.count_steps(part) <= buildkite.UPLOAD_LIMIT
+        assert _count_steps(part) <= buildkite.UPLOAD_LIMIT
     first = parts[0]["steps"]
     upload = first[0]
     assert upload["key"] == "upload-parts"

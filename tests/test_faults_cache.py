@@ -532,6 +532,7 @@ def test_a_patched_copy_of_a_read_only_tree_applies_as_a_plain_user(
 
     from stackfarm import patches
     from stackfarm.matrix import PatchSet
+    from stackfarm.patches.git import make_patch
 
     tree = Cache(shared_root).unpack(_local_artifact(fake_project))
     init = "sglang/__init__.py"
@@ -539,9 +540,7 @@ def test_a_patched_copy_of_a_read_only_tree_applies_as_a_plain_user(
     folder = shared_root.parent / "patches" / "doc"
     folder.mkdir(parents=True)
     headers = {"Description": "a test patch", "Origin": "tests", "Forwarded": "no"}
-    (folder / "0001-doc.patch").write_text(
-        patches.make_patch(init, before, before + "PATCHED = True\n", headers)
-    )
+    (folder / "0001-doc.patch").write_text(make_patch(init, before, before + "PATCHED = True\n", headers))
     (folder / "series").write_text("0001-doc.patch\n")
     patch_set = PatchSet(name="doc", applies_to=SpecifierSet(">=0.5.9"), path=folder, optional=False)
     if os.getuid() == 0:

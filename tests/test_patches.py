@@ -21,6 +21,12 @@ from stackfarm import matrix as matrix_mod
 from stackfarm import patches as P
 from stackfarm.errors import ConfigError
 from stackfarm.matrix import PatchSet
+from stackfarm.patches.drift import locate_drift
+from stackfarm.patches.git import make_patch
+from stackfarm.patches.model import MARKER, Hunk, Patch, parse_patch, sets_for, validate_sets
+from stackfarm.patches.status import apply_sets, failure_message, failures, junit_properties
+from stackfarm.patches.table import below_range
+from stackfarm.patches.upstream import added_definitions, defined_in
 
 HEADERS = {"Description": "a test patch\nwhy it exists", "Origin": "vendor, tests", "Forwarded": "no"}
 
@@ -106,9 +112,7 @@ def tree(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def table_set(tmp_path: Path) -> PatchSet:
-    return _set(
-        tmp_path, "table", {"0001-table.patch": P.make_patch(TABLE, TABLE_SRC, TABLE_WITH_12, HEADERS)}
-    )
+    return _set(tmp_path, "table", {"0001-table.patch": make_patch(TABLE, TABLE_SRC, TABLE_WITH_12, HEADERS)})
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -116,11 +120,11 @@ def table_set(tmp_path: Path) -> PatchSet:
 
 
 def test_apply_then_reapply(tree: Path, table_set: PatchSet) -> None:
-    [first] = P.apply_sets([table_set], tree)
+    [first] = apply_sets([table_set], tree)
     assert (first.status, first.ok) == ("applied", True)
     assert (tree / TABLE).read_text() == TABLE_WITH_12
     assert first.sha256 == hashlib.sha256((table_set.path / "0001-table.patch").read_bytes()).hexdigest()
-    [again] = P.apply_sets([table_set], tree)
+    [again] = apply_sets([table_set], tree)
     assert again.status == "already-applied"
     assert not again.ok
     assert (tree / TABLE).read_text() == TABLE_WITH_12
@@ -133,14 +137,14 @@ def test_check_writes_nothing_and_sees_a_series_in_order(tmp_path: Path, tree: P
         tmp_path,
         "two",
         {
-            "0001-a.patch": P.make_patch(TABLE, TABLE_SRC, step1, HEADERS),
-            "0002-b.patch": P.make_patch(TABLE, step1, step2, HEADERS),
+            "0001-a.patch": make_patch(TABLE, TABLE_SRC, step1, HEADERS),
+            "0002-b.patch": make_patch(TABLE, step1, step2, HEADERS),
         },
     )
     before = _digest(tree)
     assert [r.status for r in P.check_sets([ps], tree)] == ["applied", "applied"]
     assert _digest(tree) == before
-    assert [r.status for r in P.apply_sets([ps], tree)] == ["applied", "applied"]
+    assert [r.status for r in apply_sets([ps], tree)] == ["applied", "applied"]
     assert (tree / TABLE).read_text() == step2
 
 
@@ -153,7 +157,7 @@ def test_a_release_that_has_the_change_verbatim_is_upstreamed(tmp_path: Path, ta
 
 def test_applied_upstream_header_tells_a_hand_patched_tree_from_a_release(tmp_path: Path) -> None:
     headers = {**HEADERS, "Applied-Upstream": "0.5.10, https://example.invalid/pr/1"}
-    ps = _set(tmp_path, "h", {"0001-t.patch": P.make_patch(TABLE, TABLE_SRC, TABLE_WITH_12, headers)})
+    ps = _set(tmp_path, "h", {"0001-t.patch": make_patch(TABLE, TABLE_SRC, TABLE_WITH_12, headers)})
     old = _tree(tmp_path / "old", {TABLE: TABLE_WITH_12}, version="0.5.9")
     new = _tree(tmp_path / "new", {TABLE: TABLE_WITH_12}, version="0.5.10")
     [on_old] = P.check_sets([ps], old)
@@ -165,7 +169,7 @@ def test_applied_upstream_header_tells_a_hand_patched_tree_from_a_release(tmp_pa
 
 
 def test_upstream_that_defines_the_added_method_its_own_way_is_upstreamed(tmp_path: Path, tree: Path) -> None:
-    ps = _set(tmp_path, "m", {"0001-m.patch": P.make_patch(MODEL, MODEL_SRC, MODEL_WITH_HOOK, HEADERS)})
+    ps = _set(tmp_path, "m", {"0001-m.patch": make_patch(MODEL, MODEL_SRC, MODEL_WITH_HOOK, HEADERS)})
     own_way = MODEL_SRC.replace(
         "\n\nEntryClass",
         "\n\n    def load_weights(self, w):\n        pass\n\n    def get_embed_and_head(self):\n"
@@ -184,7 +188,7 @@ def test_a_changed_condition_is_never_upstreamed_by_name(tmp_path: Path) -> None
     ps = _set(
         tmp_path,
         "g",
-        {"0001-g.patch": P.make_patch("sglang/g.py", src, src.replace("a or b", "a or b or c"), HEADERS)},
+        {"0001-g.patch": make_patch("sglang/g.py", src, src.replace("a or b", "a or b or c"), HEADERS)},
     )
     release = _tree(tmp_path / "rel", {"sglang/g.py": "def gate(a, b):\n    return a and b\n"})
     [res] = P.check_sets([ps], release)
@@ -217,14 +221,14 @@ def test_drift_names_file_hunk_first_differing_line_and_upstream_around_it(
 
 def test_locate_drift_notes_whitespace_only_differences() -> None:
     hunk = _hunk_of("a = 1\nb = 2\nc = 3\nd = 4\n", "a = 1\nb = 2\nc = 30\nd = 4\n")
-    drift = P.locate_drift("f.py", hunk, ["a = 1", "b  = 2", "c = 3", "d = 4"], 0)
+    drift = locate_drift("f.py", hunk, ["a = 1", "b  = 2", "c = 3", "d = 4"], 0)
     assert drift is not None
     assert (drift.expected, drift.found, drift.upstream_line) == ("b = 2", "b  = 2", 2)
     assert drift.note != "the lines differ only in whitespace"
-    drift = P.locate_drift("f.py", hunk, ["a = 1", "\tb = 2", "c = 3", "d = 4"], 0)
+    drift = locate_drift("f.py", hunk, ["a = 1", "\tb = 2", "c = 3", "d = 4"], 0)
     assert drift is not None
     assert drift.note == "the lines differ only in whitespace"
-    assert P.locate_drift("f.py", hunk, ["x", "a = 1", "b = 2", "c = 3", "d = 4"], 0) is None
+    assert locate_drift("f.py", hunk, ["x", "a = 1", "b = 2", "c = 3", "d = 4"], 0) is None
 
 
 def test_target_missing(tmp_path: Path, table_set: PatchSet) -> None:
@@ -235,25 +239,25 @@ def test_target_missing(tmp_path: Path, table_set: PatchSet) -> None:
 
 
 def test_a_set_stops_at_its_first_failure_and_optional_sets_do_not_fail(tmp_path: Path, tree: Path) -> None:
-    bad = P.make_patch(TABLE, TABLE_SRC.replace("9: {", "7: {"), TABLE_SRC.replace("9: {", "8: {"), HEADERS)
-    good = P.make_patch(MODEL, MODEL_SRC, MODEL_WITH_HOOK, HEADERS)
+    bad = make_patch(TABLE, TABLE_SRC.replace("9: {", "7: {"), TABLE_SRC.replace("9: {", "8: {"), HEADERS)
+    good = make_patch(MODEL, MODEL_SRC, MODEL_WITH_HOOK, HEADERS)
     other = "sglang/srt/other.py"
     (tree / other).write_text("x = 1\n")
-    bad_other = P.make_patch(other, "x = 2\n", "x = 3\n", HEADERS)
+    bad_other = make_patch(other, "x = 2\n", "x = 3\n", HEADERS)
     strict = _set(tmp_path, "strict", {"0001-bad.patch": bad, "0002-good.patch": good})
     optional = _set(tmp_path, "opt", {"0001-bad.patch": bad_other}, optional=True)
-    results = P.apply_sets([strict, optional], tree)
+    results = apply_sets([strict, optional], tree)
     assert [(r.set, r.patch, r.status) for r in results] == [
         ("strict", "0001-bad.patch", "drift"),
         ("opt", "0001-bad.patch", "drift"),
     ]
     assert [r.ok for r in results] == [False, True]
     assert (tree / MODEL).read_text() == MODEL_SRC  # the patch after the failure was not applied
-    assert P.failures(results) == results[:1]
-    message = P.failure_message(results)
+    assert failures(results) == results[:1]
+    message = failure_message(results)
     assert "strict/0001-bad.patch: drift" in message
     assert "opt/" not in message
-    props = P.junit_properties(results)
+    props = junit_properties(results)
     assert props["patch.strict/0001-bad.patch.status"] == "drift"
     assert props["patch.opt/0001-bad.patch.sha256"] == results[1].sha256
 
@@ -267,7 +271,7 @@ def test_patched_copy_hard_links_yet_keeps_the_source_intact(
     assert (copy / MODEL).stat().st_ino == (tree / MODEL).stat().st_ino  # untouched files stay linked
     assert (copy / TABLE).read_text() == TABLE_WITH_12
     assert _digest(tree) == before
-    assert (copy / P.MARKER).is_file()
+    assert (copy / MARKER).is_file()
     assert [r.status for r in P.patched_copy([table_set], tree, copy)] == [
         "applied"
     ]  # a fresh copy each time
@@ -298,7 +302,7 @@ def test_paths_outside_the_tree_are_refused(tmp_path: Path, old: str, new: str, 
     path = tmp_path / "0001-bad.patch"
     path.write_text(_diff(old, new))
     with pytest.raises(ConfigError, match=message) as info:
-        P.parse_patch(path)
+        parse_patch(path)
     assert info.value.path == path
     assert info.value.line == 6  # the --- line
     assert info.value.fix
@@ -311,7 +315,7 @@ def test_a_symlink_leaving_the_tree_is_refused(tmp_path: Path, table_set: PatchS
     tree = _tree(tmp_path / "t", {MODEL: MODEL_SRC})
     (tree / "sglang" / "srt" / "table.py").symlink_to(outside / "table.py")
     with pytest.raises(ConfigError, match=r"symlink .*outside the tree") as info:
-        P.apply_sets([table_set], tree)
+        apply_sets([table_set], tree)
     assert info.value.line == 6  # the diff --git line of the patch
     assert (outside / "table.py").read_text() == TABLE_SRC
 
@@ -323,7 +327,7 @@ def test_a_binary_patch_is_refused(tmp_path: Path) -> None:
         "index 1..2 100644\nGIT binary patch\nliteral 3\nKcmZ?wWB>pF01N;C\n\n"
     )
     with pytest.raises(ConfigError, match="binary patch") as info:
-        P.parse_patch(path)
+        parse_patch(path)
     assert info.value.line == 7
 
 
@@ -340,47 +344,47 @@ def test_an_empty_patch_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "0001-empty.patch"
     path.write_text("Description: nothing\nOrigin: o\nForwarded: no\n---\n")
     with pytest.raises(ConfigError, match="the patch is empty"):
-        P.parse_patch(path)
+        parse_patch(path)
     path.write_text("")
     with pytest.raises(ConfigError, match="the patch is empty"):
-        P.parse_patch(path)
+        parse_patch(path)
 
 
 def test_crlf_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "0001-crlf.patch"
-    path.write_bytes(P.make_patch(TABLE, TABLE_SRC, TABLE_WITH_12, HEADERS).replace("\n", "\r\n").encode())
+    path.write_bytes(make_patch(TABLE, TABLE_SRC, TABLE_WITH_12, HEADERS).replace("\n", "\r\n").encode())
     with pytest.raises(ConfigError, match="CRLF") as info:
-        P.parse_patch(path)
+        parse_patch(path)
     assert info.value.line == 1
     assert "LF" in info.value.fix
 
 
 def test_missing_dep3_headers_and_wrong_hunk_counts_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "0001.patch"
-    body = P.make_patch(TABLE, TABLE_SRC, TABLE_WITH_12)
+    body = make_patch(TABLE, TABLE_SRC, TABLE_WITH_12)
     path.write_text("Description: d\n---\n" + body)
     with pytest.raises(ConfigError, match=r"DEP-3 header.* missing: Origin, Forwarded"):
-        P.parse_patch(path)
-    good = P.make_patch(TABLE, TABLE_SRC, TABLE_WITH_12, HEADERS)
+        parse_patch(path)
+    good = make_patch(TABLE, TABLE_SRC, TABLE_WITH_12, HEADERS)
     assert "@@ -9,4 +9,8 @@" in good
     path.write_text(good.replace("@@ -9,4 +9,8 @@", "@@ -9,4 +9,9 @@"))
     with pytest.raises(ConfigError, match="line counts are wrong"):
-        P.parse_patch(path)
+        parse_patch(path)
 
 
 def test_two_sets_touching_the_same_hunk_are_refused(tmp_path: Path, table_set: PatchSet) -> None:
     other = TABLE_SRC.replace("        8: 128 * MiB,\n    },\n}\n", "        8: 256 * MiB,\n    },\n}\n")
-    rival = _set(tmp_path, "rival", {"0001-rival.patch": P.make_patch(TABLE, TABLE_SRC, other, HEADERS)})
+    rival = _set(tmp_path, "rival", {"0001-rival.patch": make_patch(TABLE, TABLE_SRC, other, HEADERS)})
     with pytest.raises(
         ConfigError, match=r"sets `table` .* and `rival` .* both touch sglang/srt/table.py"
     ) as info:
-        P.validate_sets([table_set, rival])
+        validate_sets([table_set, rival])
     assert info.value.path == rival.path / "0001-rival.patch"
     assert "disjoint" in info.value.fix
     # Disjoint ranges may touch the same lines: they never meet in one tree.
     apart = PatchSet(name="rival", applies_to=SpecifierSet(">=0.5.10"), path=rival.path)
     narrow = PatchSet(name="table", applies_to=SpecifierSet(">=0.5.9,<0.5.10"), path=table_set.path)
-    assert set(P.validate_sets([narrow, apart])) == {"table", "rival"}
+    assert set(validate_sets([narrow, apart])) == {"table", "rival"}
 
 
 def test_an_unparsable_specifier_is_refused(tmp_path: Path) -> None:
@@ -423,36 +427,36 @@ def test_sets_for_keeps_matrix_order(tmp_path: Path) -> None:
     a = PatchSet(name="a", applies_to=SpecifierSet(">=0.5.9,<0.5.10"), path=tmp_path)
     b = PatchSet(name="b", applies_to=SpecifierSet(">=0.5.9"), path=tmp_path)
     c = PatchSet(name="c", applies_to=SpecifierSet(">=0.5.10"), path=tmp_path)
-    assert [s.name for s in P.sets_for([c, a, b], "0.5.9")] == ["a", "b"]
-    assert [s.name for s in P.sets_for([c, a, b], "0.5.10")] == ["c", "b"]
+    assert [s.name for s in sets_for([c, a, b], "0.5.9")] == ["a", "b"]
+    assert [s.name for s in sets_for([c, a, b], "0.5.10")] == ["c", "b"]
 
 
-def _hunk_of(old: str, new: str, heading_path: str = "m.py") -> P.Hunk:
-    with_headers = P.make_patch(heading_path, old, new, HEADERS)
+def _hunk_of(old: str, new: str, heading_path: str = "m.py") -> Hunk:
+    with_headers = make_patch(heading_path, old, new, HEADERS)
     return _parse_text(with_headers).files[0].hunks[0]
 
 
-def _parse_text(text: str) -> P.Patch:
+def _parse_text(text: str) -> Patch:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "x.patch"
         path.write_text(text)
-        return P.parse_patch(path)
+        return parse_patch(path)
 
 
 def test_added_definitions() -> None:
-    assert P.added_definitions(_hunk_of(TABLE_SRC, TABLE_WITH_12)) == ((("assign", "SIZES"), ("key", "12")),)
-    assert P.added_definitions(_hunk_of(MODEL_SRC, MODEL_WITH_HOOK)) == (
+    assert added_definitions(_hunk_of(TABLE_SRC, TABLE_WITH_12)) == ((("assign", "SIZES"), ("key", "12")),)
+    assert added_definitions(_hunk_of(MODEL_SRC, MODEL_WITH_HOOK)) == (
         (("class", "Wrapper"), ("def", "get_embed_and_head")),
     )
     edited = MODEL_SRC.replace("return self.language_model(x)", "return self.language_model(x) + 1")
-    assert P.added_definitions(_hunk_of(MODEL_SRC, edited)) is None
+    assert added_definitions(_hunk_of(MODEL_SRC, edited)) is None
 
 
 def test_defined_in_walks_classes_and_tables() -> None:
-    assert P.defined_in(TABLE_WITH_12, [("assign", "SIZES"), ("key", "12")]) == 12
-    assert P.defined_in(TABLE_SRC, [("assign", "SIZES"), ("key", "12")]) is None
-    assert P.defined_in(MODEL_WITH_HOOK, [("class", "Wrapper"), ("def", "get_embed_and_head")]) == 8
-    assert P.defined_in(MODEL_SRC, [("class", "Wrapper"), ("def", "get_embed_and_head")]) is None
+    assert defined_in(TABLE_WITH_12, [("assign", "SIZES"), ("key", "12")]) == 12
+    assert defined_in(TABLE_SRC, [("assign", "SIZES"), ("key", "12")]) is None
+    assert defined_in(MODEL_WITH_HOOK, [("class", "Wrapper"), ("def", "get_embed_and_head")]) == 8
+    assert defined_in(MODEL_SRC, [("class", "Wrapper"), ("def", "get_embed_and_head")]) is None
 
 
 def test_pick_versions_takes_the_range_the_next_releases_and_the_newest() -> None:
@@ -476,9 +480,9 @@ def test_pick_versions_takes_the_range_the_next_releases_and_the_newest() -> Non
 
 
 def test_below_range() -> None:
-    assert P.below_range(SpecifierSet(">=0.5.10,<0.5.11"), "0.5.9")
-    assert not P.below_range(SpecifierSet(">=0.5.10,<0.5.11"), "0.5.12")
-    assert P.below_range(SpecifierSet(">0.5.9"), "0.5.9")
+    assert below_range(SpecifierSet(">=0.5.10,<0.5.11"), "0.5.9")
+    assert not below_range(SpecifierSet(">=0.5.10,<0.5.11"), "0.5.12")
+    assert below_range(SpecifierSet(">0.5.9"), "0.5.9")
 
 
 def test_check_table_and_since(tmp_path: Path, table_set: PatchSet) -> None:
@@ -551,7 +555,7 @@ def test_port_lists_conflicts_by_file_and_hunk_then_resolve_writes_the_patch(
 
 
 def test_port_retires_a_patch_upstream_already_has(tmp_path: Path) -> None:
-    ps = _set(tmp_path, "m", {"0001-m.patch": P.make_patch(MODEL, MODEL_SRC, MODEL_WITH_HOOK, HEADERS)})
+    ps = _set(tmp_path, "m", {"0001-m.patch": make_patch(MODEL, MODEL_SRC, MODEL_WITH_HOOK, HEADERS)})
     old = _tree(tmp_path / "old", {MODEL: MODEL_SRC}, "0.5.9")
     new = _tree(tmp_path / "new", {MODEL: MODEL_WITH_HOOK.replace("x)\n", "x)  # upstream\n")}, "0.5.10")
     result = P.port_set(

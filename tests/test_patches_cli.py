@@ -20,6 +20,8 @@ from stackfarm.artifacts import Cache
 from stackfarm.cli import patches as patches_cli
 from stackfarm.errors import ConfigError
 from stackfarm.matrix import Matrix, load
+from stackfarm.patches.git import make_patch
+from stackfarm.patches.status import tree_version
 
 TABLE = "sglang/srt/table.py"
 OLD = "SIZES = {\n    9: 1,\n    10: 2,\n}\n"
@@ -51,7 +53,7 @@ def farm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     _wheel(tmp_path / "new", "0.5.10", {TABLE: NEW})
     folder = tmp_path / "patches" / "table"
     folder.mkdir(parents=True)
-    (folder / "0001-table.patch").write_text(P.make_patch(TABLE, OLD, PATCHED, HEADERS), encoding="utf-8")
+    (folder / "0001-table.patch").write_text(make_patch(TABLE, OLD, PATCHED, HEADERS), encoding="utf-8")
     (folder / "series").write_text("0001-table.patch\n", encoding="utf-8")
     matrix = tmp_path / "matrix.toml"
     matrix.write_text(
@@ -105,7 +107,7 @@ def test_trees_come_from_the_routed_index_through_the_shared_cache(farm: Path) -
     trees = P.sglang_trees(matrix, ["0.5.9", "0.5.10"])
     assert (trees["0.5.9"] / TABLE).read_text() == OLD
     assert (trees["0.5.10"] / TABLE).read_text() == NEW  # from "new", not the decoy on the default index
-    assert P.tree_version(trees["0.5.10"]) == "0.5.10"
+    assert tree_version(trees["0.5.10"]) == "0.5.10"
     cache = Cache()
     assert all(tree.parent == cache.root / "trees" for tree in trees.values())
     assert not (cache.root / "resolved").exists()  # find_links answers are never memoised
@@ -138,7 +140,7 @@ def test_check_json_and_matrix_after_the_command(farm: Path, capsys: pytest.Capt
 
 def test_check_fails_when_an_in_range_patch_drifts(farm: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (farm.parent / "patches" / "table" / "0001-table.patch").write_text(
-        P.make_patch(TABLE, OLD.replace("9: 1", "9: 7"), PATCHED.replace("9: 1", "9: 7"), HEADERS)
+        make_patch(TABLE, OLD.replace("9: 1", "9: 7"), PATCHED.replace("9: 1", "9: 7"), HEADERS)
     )
     assert _cli(["--matrix", str(farm), "check", "--version", "0.5.9"]) == 1
     assert "first fails on sglang 0.5.9 (drift)" in capsys.readouterr().out

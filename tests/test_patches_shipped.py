@@ -23,6 +23,8 @@ from stackfarm import patches as P
 from stackfarm.artifacts import Cache, Source, Target, find_artifact
 from stackfarm.cli import patches as patches_cli
 from stackfarm.matrix import PatchSet
+from stackfarm.patches.model import REQUIRED_HEADERS, PatchResult, read_series, sets_for, validate_sets
+from stackfarm.patches.status import apply_sets
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,17 +35,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_the_shipped_sets_are_valid_and_land_on_the_right_cells() -> None:
     matrix = matrix_mod.load(REPO / "matrix.toml")
-    loaded = P.validate_sets(matrix.patch_sets)
+    loaded = validate_sets(matrix.patch_sets)
     for name, patches in loaded.items():
         for patch in patches:
-            assert set(P.REQUIRED_HEADERS) <= set(patch.headers), (name, patch.name)
+            assert set(REQUIRED_HEADERS) <= set(patch.headers), (name, patch.name)
             assert all(fp.path.startswith("sglang/srt/") for fp in patch.files)
-    assert [s.name for s in P.sets_for(matrix.patch_sets, "0.5.9")] == [
+    assert [s.name for s in sets_for(matrix.patch_sets, "0.5.9")] == [
         "sm120-capability",
         "sm120-fusion-gates",
         "kimi-k25-eagle3",
     ]
-    assert [s.name for s in P.sets_for(matrix.patch_sets, "0.5.10")] == [
+    assert [s.name for s in sets_for(matrix.patch_sets, "0.5.10")] == [
         "sm120-capability",
         "sm120-fusion-gates-0.5.10",
     ]
@@ -91,18 +93,18 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, PatchSet]:
 def test_fusion_autoenable_is_opt_in_by_default() -> None:
     """stock flashinfer builds the fused allreduce for sm_90/sm_100 only: auto-enabling it on sm_120 crashes."""
     for name in ("sm120-fusion-gates", "sm120-fusion-gates-0.5.10"):
-        series = P.read_series(_set_named(name))
+        series = read_series(_set_named(name))
         assert [p.name for p in series] == ["0001-communicator-fusion-gate-sm120.patch"]
 
 
 @pytest.fixture(scope="module")
 def patched_059(
     wheel: Callable[[str], Path], shipped: dict[str, PatchSet], tmp_path_factory: pytest.TempPathFactory
-) -> tuple[Path, Path, list[P.PatchResult]]:
+) -> tuple[Path, Path, list[PatchResult]]:
     """The real 0.5.9 tree (in the cache), and a hard-linked copy with every set for 0.5.9 applied."""
     pristine = wheel("0.5.9")
     tree = tmp_path_factory.mktemp("sgl") / "tree"
-    results = P.patched_copy(P.sets_for(list(shipped.values()), "0.5.9"), pristine, tree)
+    results = P.patched_copy(sets_for(list(shipped.values()), "0.5.9"), pristine, tree)
     return pristine, tree, results
 
 
@@ -123,7 +125,7 @@ def _find_def(module: ast.Module, *names: str) -> ast.AST:
 
 @pytest.mark.integration
 def test_every_059_patch_applies_and_every_patched_file_compiles(
-    patched_059: tuple[Path, Path, list[P.PatchResult]], shipped: dict[str, PatchSet]
+    patched_059: tuple[Path, Path, list[PatchResult]], shipped: dict[str, PatchSet]
 ) -> None:
     pristine, tree, results = patched_059
     assert [(r.set, r.status) for r in results] == [
@@ -139,7 +141,7 @@ def test_every_059_patch_applies_and_every_patched_file_compiles(
         compile((tree / rel).read_text(encoding="utf-8"), rel, "exec", dont_inherit=True)
         assert (tree / rel).read_bytes() != (pristine / rel).read_bytes()  # and the cache's copy is untouched
     # Applying again is recognised, not repeated.
-    again = P.apply_sets(P.sets_for(matrix_mod.load(REPO / "matrix.toml").patch_sets, "0.5.9"), tree)
+    again = apply_sets(sets_for(matrix_mod.load(REPO / "matrix.toml").patch_sets, "0.5.9"), tree)
     assert {r.status for r in again} == {"already-applied"}
 
 
@@ -177,7 +179,7 @@ def _capability_lookups(tree: Path, capability: int, world_size: int) -> list[An
 
 
 @pytest.mark.integration
-def test_sm120_capability_tables_have_key_12(patched_059: tuple[Path, Path, list[P.PatchResult]]) -> None:
+def test_sm120_capability_tables_have_key_12(patched_059: tuple[Path, Path, list[PatchResult]]) -> None:
     pristine, tree, _ = patched_059
     with pytest.raises(KeyError) as info:
         _capability_lookups(pristine, 12, 8)
@@ -238,7 +240,7 @@ def _auto_enable(tree: Path, sm: int) -> bool:
 
 
 @pytest.mark.integration
-def test_sm120_fusion_gates_admit_sm120(patched_059: tuple[Path, Path, list[P.PatchResult]]) -> None:
+def test_sm120_fusion_gates_admit_sm120(patched_059: tuple[Path, Path, list[PatchResult]]) -> None:
     pristine, tree, _ = patched_059
     assert (_gate(pristine, 12), _gate(tree, 12)) == (False, True)
     assert _gate(pristine, 9)
@@ -280,7 +282,7 @@ def _target_hooks(tree: Path) -> set[str]:
 
 
 @pytest.mark.integration
-def test_kimi_k25_gets_the_eagle3_target_hooks(patched_059: tuple[Path, Path, list[P.PatchResult]]) -> None:
+def test_kimi_k25_gets_the_eagle3_target_hooks(patched_059: tuple[Path, Path, list[PatchResult]]) -> None:
     pristine, tree, _ = patched_059
     wanted = _target_hooks(pristine)
     assert {"get_embed_and_head", "set_eagle3_layers_to_capture"} <= wanted

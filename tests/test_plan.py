@@ -14,7 +14,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from conftest import BASE_AXES, WriteMatrix
-from stackfarm import matrix
+from stackfarm import matrix, stack
 from stackfarm.errors import ConfigError
 from stackfarm.plan import (
     Cell,
@@ -24,7 +24,6 @@ from stackfarm.plan import (
     components,
     expand,
     input_hash,
-    kernel_distribution,
     pin_problems,
     plan,
     select,
@@ -375,7 +374,8 @@ def test_include_with_several_pythons_gets_the_suffix(build: BuildMatrix) -> Non
     ],
 )
 def test_kernel_distribution(version: str, distribution: str) -> None:
-    assert kernel_distribution(version) == distribution
+    """sgl-kernel was renamed sglang-kernel at 0.4.0: the stack table names the one of each release."""
+    assert stack.distributions("sgl_kernel", version)[0] == distribution
 
 
 def test_components(build: BuildMatrix) -> None:

@@ -142,7 +142,7 @@ def test_job_matrix_picks_the_first_runner_kind_matching_each_cell(tmp_path: Pat
     matrix.write_text(RUNNERS)
     runners, warnings = gha.read_runners(matrix)
     assert warnings == []
-    jobs = gha.job_matrix(_plan(CELL, "cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"), runners, matrix)
+    jobs = gha.dispatch(_plan(CELL, "cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"), runners, matrix)[0]
     assert [(j["cell"], j["runner"], j["gpus"]) for j in jobs["include"]] == [
         (CELL, "8x-rtx-pro-6000", 8),
         ("cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15", "1x-h200", 1),
@@ -173,7 +173,7 @@ def test_a_cell_no_runner_takes_is_an_error_and_no_table_is_a_warning(tmp_path: 
     matrix.write_text(RUNNERS.replace("\n[runners.1x-h200]", "\n[runners.1x-h200]\ncells = ['cu130-*']"))
     runners, _ = gha.read_runners(matrix)
     with pytest.raises(ConfigError, match=r"cell cu128-x-sgl0\.6\.0 matches no"):
-        gha.job_matrix(_plan("cu128-x-sgl0.6.0"), runners, matrix)
+        gha.dispatch(_plan("cu128-x-sgl0.6.0"), runners, matrix)[0]
     matrix.write_text(RUNNERS.split("[targets]", maxsplit=1)[0] + '[targets]\narchs = ["sm_90"]\n')
     runners, warnings = gha.read_runners(matrix)
     assert runners == (gha.DEFAULT_RUNNER,)

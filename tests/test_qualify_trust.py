@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from fakestack import FakeProject
-from stackfarm import attest, patches, qualify, verdict
+from stackfarm import attest, qualify, verdict
 from stackfarm.cli import main as stackfarm_main
 from stackfarm.errors import ConfigError, ExitCode
 from stackfarm.history import cell_run
+from stackfarm.patches.git import make_patch
 from test_qualify_signing import CELL, _project, _qualify, _record
 
 pytest_plugins = ("fakestack",)
@@ -88,7 +89,7 @@ def _patch_set(fake: FakeProject) -> None:
     folder = fake.root / "patches" / "doc"
     folder.mkdir(parents=True)
     headers = {"Description": "a test patch", "Origin": "tests", "Forwarded": "no"}
-    patch = patches.make_patch(init, before, before + "PATCHED = True\n", headers)
+    patch = make_patch(init, before, before + "PATCHED = True\n", headers)
     (folder / "0001-doc.patch").write_text(patch, encoding="utf-8")
     (folder / "series").write_text("0001-doc.patch\n", encoding="utf-8")
     fake.write_matrix(extra='\n[patches.doc]\napplies_to = "sglang>=0.5.9"\n')

@@ -360,7 +360,7 @@ def test_docker_typo(write_matrix: WriteMatrix) -> None:
         ("shm_size = 32", "must be a string, got 32 (an integer)"),
         ('shm_size = "32 GB"', "is not a size like"),
         ('ulimits = { stack = "big" }', "must be an integer"),
-        ('base = "nvidia/cuda:{cudo}-devel"', "the only placeholder allowed is {cuda}"),
+        ('base = "nvidia/cuda:{cudo}-devel"', "the only placeholders allowed are {cuda} and {python}"),
         ('base = "Not An Image"', "is not an image reference"),
         ('ipc_host = "yes"', "must be true or false"),
         ("network = 1", "must be a string"),
@@ -387,22 +387,26 @@ def test_bad_docker_values(write_matrix: WriteMatrix, line: str, message: str) -
         ("base", "./base.tar"),
         ("base", "nvidia/cuda:{cuda.x}"),
         ("base", "UPPER/case:{cuda}"),
+        ("base", "python:{python}-slim-bookworm"),
+        ("base", "nvidia/cuda:{torch}"),
     ],
 )
 def test_docker_schema_agrees_with_the_backend(key: str, value: object) -> None:
     """The load-time mirror accepts exactly what the docker backend accepts."""
-    docker = pytest.importorskip("stackfarm.backends.docker")
+    pytest.importorskip("stackfarm.backends.docker")
+    from stackfarm.backends.docker.base import base_for
+    from stackfarm.backends.docker.common import DockerError, validate_shm_size, validate_ulimits
     from stackfarm.matrix_tables import DOCKER
 
     try:
         if key == "shm_size":
-            docker.validate_shm_size(value)
+            validate_shm_size(value)
         elif key == "ulimits":
-            docker.validate_ulimits(value)
+            validate_ulimits(value)
         else:
-            docker.base_for(value, {"cuda": "12.8"})
+            base_for(value, {"cuda": "12.8", "python": "3.12"})
         backend_ok = True
-    except (docker.DockerError, AttributeError):  # base_for lets {cuda.x}'s AttributeError escape
+    except DockerError:
         backend_ok = False
     assert (schema.first_problem({key: value}, DOCKER) is None) == backend_ok
 

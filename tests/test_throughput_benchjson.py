@@ -1,9 +1,7 @@
 """stackfarm.throughput.benchjson and .record: SGLang's bench output read into figures; throughput.json.
 
-The captured_bench_serving_*.jsonl files are real output of sglang 0.5.15's own `sglang.bench_serving` (run
-against fake_sglang: no GPU there; capture_bench_serving.py made them). The other bench files are constructed
-from the wheel's code (key names, order, rounding, json.dumps): see that folder's README.md; a test checks
-them against the wheel itself, when the artifact cache holds it.
+The bench file is constructed from the wheel's code (key names, order, rounding, json.dumps): see that folder's
+README.md; a test checks it against the wheel itself, when the artifact cache holds it.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from stackfarm.throughput import record
 from stackfarm.throughput.benchjson import (
     one_batch_figures,
     one_batch_server_argv,
-    parse_bench_serving,
     parse_one_batch_server,
 )
 from stackfarm.throughput.measure import BenchError, ZeroTokensError
@@ -50,56 +47,7 @@ def test_one_batch_server_result_file() -> None:
     }
 
 
-def test_bench_serving_result_file() -> None:
-    text = (FIXTURES / "bench_serving_result.jsonl").read_text(encoding="utf-8")
-    (result,) = parse_bench_serving(text, origin="serving.jsonl")
-    assert (result.backend, result.dataset_name, result.completed) == ("sglang", "random", 16)
-    assert result.total_output_tokens == 2048
-    assert result.output_throughput == pytest.approx(2048 / 3.4119)
-    assert (result.median_ttft_ms, result.median_itl_ms, result.p99_itl_ms) == (12.02, 1.521, 2.303)
-    assert result.accept_length is None
-    assert result.max_concurrency == 1
-
-
-def test_captured_bench_serving_files() -> None:
-    """Files SGLang's own bench client wrote: baseline and EAGLE-3 (accept length from /server_info)."""
-    (base,) = parse_bench_serving(
-        (FIXTURES / "captured_bench_serving_baseline.jsonl").read_text(encoding="utf-8"), origin="base"
-    )
-    assert (base.backend, base.dataset_name, base.completed, base.total_output_tokens) == (
-        "sglang",
-        "random-ids",
-        8,
-        256,
-    )
-    assert base.output_throughput == pytest.approx(256 / base.duration_s)
-    assert base.accept_length is None
-    assert base.max_concurrency is None  # unbounded: json null
-    assert 0 < base.median_ttft_ms < base.mean_ttft_ms * 2
-    (spec,) = parse_bench_serving(
-        (FIXTURES / "captured_bench_serving_eagle3.jsonl").read_text(encoding="utf-8"), origin="eagle3"
-    )
-    assert spec.accept_length == 2.0
-
-
-def test_a_server_that_streams_nothing_is_zero_tokens_though_the_tool_counts_them() -> None:
-    text = (FIXTURES / "captured_bench_serving_zero_tokens.jsonl").read_text(encoding="utf-8")
-    row = json.loads(text)
-    assert (row["completed"], row["total_output_tokens"], row["total_output_tokens_retokenized"]) == (
-        8,
-        256,
-        0,
-    )
-    with pytest.raises(ZeroTokensError, match=r"streamed no text \(total_output_tokens_retokenized = 0"):
-        parse_bench_serving(text, origin="zero.jsonl")
-
-
 def test_bench_that_returned_zero_tokens() -> None:
-    failed = (FIXTURES / "bench_serving_all_failed.jsonl").read_text(encoding="utf-8")
-    assert "NaN" in failed
-    assert "Infinity" in failed
-    with pytest.raises(ZeroTokensError, match=r"0 tokens \(0 requests completed, 0 output tokens\)"):
-        parse_bench_serving(failed, origin="serving.jsonl")
     # bench_one_batch_server divides by last_ttft, so with no first token it writes nothing at all
     with pytest.raises(ZeroTokensError, match="wrote no results"):
         parse_one_batch_server("", origin="result.jsonl")
@@ -136,11 +84,10 @@ def test_one_batch_server_command_line() -> None:
     assert argv[-2:] == ["--local-tokenizer-path", "/models/m"]
 
 
-def _sglang_0_5_15_bench_sources() -> tuple[Path, Path] | None:
+def _sglang_0_5_15_one_batch_source() -> Path | None:
     for tree in (Path.home() / ".cache" / "stackfarm" / "trees").glob("*"):
         if (tree / "sglang-0.5.15.dist-info").is_dir():
-            base = tree / "sglang" / "benchmark"
-            return base / "one_batch_server.py", base / "serving.py"
+            return tree / "sglang" / "benchmark" / "one_batch_server.py"
     return None
 
 
@@ -163,16 +110,13 @@ def _dict_keys(path: Path, where: str) -> list[str]:
 
 
 def test_fixtures_carry_the_keys_sglang_0_5_15_writes() -> None:
-    sources = _sglang_0_5_15_bench_sources()
-    if sources is None:
+    one_batch = _sglang_0_5_15_one_batch_source()
+    if one_batch is None:
         pytest.skip("the sglang 0.5.15 wheel is not unpacked in ~/.cache/stackfarm/trees")
-    one_batch, serving = sources
     line = json.loads(
         (FIXTURES / "one_batch_server_result.jsonl").read_text(encoding="utf-8").splitlines()[0]
     )
     assert list(line) == _dict_keys(one_batch, "dump_to_jsonl")
-    doc = json.loads((FIXTURES / "bench_serving_result.jsonl").read_text(encoding="utf-8"))
-    assert list(doc) == _dict_keys(serving, "benchmark")
 
 
 # ------------------------------------------------------------------------------------------ throughput.json

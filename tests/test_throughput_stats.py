@@ -25,7 +25,6 @@ from stackfarm.throughput.stats import (
     decide,
     look,
     median,
-    retryable,
 )
 
 FIVE = [497.0, 515.0, 374.0, 501.0, 760.0]  # the first five of the H200 reference run's noisy rates
@@ -192,4 +191,3 @@ def test_decide_never_retries_a_broken_measurement() -> None:
 )
 def test_classify(text: str, kind: FailureKind) -> None:
     assert classify(text) is kind
-    assert retryable(kind) is (kind is FailureKind.SHORTFALL)

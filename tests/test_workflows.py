@@ -192,7 +192,7 @@ def _real_ids() -> list[str]:
 def test_job_matrix_from_the_real_matrix(tmp_path: Path) -> None:
     ids = _real_ids()
     runners, _ = gha.read_runners(REPO / "matrix.toml")
-    jobs = gha.job_matrix({"cells": [{"id": i} for i in ids]}, runners, REPO / "matrix.toml")
+    jobs = gha.dispatch({"cells": [{"id": i} for i in ids]}, runners, REPO / "matrix.toml")[0]
     assert [j["cell"] for j in jobs["include"]] == ids
     assert all("self-hosted" in j["labels"] for j in jobs["include"])
     assert len(jobs["include"]) <= 256, "GitHub's limit of jobs per matrix"
@@ -206,7 +206,7 @@ def test_job_matrix_from_the_real_matrix(tmp_path: Path) -> None:
     runners, warnings = gha.read_runners(copy)
     assert warnings == []
     placed = {
-        j["cell"]: j for j in gha.job_matrix({"cells": [{"id": i} for i in ids]}, runners, copy)["include"]
+        j["cell"]: j for j in gha.dispatch({"cells": [{"id": i} for i in ids]}, runners, copy)[0]["include"]
     }
     assert placed["cu128-torch2.9.1-sk0.3.21-fi0.6.3-sgl0.5.9"]["labels"][-2:] == ["sm_120", "gpus-8"]
     assert placed["cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"]["arch"] == "sm_90"

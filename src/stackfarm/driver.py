@@ -180,9 +180,7 @@ DEFAULT_RUNNER = Runner(
 def runner_for(matrix: Matrix, cell_id: str) -> Runner | None:
     """The first [runners.<kind>] whose `cells` globs match the cell id, whatever its driver (the kind the
     matrix names for the cell; `route` is where it is dispatched)."""
-    return next(
-        (r for r in matrix.runners.values() if any(fnmatch.fnmatchcase(cell_id, g) for g in r.cells)), None
-    )
+    return route(cell_id, "", tuple(matrix.runners.values())).named
 
 
 #: A route's status: "run" (dispatched to `runner`), "unrunnable" (some kind's globs match it, and no such
@@ -201,6 +199,14 @@ class Route:
     floor: Floor | None
     #: "runner <kind>: why its driver cannot run the cell", for every matching kind passed over, in order.
     passed_over: tuple[str, ...] = ()
+    #: The first kind whose cells globs match, whatever its driver (None: unrouted): the kind a verdict of an
+    #: unrunnable cell names, so that a verdict of it from elsewhere still matches.
+    first_match: Runner | None = None
+
+    @property
+    def named(self) -> Runner | None:
+        """The kind the cell's verdict names: the one it is dispatched to, else the first its globs match."""
+        return self.runner if self.runner is not None else self.first_match
 
     @property
     def reason(self) -> str:
@@ -221,18 +227,18 @@ def route(cell_id: str, cuda: str, runners: Sequence[Runner], symbols: Iterable[
     stackfarm.analysis.abicheck.import_driver_symbols); a kind stating no driver runs any cell."""
     floor = cell_floor(cuda, symbols)
     passed: list[str] = []
-    matched = False
+    first: Runner | None = None
     for kind in runners:
         if not any(fnmatch.fnmatchcase(cell_id, g) for g in kind.cells):
             continue
-        matched = True
+        first = first or kind
         why = None
         if kind.driver is not None and floor is not None:
             why = runs_on(kind.driver, floor, cuda, forward_compat=kind.forward_compat)
         if why is None:
-            return Route("run", kind, floor, tuple(passed))
+            return Route("run", kind, floor, tuple(passed), first)
         passed.append(f"runner {kind.name}: {why}")
-    return Route("unrunnable" if matched else "unrouted", None, floor, tuple(passed))
+    return Route("unrunnable" if first else "unrouted", None, floor, tuple(passed), first)
 
 
 def matrix_runners(matrix: Matrix) -> tuple[Runner, ...]:
@@ -240,13 +246,13 @@ def matrix_runners(matrix: Matrix) -> tuple[Runner, ...]:
     return tuple(matrix.runners.values()) or (DEFAULT_RUNNER,)
 
 
-def routed_runner(matrix: Matrix, cell_id: str, cuda: str) -> Runner | None:
-    """The kind a cell of this CUDA is dispatched to by its CUDA floor alone (what a runner can tell before it
-    realises the cell); the first matching kind when none can run it, so that its verdict still says which."""
+def routed_runner(matrix: Matrix, cell_id: str, cuda: str, symbols: Iterable[str] = ()) -> Runner | None:
+    """The kind a cell's input hash names (`route`'s `named`): the one its floor (`cuda`, raised by `symbols`
+    where the plan knows them) dispatches it to, else the first its globs match. None for a matrix without
+    [runners]: the generic kind is no input, since a runner names none there."""
     if not matrix.runners:
         return None
-    found = route(cell_id, cuda, matrix_runners(matrix))
-    return found.runner if found.runner is not None else runner_for(matrix, cell_id)
+    return route(cell_id, cuda, matrix_runners(matrix), symbols).named
 
 
 class _PlanCell(Protocol):

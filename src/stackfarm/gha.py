@@ -38,11 +38,6 @@ def read_runners(matrix_path: Path) -> tuple[tuple[Runner, ...], list[str]]:
     return tuple(runners.values()), []
 
 
-def job_matrix(plan: Mapping[str, Any], runners: Sequence[RunnerKind], matrix_path: Path) -> dict[str, Any]:
-    """The plan's cells as a GitHub Actions matrix (`dispatch`'s first part)."""
-    return dispatch(plan, runners, matrix_path)[0]
-
-
 def dispatch(
     plan: Mapping[str, Any], runners: Sequence[RunnerKind], matrix_path: Path
 ) -> tuple[dict[str, Any], list[str]]:
@@ -124,6 +119,5 @@ __all__ = [
     "annotation",
     "dispatch",
     "gha_annotations",
-    "job_matrix",
     "read_runners",
 ]

@@ -7,9 +7,9 @@ mirrors what its reader accepts:
 - [runners.<kind>]: stackfarm.qualify (the GitHub Actions job matrix: runs-on labels, GPU count, cell globs) and
   stackfarm.driver (the runner's NVIDIA driver and forward compatibility, against each cell's driver floor);
 - [features.<name>]: stackfarm.analysis.captables.parse_features, read by 10-capability;
-- [docker]: stackfarm.backends.docker's validators (validate_shm_size, validate_ulimits, base_for,
-  validate_registry), mirrored here because the backend is imported only when it is used (tests/test_schema.py
-  and tests/test_docker_registry.py keep the two in step).
+- [docker]: the grammar stackfarm.backends.docker's validators apply too (stackfarm.dockergrammar, a ground-floor
+  module both import: the backend is imported only when it is used; tests/test_schema.py and
+  tests/test_docker_registry.py check that the two accept the same values).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 
 from .analysis.arch import ArchError, parse_target
+from .dockergrammar import IMAGE_REF, SIZE, ULIMIT_VALUE, ULIMITS, fill_base, is_base_path, is_registry
 from .errors import did_you_mean
 from .schema import Bool, Either, Enum, Int, List, Map, Number, Problem, Str, Table
 
@@ -213,44 +214,23 @@ DEVIATION = Table(
 
 # --------------------------------------------------------------------------- [docker]
 
-# Mirrors of stackfarm.backends.docker.common (the image reference grammar, sizes, ulimits).
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE_REF = re.compile(
-    r"^(?:(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::[0-9]+)?/|[A-Za-z0-9-]+:[0-9]+/)?"
-    rf"{_COMPONENT}(?:/{_COMPONENT})*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
-)
-# host[:port][/path]: a host with a dot, a port, or localhost (docker's rule for a first name component).
-_REGISTRY = (
-    r"(?:localhost(?::[0-9]+)?|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+(?::[0-9]+)?|[A-Za-z0-9-]+:[0-9]+)"
-    rf"(?:/{_COMPONENT})*"
-)
-_SIZE = r"[1-9][0-9]*[bkmg]?"
-_ULIMIT_VALUE = r"-?[0-9]+(?::-?[0-9]+)?"
-ULIMITS = tuple(
-    sorted(
-        {"core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss"}
-        | {"rtprio", "rttime", "sigpending", "stack"}
-    )
-)
-
 
 def _base(template: str) -> str | None:
-    """backends.docker.base_for: a path stays as is; a name may hold {cuda} and must be an image reference."""
-    if template.startswith(("/", "./", "../", "~")) or template.endswith((".tar", ".tar.gz", ".tgz")):
+    """backends.docker.base_for: a path stays as is; a name may hold {cuda} and {python} and must then be an
+    image reference."""
+    if is_base_path(template):
         return None
-    try:
-        ref = template.format(cuda="12.8.1")
-    except (KeyError, IndexError, ValueError, AttributeError):  # AttributeError: {cuda.x}
-        return f"= {template!r}: the only placeholder allowed is {{cuda}}"
-    if not _IMAGE_REF.fullmatch(ref):
+    ref = fill_base(template, {"cuda": "12.8.1", "python": "3.12"})
+    if ref is None:
+        return f"= {template!r}: the only placeholders allowed are {{cuda}} and {{python}}"
+    if not IMAGE_REF.fullmatch(ref):
         return f"= {template!r} is not an image reference (like nvidia/cuda:{{cuda}}-devel-ubuntu24.04)"
     return None
 
 
 def _registry(value: str) -> str | None:
     """backends.docker.validate_registry: host[:port][/path], no scheme, no tag."""
-    if re.fullmatch(_REGISTRY, value.strip().rstrip("/")):
+    if is_registry(value):
         return None
     return (
         f'= {value!r} is not a registry like "127.0.0.1:5000" or "ghcr.io/org/prefix" '
@@ -264,10 +244,10 @@ DOCKER = Table(
             'an image name (may hold {cuda}), a tarball or a rootfs folder, e.g. "nvidia/cuda:{cuda}-devel-ubuntu24.04"',
             check=_base,
         ),
-        "shm_size": Str('a size like "16g", "512m" or "1073741824" (quoted)', pattern=_SIZE),
+        "shm_size": Str('a size like "16g", "512m" or "1073741824" (quoted)', pattern=SIZE),
         "ulimits": Map(
             Either(
-                (Int("an integer"), Str("soft:hard", pattern=_ULIMIT_VALUE)),
+                (Int("an integer"), Str("soft:hard", pattern=ULIMIT_VALUE)),
                 'an integer, -1, or "soft:hard", e.g. ulimits = { memlock = -1 }',
             ),
             "ulimits = { <limit> = value }",
@@ -330,7 +310,6 @@ __all__ = [
     "DOCKER",
     "DOCKER_KEYS",
     "STORE",
-    "ULIMITS",
     "HostProfile",
     "feature",
     "runner",

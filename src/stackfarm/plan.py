@@ -74,11 +74,6 @@ class Plan:
     warnings: tuple[str, ...]
 
 
-def kernel_distribution(version: str) -> str:
-    """The distribution of an sgl_kernel axis value (sgl-kernel was renamed sglang-kernel at 0.4.0)."""
-    return stack.distributions("sgl_kernel", version)[0]
-
-
 def components(matrix: Matrix, values: Mapping[str, str]) -> tuple[Component, ...]:
     """The wheels of a cell, in the stack table's order (axes absent from the matrix have none)."""
     return tuple(
@@ -282,7 +277,6 @@ __all__ = [
     "contradictions",
     "expand",
     "input_hash",
-    "kernel_distribution",
     "pin_problems",
     "plan",
     "select",

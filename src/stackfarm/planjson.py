@@ -37,9 +37,8 @@ a store that does not answer raises (exit 4), never "not stored".
 
 from __future__ import annotations
 
-import fnmatch
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ from typing import Any
 from . import verdict
 from .artifacts import Artifact
 from .cellspec import InstalledComponent
-from .driver import Route, matrix_runners, route, runner_for
+from .driver import Route, matrix_runners, route, routed_runner
 from .errors import ArtifactError, ConfigError, StackfarmError
 from .files import sha256_file
 from .matrix import Matrix, Runner
@@ -181,11 +180,6 @@ def planned_cells(doc: Mapping[str, Any]) -> list[PlannedCell]:
 # --------------------------------------------------------------------------- the document
 
 
-def runner_kind(cell_id: str, runners: Sequence[Runner]) -> Runner | None:
-    """The first runner kind whose cells globs match the id, whatever its driver (None: no kind would run it)."""
-    return next((k for k in runners if any(fnmatch.fnmatchcase(cell_id, g) for g in k.cells)), None)
-
-
 def durations(history: Path) -> dict[str, float]:
     """Each cell's median duration in seconds over the runs of a history folder: a run's duration of a cell is
     its suites' times added up; a verdict reused from an earlier run counts once (by its run id)."""
@@ -274,7 +268,7 @@ def is_stored(store: Store, cell_id: str, digest: str, warnings: list[str] | Non
 
 
 def runner_fields(kind: Runner | None) -> dict[str, Any]:
-    """What a plan cell says of its runner kind (stackfarm.gha.job_matrix's entry, less the cell id)."""
+    """What a plan cell says of its runner kind (an entry of stackfarm.gha.dispatch's matrix, less the cell id)."""
     if kind is None:
         return {"runner": None, "labels": [], "gpus": None, "arch": None}
     return {"runner": kind.name, "labels": list(kind.labels), "gpus": kind.gpus, "arch": kind.arch}
@@ -334,8 +328,7 @@ def plan_document(
             warnings.append(f"cell {cell.id}: {found.reason}")
         # The hash names the kind it runs on (a runner that realises it adopts it from the plan); a cell that
         # runs nowhere is hashed for the kind its globs name, so a verdict of it from elsewhere still matches.
-        # (The generic kind of a matrix without [runners] is no input: a runner names none there.)
-        kind = (found.runner or runner_for(matrix, cell.id)) if matrix.runners else None
+        kind = routed_runner(matrix, cell.id, cell.as_dict().get("cuda", ""), symbols or ())
         digest = (
             input_hash(cell_inputs(matrix, cell, artifacts, backend=backend, gpu=gpu, kind=kind))
             if artifacts is not None
@@ -381,5 +374,4 @@ __all__ = [
     "plan_document",
     "planned_cells",
     "runner_fields",
-    "runner_kind",
 ]

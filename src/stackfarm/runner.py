@@ -227,7 +227,7 @@ class Runner:
 
     def _artifacts(self, cell: Cell) -> dict[Component, Artifact]:
         found: dict[Component, Artifact] = {}
-        if not self.backend.needs_artifacts:
+        if not self.backend.kind.resolves:
             return found
         for comp in cell.components:
             key = (comp.distribution, comp.version)
@@ -246,7 +246,7 @@ class Runner:
         """A plan's worker computes the plan's input hash for its cell, or runs nothing of it."""
         want = self.options.planned.get(cell.id)
         # The host backend hashes the installed stack, not wheels: its hash is never a plan's (nor pushed).
-        if want and want != digest and self.backend.needs_artifacts:
+        if want and want != digest and self.backend.kind.planned:
             gpu = "with" if self.no_gpu_reason is None else "without"
             raise EnvironmentProblem(
                 f"{cell.id}: its input hash here is {digest}, the plan's is {want} (backend {self.backend.name}, "
@@ -363,7 +363,7 @@ class Runner:
 
         A host's installation can change without any input we could hash cheaply: it always runs."""
         path = verdict.path_of(self.options.reports, cell.id)
-        if self.options.force or not self.backend.needs_artifacts:
+        if self.options.force or not self.backend.kind.reusable:
             return None
         if not path.is_file():
             return self._reuse_stored(cell, digest)
@@ -405,7 +405,7 @@ class Runner:
         """Push a verdict of a cell that ran to the shared store. A push that fails is said and counted in
         `store_problems` (the run then exits 4); the verdict stands in reports/ all the same."""
         store = self.options.store
-        if store is None or not report.ran or not self.backend.needs_artifacts:
+        if store is None or not report.ran or not self.backend.kind.reusable:
             return  # a host's verdict is never reused (see _reuse): nobody may take it from the store
         try:
             if missing_only:
@@ -428,7 +428,7 @@ class Runner:
         its result and {"set/patch": status}, or None when the cell has no patch sets."""
         if (workdir / PATCHED_SGLANG).exists():  # never a stale tree from earlier patch sets
             remove_tree(workdir / PATCHED_SGLANG)
-        if not cell.patch_sets or not self.backend.needs_artifacts:
+        if not cell.patch_sets or not self.backend.kind.patchable:
             return None  # a host's installation is qualified as it is: nothing is patched there
         self.ui.update(cell.id, "patch sglang")
         sglang = next(c for c in cell.components if c.distribution == "sglang")

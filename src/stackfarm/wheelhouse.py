@@ -25,9 +25,7 @@ pins it needs, what it deliberately lacks ([[deviation]]) and what is deliberate
 
 from __future__ import annotations
 
-import base64
 import email.message
-import hashlib
 import importlib.util
 import json
 import os
@@ -377,10 +375,6 @@ def select(items: Sequence[Item], roots: Sequence[tuple[str, str]], matrix: Matr
 
 
 # --------------------------------------------------------------------------- the files
-
-
-def _record_hash(data: bytes) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode("ascii")
 
 
 def glob_re(pattern: str) -> re.Pattern[str]:

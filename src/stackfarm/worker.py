@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .backends import BACKENDS
 from .errors import EnvironmentProblem, StackfarmError, UsageError
 from .planjson import HashBasis, PlanContract
 
@@ -106,7 +107,8 @@ def _basis_here(
         )
     problems = []
     here_backend = basis.backend
-    if basis.backend == "docker" and (why := engine()) is not None:
+    needs_engine = (kind := BACKENDS.get(basis.backend)) is not None and kind.needs_engine
+    if needs_engine and (why := engine()) is not None:
         here_backend = "local"
         problems.append(f"no Docker engine answers ({why})")
     if basis.gpu and gpu_reason is not None:

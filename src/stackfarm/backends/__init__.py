@@ -1,12 +1,21 @@
-"""Backends realise a cell's stack and run a suite in it. Suites never know which backend runs them."""
+"""Backends realise a cell's stack and run a suite in it. Suites never know which backend runs them.
+
+Every backend is one entry of BACKENDS (what it is, declared before its module is imported) and its module,
+which defines the backend class and `make(cache, options)`. The harness asks the entry, never the name: whether
+the wheels are resolved (`resolves`), a verdict reused (`reusable`), patch sets applied (`patchable`), a plan's
+input hash checked (`planned`), or a Docker engine needed (`needs_engine`). Before the registry one flag,
+`needs_artifacts`, decided the first four (five places in the runner), and a new backend was 8 edits: its
+module, NAMES, get_backend's branch, `qualify --backend`'s choices, and the `== "host"` / `== "docker"` tests in
+bisect, the merge, the worker and the Kubernetes emitter. Now it is 2: the entry and the module.
+"""
 
 from __future__ import annotations
 
-import os
-import sys
+import importlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from packaging.requirements import Requirement
 
@@ -19,10 +28,74 @@ from ..proc import GROUPS_ENV, Outcome
 Progress = Callable[[str], None]
 
 
+@dataclass(frozen=True, kw_only=True)
+class BackendKind:
+    """One backend as the harness knows it without importing it: its name, its module and what it can do."""
+
+    name: str
+    #: Its module, relative to this package: it defines `make(cache, options) -> Backend` and is imported only
+    #: when the backend is used (each backend's engine stays optional).
+    module: str
+    #: The harness resolves the cell's wheels on an index and downloads them (False: the stack already exists
+    #: where it runs, as on a host, and nothing is fetched).
+    resolves: bool
+    #: A stored verdict of it stands for a later run of the same inputs, here or from the shared store, and its
+    #: verdicts are pushed there (False: what it tests can change without any input that is hashed cheaply).
+    reusable: bool
+    #: The runner applies the cell's patch sets to the sglang tree it installs (False: it tests an
+    #: installation as it is).
+    patchable: bool
+    #: Its input hash is the one `plan --json` computes for the cell, so a plan's worker checks it and the merge
+    #: compares it (False: it hashes what it finds where it runs, never the plan's).
+    planned: bool
+    #: It needs a Docker engine on the machine (a Kubernetes pod has none; a worker without one runs local).
+    needs_engine: bool = False
+
+
+#: The backends, in `--backend`'s order: a new backend is one entry here and its module.
+BACKENDS: Mapping[str, BackendKind] = {
+    kind.name: kind
+    for kind in (
+        BackendKind(
+            name="local", module=".local", resolves=True, reusable=True, patchable=True, planned=True
+        ),
+        BackendKind(
+            name="host", module=".host", resolves=False, reusable=False, patchable=False, planned=False
+        ),
+        BackendKind(
+            name="docker",
+            module=".docker",
+            resolves=True,
+            reusable=True,
+            patchable=True,
+            planned=True,
+            needs_engine=True,
+        ),
+    )
+}
+
+#: The backends `--backend` accepts.
+NAMES = tuple(BACKENDS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackendOptions:
+    """What `get_backend` hands a backend's `make`; each takes what it uses."""
+
+    #: The host backend's Python (the one the stack is installed in; None: the one running stackfarm).
+    python: str | None = None
+    #: matrix.toml's [docker] table.
+    docker: Mapping[str, Any] | None = None
+    #: The matrix's default index: the Docker image's own tools (pytest, ...) come from there.
+    index_url: str | None = None
+    #: The run's reports folder, where the Docker backend keeps each cell's build log.
+    reports: Path | None = None
+
+
 class Backend(Protocol):
     name: str
-    #: False where the stack already exists (host): nothing is resolved on an index or fetched.
-    needs_artifacts: bool
+    #: What it can do (its entry of BACKENDS).
+    kind: BackendKind
 
     def realise(
         self, cell: Cell, artifacts: Mapping[Component, Artifact], workdir: Path, progress: Progress
@@ -71,8 +144,8 @@ def pytest_argv(python: str, suite: str, junit: str) -> list[str]:
     return [python, "-m", "pytest", suite, f"--junitxml={junit}", "-q", "-p", "no:cacheprovider"]
 
 
-#: The backends `--backend` accepts.
-NAMES = ("local", "host", "docker")
+class _Make(Protocol):
+    def __call__(self, cache: Cache, options: BackendOptions, /) -> Backend: ...
 
 
 def get_backend(
@@ -88,33 +161,21 @@ def get_backend(
     `index_url` is the matrix's default index: the Docker image's own tools (pytest, ...) come from there.
     `reports`: the run's reports folder, where the Docker backend keeps each cell's build log (a failed build's
     too, which no suite report would carry)."""
-    from .docker import DEFAULT_BASE, DockerBackend  # imported here: each backend's engine stays optional
-    from .host import HostBackend
-    from .local import LocalBackend
-
-    if name == "local":
-        return LocalBackend(cache)
-    if name == "host":
-        return HostBackend(python or sys.executable)
-    if name == "docker":
-        options = dict(docker or {})
-        base = os.environ.get("STACKFARM_DOCKER_BASE") or str(options.pop("base", DEFAULT_BASE))
-        options.pop("base", None)
-        if "ca_bundle" in options:
-            options["ca_bundle"] = Path(options["ca_bundle"])
-        if index_url:
-            options["tools_index"] = index_url
-        backend = DockerBackend(cache, base=base, **options)
-        backend.reports = reports
-        return backend
-    raise ValueError(f"unknown backend {name!r}; use one of {', '.join(NAMES)}")
+    kind = BACKENDS.get(name)
+    if kind is None:
+        raise ValueError(f"unknown backend {name!r}; use one of {', '.join(NAMES)}")
+    make = cast(_Make, importlib.import_module(kind.module, __name__).make)
+    return make(cache, BackendOptions(python=python, docker=docker, index_url=index_url, reports=reports))
 
 
 __all__ = [
+    "BACKENDS",
     "NAMES",
     "PATCHED_SGLANG",
     "SUITE_OUT_ENV",
     "Backend",
+    "BackendKind",
+    "BackendOptions",
     "Progress",
     "get_backend",
     "groups_file",

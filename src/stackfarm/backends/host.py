@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from packaging.requirements import Requirement
 
-from ..artifacts import Artifact
+from ..artifacts import Artifact, Cache
 from ..cellspec import InstalledComponent
 from ..errors import CellError
 from ..plan import Cell, Component
 from ..proc import Outcome, call
-from . import Progress, pytest_argv, suite_env
+from . import BACKENDS, BackendOptions, Progress, pytest_argv, suite_env
 
 #: Run inside the host Python: where each distribution is installed, and its version.
 _PROBE = """
@@ -40,7 +41,7 @@ _SRC = Path(__file__).resolve().parents[2]
 
 class HostBackend:
     name = "host"
-    needs_artifacts = False
+    kind = BACKENDS["host"]
 
     def __init__(self, python: str) -> None:
         self.python = python
@@ -112,4 +113,9 @@ class HostBackend:
         return call(argv, cwd=suite_dir.parent.parent, env=env, timeout=timeout, log=log)
 
 
-__all__ = ["HostBackend"]
+def make(_cache: Cache, options: BackendOptions) -> HostBackend:
+    """The host backend over `options.python` (default: the Python running stackfarm); nothing is fetched."""
+    return HostBackend(options.python or sys.executable)
+
+
+__all__ = ["HostBackend", "make"]

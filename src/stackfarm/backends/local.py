@@ -22,7 +22,7 @@ from ..interpreters import Interpreter, SuitePythons
 from ..lazytree import STATIC_SUITES
 from ..plan import Cell, Component
 from ..proc import Outcome, call
-from . import PATCHED_SGLANG, Progress, pytest_argv, suite_env
+from . import BACKENDS, PATCHED_SGLANG, BackendOptions, Progress, pytest_argv, suite_env
 
 #: Set to 1: the local backend realises lazy trees (for runs of the static suites only).
 LAZY_ENV = "STACKFARM_LAZY"
@@ -30,7 +30,7 @@ LAZY_ENV = "STACKFARM_LAZY"
 
 class LocalBackend:
     name = "local"
-    needs_artifacts = True
+    kind = BACKENDS["local"]
 
     def __init__(
         self, cache: Cache, *, lazy: bool | None = None, pythons: SuitePythons | None = None
@@ -137,4 +137,9 @@ class LocalBackend:
         )
 
 
-__all__ = ["LAZY_ENV", "LocalBackend"]
+def make(cache: Cache, _options: BackendOptions) -> LocalBackend:
+    """The local backend over the cache (lazy trees when $STACKFARM_LAZY is 1)."""
+    return LocalBackend(cache)
+
+
+__all__ = ["LAZY_ENV", "LocalBackend", "make"]

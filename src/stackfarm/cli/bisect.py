@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from .. import proc, verdict
 from ..artifacts import Cache
-from ..backends import NAMES, get_backend
+from ..backends import BACKENDS, NAMES, get_backend
 from ..backends.local import LocalBackend
 from ..bisect import Bisector, describe, twin_check
 from ..errors import ExitCode, UsageError, did_you_mean
@@ -74,7 +74,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         raise UsageError(
             "bisect", "--good and --bad are both needed", fix="give --good CELL and --bad CELL (or --twins)"
         )
-    if args.backend == "host":
+    if (kind := BACKENDS.get(args.backend)) is not None and not kind.resolves:
         raise UsageError(
             "--backend host",
             "the host backend tests the stack installed here: it cannot build the cells a bisection needs",

@@ -15,6 +15,7 @@ from ..attest import (
     load_signing_key,
     load_trusted_keys,
 )
+from ..backends import NAMES
 from ..errors import ConfigError, ExitCode
 from ..qualify import check_release, qualify, verify
 
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--reports", type=Path, default=None,
                    help="the reports folder (reports/; for --verify, the folder above the record's qualifications/)")  # fmt: skip
     p.add_argument("--matrix", type=Path, default=None, help="the matrix file (matrix.toml)")
-    p.add_argument("--backend", choices=("local", "docker", "host"), default="local",
+    p.add_argument("--backend", choices=NAMES, default="local",
                    help="the backend the run used (it is one of the inputs)")  # fmt: skip
     p.add_argument("--allow-skip", action="append", default=[], metavar="GLOB",
                    help="accept skipped testcases matching SUITE::TESTCASE glob (recorded as not verified)")  # fmt: skip

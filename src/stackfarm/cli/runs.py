@@ -21,7 +21,7 @@ from rich.markup import escape
 
 from .. import executors, history, htmlreport, proc, storekeys, verdict
 from ..artifacts import Cache
-from ..backends import NAMES, get_backend
+from ..backends import BACKENDS, NAMES, get_backend
 from ..backends.local import LocalBackend
 from ..driver import driver_problems
 from ..errors import ConfigError, EnvironmentProblem, ExitCode, UsageError, did_you_mean
@@ -517,9 +517,16 @@ class Planned:
     unrunnable: str = ""
     #: The plan found its verdict in the plan's store (no job ran it): only `--from` merges it.
     stored: bool = False
-    #: The plan hashes for the host backend, which hashes the installed stack where it runs, never the plan's
-    #: wheels: no verdict's hash can be compared with the plan's.
+    #: The plan hashes for a backend whose hash is never the plan's (BackendKind.planned is false: the host
+    #: backend hashes the installed stack where it runs, not the plan's wheels): no verdict's hash can be
+    #: compared with the plan's.
     host: bool = False
+
+
+def _plan_hashed(backend: object) -> bool:
+    """A plan hashed for this backend (its hash basis's) has hashes that a verdict's can be compared with."""
+    kind = BACKENDS.get(str(backend))
+    return kind is None or kind.planned
 
 
 def planned_hashes(
@@ -541,7 +548,7 @@ def planned_hashes(
             c.get("input_hash_error"),
             str(c.get("unrunnable") or ""),
             bool(c.get("stored")),
-            (doc.get("hash_basis") or {}).get("backend") == "host",
+            not _plan_hashed((doc.get("hash_basis") or {}).get("backend")),
         )
         for c in doc["cells"]
     ]

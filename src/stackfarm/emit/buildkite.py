@@ -279,16 +279,6 @@ def pipelines(
     return docs
 
 
-def count_steps(pipeline: Mapping[str, Any]) -> int:
-    """Steps of an upload as its limit counts them: every step, a group's own steps included."""
-    total = 0
-    for step in pipeline.get("steps", []):
-        total += 1
-        if isinstance(step, Mapping) and "group" in step:
-            total += len(step.get("steps", []))
-    return total
-
-
 __all__ = [
     "DEFAULT_IMAGE",
     "IMAGE_KEY",
@@ -296,7 +286,6 @@ __all__ = [
     "build_key",
     "build_step",
     "cell_step",
-    "count_steps",
     "docker_basis",
     "pipelines",
     "retry",

@@ -67,7 +67,7 @@ _SECRETS = {
 
 
 def entry(cell: CellDoc) -> dict[str, Any]:
-    """A cell as a chunk job's matrix takes it (stackfarm.gha.job_matrix's entry)."""
+    """A cell as a chunk job's matrix takes it (an entry of stackfarm.gha.dispatch's matrix)."""
     return {
         "cell": cell["id"],
         "runner": cell["runner"],

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import storekeys
+from ..backends import BACKENDS
 from . import (
     CellDoc,
     EmitError,
@@ -358,7 +359,7 @@ def manifests(
     merge: its plan, its ServiceAccount and Role, and its Job. A plan hashed for the docker backend is refused:
     a pod has no container engine, so its verdict would never be the one the plan hashed."""
     backend = basis_args(doc)[1]
-    if backend == "docker":
+    if (declared := BACKENDS.get(backend)) is not None and declared.needs_engine:
         raise EmitError(
             "the plan's input hashes are for the docker backend, and a Kubernetes pod has no container engine: "
             "plan it for the pods, `stackfarm plan --json --backend local` (or host), then emit it"

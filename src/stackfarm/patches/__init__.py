@@ -19,95 +19,33 @@ The modules, in the order a patch meets them:
 ``git apply`` never fuzzes: a hunk applies where its whole context matches, or not at all. The command line
 (``stackfarm patches check|port|resolve``, in ``stackfarm.cli.patches``) previews upgrades and carries sets
 forward.
+
+The face is what the rest of stackfarm uses: the runner (load_series, patched_copy), `stackfarm upgrade`
+(check_sets, available_versions, set_hash) and the command line; everything else is imported from its
+module. It re-exported 44 names.
 """
 
 from __future__ import annotations
 
-from .drift import Drift, locate_drift
-from .git import make_patch
-from .model import (
-    DISTRIBUTION,
-    MARKER,
-    REQUIRED_HEADERS,
-    FilePatch,
-    Hunk,
-    Patch,
-    PatchResult,
-    Status,
-    load_series,
-    parse_patch,
-    read_series,
-    set_hash,
-    sets_for,
-    validate_sets,
-)
-from .port import (
-    Conflict,
-    PortedPatch,
-    PortResult,
-    format_port,
-    port_series,
-    port_set,
-    resolve_conflicts,
-    verify_ported,
-    write_ported,
-)
-from .status import (
-    apply_sets,
-    check_sets,
-    failure_message,
-    failures,
-    junit_properties,
-    patched_copy,
-    tree_version,
-)
-from .table import CheckRow, below_range, check_versions, download_order, format_table, pick_versions
+from .model import load_series, set_hash
+from .port import format_port, port_set, resolve_conflicts, verify_ported
+from .status import check_sets, patched_copy
+from .table import check_versions, download_order, format_table, pick_versions
 from .trees import available_versions, sglang_trees
-from .upstream import added_definitions, defined_in, upstream_evidence
 
 __all__ = [
-    "DISTRIBUTION",
-    "MARKER",
-    "REQUIRED_HEADERS",
-    "CheckRow",
-    "Conflict",
-    "Drift",
-    "FilePatch",
-    "Hunk",
-    "Patch",
-    "PatchResult",
-    "PortResult",
-    "PortedPatch",
-    "Status",
-    "added_definitions",
-    "apply_sets",
     "available_versions",
-    "below_range",
     "check_sets",
     "check_versions",
-    "defined_in",
     "download_order",
-    "failure_message",
-    "failures",
     "format_port",
     "format_table",
-    "junit_properties",
     "load_series",
-    "locate_drift",
-    "make_patch",
-    "parse_patch",
     "patched_copy",
     "pick_versions",
-    "port_series",
     "port_set",
-    "read_series",
     "resolve_conflicts",
     "set_hash",
-    "sets_for",
     "sglang_trees",
-    "tree_version",
-    "upstream_evidence",
-    "validate_sets",
     "verify_ported",
-    "write_ported",
 ]

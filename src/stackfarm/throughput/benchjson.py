@@ -7,11 +7,9 @@ Both tools append one JSON object per line (JSONL) to a result file; the keys ar
   in ``sglang/benchmark/one_batch_server.py`` writes run_name, batch_size, input_len, output_len, latency,
   input_throughput, output_throughput, overall_throughput, last_ttft, last_gen_throughput, acc_length and
   cache_hit_rate per (batch, input, output) case; -1 in last_gen_throughput / acc_length means "not known";
-- ``python -m sglang.bench_serving ... --output-file F``: ``sglang/benchmark/serving.py`` writes the run's
-  arguments (backend, dataset_name, request_rate, max_concurrency, random_input_len, ...), server_info and
-  the results: duration, completed, total_input_tokens, total_output_tokens, request/input/output/total
-  throughput, mean/median/std/p90/p95/p99 of e2e latency, TTFT, TPOT and ITL in ms, concurrency,
-  accept_length, max_output_tokens_per_s, max_concurrent_requests.
+- ``python -m sglang.bench_serving ... --output-file F`` writes the same way (the run's arguments and its
+  summary); the suite does not run it, so nothing here reads it (its parser, which only tests called, was
+  deleted with issue 26).
 
 Both tools need a tokenizer (they draw random prompts through it), so they fit real checkpoints, not the
 tiny random model the suite serves by default.
@@ -45,31 +43,6 @@ class OneBatchCase:
     last_gen_throughput: float | None
     acc_length: float | None
     cache_hit_rate: float | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServingResult:
-    """The result line of bench_serving (the summary; per-request details are not read)."""
-
-    backend: str
-    dataset_name: str
-    completed: int
-    duration_s: float
-    total_input_tokens: int
-    total_output_tokens: int
-    request_throughput: float
-    input_throughput: float
-    output_throughput: float
-    mean_ttft_ms: float
-    median_ttft_ms: float
-    p99_ttft_ms: float
-    mean_tpot_ms: float
-    median_tpot_ms: float
-    mean_itl_ms: float
-    median_itl_ms: float
-    p99_itl_ms: float
-    accept_length: float | None
-    max_concurrency: int | None
 
 
 def _lines(text: str, origin: str) -> list[tuple[int, dict[str, Any]]]:
@@ -140,54 +113,6 @@ def parse_one_batch_server(text: str, *, origin: str = "result.jsonl") -> tuple[
     return tuple(cases)
 
 
-def parse_bench_serving(text: str, *, origin: str = "bench_serving.jsonl") -> tuple[ServingResult, ...]:
-    results = []
-    for number, row in _lines(text, origin):
-        where = f"{origin}:{number}"
-        completed = _get(row, "completed", int, where)
-        total_output = _get(row, "total_output_tokens", int, where)
-        # First: with every request failed the tool still writes a line (zeros, and NaN latencies).
-        if completed == 0 or total_output == 0:
-            raise ZeroTokensError(
-                f"{where}: the bench returned 0 tokens ({completed} requests completed, {total_output} output tokens)"
-            )
-        # When a server streams no text at all, sglang 0.5.15's client still counts every request as a
-        # success of the requested length (captured: 8 requests, 256 tokens, 30034 tok/s); only the
-        # retokenized count of what actually came back says 0.
-        received = row.get("total_output_tokens_retokenized")
-        if isinstance(received, int) and not isinstance(received, bool) and received == 0:
-            raise ZeroTokensError(
-                f"{where}: the bench returned 0 tokens: the server streamed no text "
-                f"(total_output_tokens_retokenized = 0; the {total_output} output tokens and "
-                f"{row.get('output_throughput')} tok/s the tool reports are the requested lengths, not output)"
-            )
-        result = ServingResult(
-            backend=_get(row, "backend", str, where),
-            dataset_name=_get(row, "dataset_name", str, where),
-            completed=completed,
-            duration_s=_get(row, "duration", float, where),
-            total_input_tokens=_get(row, "total_input_tokens", int, where),
-            total_output_tokens=total_output,
-            request_throughput=_get(row, "request_throughput", float, where),
-            input_throughput=_get(row, "input_throughput", float, where),
-            output_throughput=_get(row, "output_throughput", float, where),
-            mean_ttft_ms=_get(row, "mean_ttft_ms", float, where),
-            median_ttft_ms=_get(row, "median_ttft_ms", float, where),
-            p99_ttft_ms=_get(row, "p99_ttft_ms", float, where),
-            mean_tpot_ms=_get(row, "mean_tpot_ms", float, where),
-            median_tpot_ms=_get(row, "median_tpot_ms", float, where),
-            mean_itl_ms=_get(row, "mean_itl_ms", float, where),
-            median_itl_ms=_get(row, "median_itl_ms", float, where),
-            p99_itl_ms=_get(row, "p99_itl_ms", float, where),
-            accept_length=_known(row.get("accept_length")),
-            max_concurrency=row.get("max_concurrency")
-            if isinstance(row.get("max_concurrency"), int)
-            else None,
-        )
-        results.append(result)
-    return tuple(results)
-
-
 def one_batch_figures(cases: Sequence[OneBatchCase]) -> dict[str, float]:
     """The suite's figure names for bench_one_batch_server cases (the last case per batch size wins)."""
     out: dict[str, float] = {}
@@ -224,9 +149,7 @@ def one_batch_server_argv(
 
 __all__ = [
     "OneBatchCase",
-    "ServingResult",
     "one_batch_figures",
     "one_batch_server_argv",
-    "parse_bench_serving",
     "parse_one_batch_server",
 ]

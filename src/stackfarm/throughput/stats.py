@@ -235,11 +235,6 @@ def classify(text: str) -> FailureKind:
     return FailureKind.OTHER
 
 
-def retryable(kind: FailureKind) -> bool:
-    """Only a performance shortfall is measured again; a broken stack fails at once, with its reason."""
-    return kind is FailureKind.SHORTFALL
-
-
 class RemeasureFailed(Exception):
     """A re-measure broke; `kind` says how. Not retried: only an undecided result is measured again."""
 
@@ -264,5 +259,4 @@ __all__ = [
     "decide",
     "look",
     "median",
-    "retryable",
 ]

@@ -32,7 +32,7 @@ from ...cellspec import CellSpec, InstalledComponent, load
 from ...files import write_atomic
 from ...plan import Cell, Component
 from ...proc import Outcome
-from .. import PATCHED_SGLANG, SUITE_OUT_ENV, Progress, pytest_argv
+from .. import BACKENDS, PATCHED_SGLANG, SUITE_OUT_ENV, BackendOptions, Progress, pytest_argv
 from .base import DEFAULT_BASE, BaseImages, base_for, check_base_python
 from .commands import ContainerSpec, Mount
 from .common import (
@@ -110,7 +110,7 @@ class DockerBackend:
     """Realises a cell as an image (built once per set of inputs) and runs each suite in a fresh container."""
 
     name = "docker"
-    needs_artifacts = True
+    kind = BACKENDS["docker"]
 
     def __init__(
         self,
@@ -534,6 +534,23 @@ def _pin(pin: str) -> tuple[str, str]:
     return name, version
 
 
+def make(cache: Cache, options: BackendOptions) -> DockerBackend:
+    """The Docker backend for matrix.toml's [docker] table (`options.docker`); STACKFARM_DOCKER_BASE overrides its
+    base (CI's local image); the image's own tools come from the matrix's default index (`options.index_url`);
+    each cell's build log is kept in the run's reports folder (`options.reports`: a failed build's too, which no
+    suite report would carry)."""
+    table = dict(options.docker or {})
+    base = os.environ.get("STACKFARM_DOCKER_BASE") or str(table.pop("base", DEFAULT_BASE))
+    table.pop("base", None)
+    if "ca_bundle" in table:
+        table["ca_bundle"] = Path(table["ca_bundle"])
+    if options.index_url:
+        table["tools_index"] = options.index_url
+    backend = DockerBackend(cache, base=base, **table)
+    backend.reports = options.reports
+    return backend
+
+
 __all__ = [
     "DEFAULT_TOOLS",
     "DEFAULT_ULIMITS",
@@ -544,5 +561,6 @@ __all__ = [
     "TOOLS_INDEX",
     "CellImage",
     "DockerBackend",
+    "make",
     "run_as",
 ]

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import string
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from ...dockergrammar import PYTHON_AXIS, base_fields, fill_base, is_base_path
 from .common import DockerError, validate_image_ref
 from .engine import DockerEngine
 
@@ -52,10 +52,6 @@ def cuda_image_version(cuda: str) -> str:
     return CUDA_IMAGE_VERSIONS[key]
 
 
-_PLACEHOLDERS = ("cuda", "python")
-_PYTHON_AXIS = re.compile(r"^\d+\.\d+$")
-
-
 def base_for(template: str, cell_values: Mapping[str, str]) -> str:
     """The base for a cell: the template with `{cuda}` (the nvidia/cuda tag version of the cell's CUDA) and
     `{python}` (the cell's python axis value, e.g. `python:{python}-slim-bookworm`) filled in; a tarball or
@@ -65,24 +61,20 @@ def base_for(template: str, cell_values: Mapping[str, str]) -> str:
     wrong = DockerError(
         f"[docker] base = {template!r}: the only placeholders allowed are {{cuda}} and {{python}}"
     )
-    try:
-        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-    except ValueError as exc:
-        raise wrong from exc
-    if not fields <= set(_PLACEHOLDERS):
+    fields = base_fields(template)
+    if fields is None:
         raise wrong
     values = {}
     if "cuda" in fields:
         values["cuda"] = cuda_image_version(cell_values.get("cuda", ""))
     if "python" in fields:
         python = cell_values.get("python", "")
-        if not _PYTHON_AXIS.fullmatch(python):
+        if not PYTHON_AXIS.fullmatch(python):
             raise DockerError(f"[docker] base = {template!r}: python axis value {python!r} is not like 3.11")
         values["python"] = python
-    try:
-        ref = template.format(**values)
-    except (KeyError, IndexError, ValueError) as exc:
-        raise wrong from exc
+    ref = fill_base(template, values)
+    if ref is None:
+        raise wrong
     return validate_image_ref(ref)
 
 
@@ -126,11 +118,6 @@ def check_base_python(base: str, python: str) -> None:
         f'with python{python} ([docker] base, e.g. "python:{{python}}-slim-bookworm", or docker/make-base.sh '
         f"with a Debian suite whose python3 is {python}), or leave {python} out of [axes] python"
     )
-
-
-def is_base_path(base: str) -> bool:
-    """A base given as a path (a tarball for `docker load`, a rootfs for `docker import`), not a name."""
-    return base.startswith(("/", "./", "../", "~")) or base.endswith((".tar", ".tar.gz", ".tgz"))
 
 
 def hash_listing(root: Path) -> str:

@@ -1,5 +1,6 @@
 """What every module of the Docker backend shares: its errors, the paths inside a cell image, the labels it puts
-on images and containers, and the validation of every value that reaches a `docker` command line.
+on images and containers, and the validation of every value that reaches a `docker` command line (the grammar itself is
+stackfarm.dockergrammar, which matrix.toml's schema reads too).
 
 Pure: nothing here calls the engine.
 """
@@ -9,6 +10,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from ...dockergrammar import (
+    ARG_NAME,
+    IMAGE_REF,
+    PYTHON,
+    REGISTRY,
+    SAFE_VALUE,
+    SIZE,
+    ULIMIT_VALUE,
+    ULIMITS,
+    normal_registry,
+)
 from ...errors import CellError, EnvironmentProblem
 
 # Paths inside the image (docker/Dockerfile creates them).
@@ -31,31 +43,6 @@ REGISTRY_ENV = "STACKFARM_REGISTRY"
 
 #: /dev/shm for runs without --ipc=host: the size SGLang's own `docker run` example gives.
 DEFAULT_SHM_SIZE = "32g"
-
-_ARG_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
-# Build-arg and option values: no whitespace, quotes or shell metacharacters (`;|&$<>()` and backticks).
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9._:/@+=-]*$")
-# An image reference: [host[:port]/]path[:tag][@sha256:digest], as docker's reference grammar has it.
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE_REF = re.compile(
-    # A first part is a registry host only with a dot, a port, or as localhost (docker's own rule).
-    r"^(?:(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::[0-9]+)?/|[A-Za-z0-9-]+:[0-9]+/)?"
-    rf"{_COMPONENT}(?:/{_COMPONENT})*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
-)
-_PYTHON = re.compile(r"^3\.\d{1,2}$")
-# A registry with an optional path prefix: host[:port][/path], the host a name with a dot, a port, or localhost.
-_REGISTRY = re.compile(
-    r"^(?:localhost(?::[0-9]+)?|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+(?::[0-9]+)?|[A-Za-z0-9-]+:[0-9]+)"
-    rf"(?:/{_COMPONENT})*$"
-)
-_SIZE = re.compile(r"^[1-9][0-9]*[bkmg]?$")
-_ULIMIT_VALUE = re.compile(r"^-?[0-9]+(?::-?[0-9]+)?$")
-_ULIMITS = frozenset(
-    {"core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss"}
-    | {"rtprio", "rttime", "sigpending", "stack"}
-)
-
 
 # -- errors --------------------------------------------------------------------------------------------------
 
@@ -86,7 +73,7 @@ class DiskFullError(DockerError):
 
 
 def validate_image_ref(ref: str) -> str:
-    if not _IMAGE_REF.fullmatch(ref):
+    if not IMAGE_REF.fullmatch(ref):
         raise DockerError(
             f"{ref!r} is not a valid image reference (like nvidia/cuda:12.8.1-devel-ubuntu24.04)"
         )
@@ -95,8 +82,8 @@ def validate_image_ref(ref: str) -> str:
 
 def validate_registry(value: str, *, where: str = "[docker] registry") -> str:
     """`host[:port][/prefix]`, e.g. "127.0.0.1:5000" or "ghcr.io/my-org/stackfarm"; no scheme, no tag."""
-    registry = value.strip().rstrip("/")
-    if not _REGISTRY.fullmatch(registry):
+    registry = normal_registry(value)
+    if not REGISTRY.fullmatch(registry):
         raise DockerError(
             f'{where} = {value!r} is not a registry like "127.0.0.1:5000" or "ghcr.io/org/prefix" '
             "(host[:port][/path], lower-case path, no http:// and no tag)"
@@ -108,19 +95,19 @@ def validate_build_args(args: Mapping[str, str]) -> dict[str, str]:
     """Build args as given, once every name and value is plain: they go to `docker build` as list items, and
     the Dockerfile expands them in shell commands, so a metacharacter would be code."""
     for name, value in args.items():
-        if not _ARG_NAME.fullmatch(name):
+        if not ARG_NAME.fullmatch(name):
             raise DockerError(f"build arg name {name!r} must be UPPER_CASE letters, digits and _")
-        if not _SAFE_VALUE.fullmatch(value):
+        if not SAFE_VALUE.fullmatch(value):
             raise DockerError(f"build arg {name}={value!r} holds a character outside [A-Za-z0-9._:/@+=-]")
     if "BASE" in args:
         validate_image_ref(args["BASE"])
-    if "PYTHON" in args and not _PYTHON.fullmatch(args["PYTHON"]):
+    if "PYTHON" in args and not PYTHON.fullmatch(args["PYTHON"]):
         raise DockerError(f"build arg PYTHON={args['PYTHON']!r} is not like 3.11")
     return dict(args)
 
 
 def validate_shm_size(value: str) -> str:
-    if not _SIZE.fullmatch(value):
+    if not re.fullmatch(SIZE, value):
         raise DockerError(f"[docker] shm_size = {value!r}: use a size like 16g, 512m or 1073741824")
     return value
 
@@ -129,11 +116,9 @@ def validate_ulimits(ulimits: Mapping[str, str | int]) -> tuple[tuple[str, str],
     out = []
     for name, raw in sorted(ulimits.items()):
         value = str(raw)
-        if name not in _ULIMITS:
-            raise DockerError(
-                f"[docker] ulimits.{name}: unknown limit; use one of {', '.join(sorted(_ULIMITS))}"
-            )
-        if not _ULIMIT_VALUE.fullmatch(value):
+        if name not in ULIMITS:
+            raise DockerError(f"[docker] ulimits.{name}: unknown limit; use one of {', '.join(ULIMITS)}")
+        if not re.fullmatch(ULIMIT_VALUE, value):
             raise DockerError(f"[docker] ulimits.{name} = {value!r}: use an integer, -1, or soft:hard")
         out.append((name, value))
     return tuple(out)
@@ -141,7 +126,7 @@ def validate_ulimits(ulimits: Mapping[str, str | int]) -> tuple[tuple[str, str],
 
 def site_packages(python: str) -> str:
     """The one site-packages every wheel of the cell is installed into."""
-    if not _PYTHON.fullmatch(python):
+    if not PYTHON.fullmatch(python):
         raise DockerError(f"python axis value {python!r} is not like 3.11")
     return f"{VENV}/lib/python{python}/site-packages"
 
