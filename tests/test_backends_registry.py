@@ -56,7 +56,7 @@ def test_a_new_backend_is_one_entry_and_its_module(tmp_path: Path, monkeypatch: 
     toy = BackendKind(
         name="toy", module="toybackend", resolves=True, reusable=False, patchable=False, planned=True
     )
-    monkeypatch.setitem(BACKENDS, "toy", toy)  # type: ignore[index]
+    monkeypatch.setitem(BACKENDS, "toy", toy)
     made = get_backend("toy", Cache(tmp_path), index_url="https://example.org/simple")
     assert (made.name, made.kind) == ("toy", toy)
     assert made.options.index_url == "https://example.org/simple"  # type: ignore[attr-defined]
