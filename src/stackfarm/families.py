@@ -78,6 +78,19 @@ def default_root() -> Path:
     return here if here.is_dir() else Path(__file__).resolve().parents[2] / "suites"
 
 
+def discover_suites(root: Path) -> dict[str, Path]:
+    """Suites are the folders suites/NN-name/ under `root` holding test_*.py files, in NN order (with or
+    without a family.py: `load` gives the families among them)."""
+    folder = root / "suites"
+    if not folder.is_dir():
+        return {}
+    return {
+        path.name: path
+        for path in sorted(folder.iterdir())
+        if path.is_dir() and _SUITE.match(path.name) and any(path.glob("test_*.py"))
+    }
+
+
 def load(suites_root: Path) -> Mapping[str, SuiteFamily[Any, Any]]:
     """Suite name -> family, for every suites_root/NN-name/family.py, in folder order."""
     if not suites_root.is_dir():
@@ -89,4 +102,4 @@ def load(suites_root: Path) -> Mapping[str, SuiteFamily[Any, Any]]:
     }
 
 
-__all__ = ["FAMILY_FILE", "FamilyError", "default_root", "load", "load_one", "module"]
+__all__ = ["FAMILY_FILE", "FamilyError", "default_root", "discover_suites", "load", "load_one", "module"]

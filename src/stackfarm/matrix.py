@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 from . import indexauth, matrix_tables, schema, tomlread
 from .artifacts import Source
 from .errors import ConfigError, StackfarmError, did_you_mean
+from .families import discover_suites
 from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of, python_problem
 from .suite_config import family_of, parse_settings, settings_schema
 from .throughput import thresholds as throughput_thresholds
@@ -727,18 +728,6 @@ def _patch_sets(doc: _Doc, table: dict[str, Any]) -> tuple[PatchSet, ...]:
             PatchSet(name=name, applies_to=spec, path=path, optional=bool(entry.get("optional", False)))
         )
     return tuple(sets)
-
-
-def discover_suites(root: Path) -> dict[str, Path]:
-    """Suites are the folders suites/NN-name/ holding test_*.py files, in NN order."""
-    folder = root / "suites"
-    if not folder.is_dir():
-        return {}
-    return {
-        path.name: path
-        for path in sorted(folder.iterdir())
-        if path.is_dir() and re.match(r"^\d\d-", path.name) and any(path.glob("test_*.py"))
-    }
 
 
 def _suites(doc: _Doc, table: dict[str, Any]) -> tuple[Suite, ...]:
