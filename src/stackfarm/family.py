@@ -12,7 +12,11 @@ A family is one object, ``FAMILY = SuiteFamily(...)``, the way pytest treats a p
   The verdict binds the record's sha256 (``SuiteResult.record_sha256``) as it binds the JUnit file's: a record
   whose bytes are not the ones bound is never rendered (`read_record`);
 - its **section**: the cell page's HTML, rendered from the decoded records (`SectionContext`);
-- its **needs**: a GPU, the image's tools, the stack table flags it reads, extra wheels (`Needs`).
+- its **needs**: a GPU, the image's tools, the stack table flags it reads, extra wheels (`Needs`);
+- its **format 0** (`SuiteFamily.legacy`): how a suite run held from before its family wrote records (a verdict
+  that binds no record sha256, no ``<suite>.json``) becomes a record, read from that run's JUnit file once, at
+  the report, the way the verdict store migrates an old format. It is the one reader of a suite's JUnit
+  properties, and it reads only runs that predate records: a run that binds a record is never read so.
 
 The codec (`to_json` / `from_json`) is generic over frozen dataclass trees (dataclasses.fields and
 typing.get_type_hints), so no family writes a serialiser. The record file has a schema version, as the verdict
@@ -99,6 +103,10 @@ class SuiteFamily(Generic[S, R]):
     record: type[R] | None = None
     section: Callable[[SectionContext[R]], str] | None = None
     needs: Needs = field(default_factory=Needs)
+    #: Format 0: the record of a held run that wrote none, from that run (stackfarm.history.SuiteRun: its
+    #: testcases' names, outcomes and properties, its testsuite properties); None when it holds no figures.
+    #: None here: a held run of this family shows no section, only its grid cell.
+    legacy: Callable[[Any], R | None] | None = None
 
     def parse(self, table: Mapping[str, Any]) -> S | None:
         """The settings object of a checked table (None for a family without settings)."""
