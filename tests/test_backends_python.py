@@ -13,6 +13,7 @@ from stackfarm.backends.docker import DockerError
 from stackfarm.backends.docker.base import base_for, check_base_python, rootfs_pythons
 from stackfarm.backends.host import HostBackend
 from stackfarm.plan import Cell
+from stackfarm.verdict import BackendFacts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,7 +65,6 @@ def test_the_dockerfile_builds_the_cells_python_or_fails_saying_so() -> None:
 
 def test_the_host_backend_records_the_python_it_ran() -> None:
     cell = Cell(id="h", values=(("python", "3.12"),), components=(), patch_sets=())
-    assert HostBackend(sys.executable).properties(cell) == {
-        "host.python": platform.python_version(),
-        "host.python_path": sys.executable,
-    }
+    assert HostBackend(sys.executable).facts(cell) == BackendFacts(
+        host_python=platform.python_version(), host_python_path=sys.executable
+    )

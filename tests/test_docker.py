@@ -24,7 +24,7 @@ from stackfarm.resolve import Resolver
 from stackfarm.resolve import plan_matrix as make_plan
 from stackfarm.runner import Runner, RunOptions, gpu_unavailable_reason
 from stackfarm.ui import CellProgress
-from stackfarm.verdict import CellReport
+from stackfarm.verdict import BackendFacts, CellReport
 from test_docker_support import CELL, local_base, real_engine, record, stack_artifacts
 
 REPO = Path(__file__).resolve().parent.parent
@@ -87,23 +87,22 @@ def _cell() -> Cell:
     return Cell(id=CELL, values=(("python", "3.11"),), components=(), patch_sets=())
 
 
-def test_properties_name_the_image_and_its_content_id(tmp_path: Path) -> None:
+def test_facts_name_the_image_and_its_content_id(tmp_path: Path) -> None:
     backend = DockerBackend(Cache(tmp_path), engine=_NoGpuEngine())
-    assert backend.properties(_cell()) == {}  # not realised by this backend: nothing to say
+    assert backend.facts(_cell()) == BackendFacts()  # not realised by this backend: nothing to say
     backend.images[CELL] = backend._image(f"stackfarm/{CELL}:0123456789abcdef", "ab" * 32, None, 1.0)
-    assert backend.properties(_cell()) == {
-        "docker.image": f"stackfarm/{CELL}:0123456789abcdef",
-        "docker.image_digest": IMAGE_ID,
-    }
+    assert backend.facts(_cell()) == BackendFacts(
+        docker_image=f"stackfarm/{CELL}:0123456789abcdef", docker_image_digest=IMAGE_ID
+    )
     assert backend.images[CELL].input_hash == "ab" * 32
 
 
-def test_properties_add_the_repo_digest_of_an_image_in_a_registry(tmp_path: Path) -> None:
+def test_facts_add_the_repo_digest_of_an_image_in_a_registry(tmp_path: Path) -> None:
     pushed = f"registry.example.org/stackfarm/{CELL.lower()}@sha256:{'5' * 64}"
     backend = DockerBackend(Cache(tmp_path), engine=_NoGpuEngine(repo_digests=(pushed,)))
     found = backend.engine.image_identity("t")
     backend.images[CELL] = backend._image(f"stackfarm/{CELL}:0123456789abcdef", "ab" * 32, found, 1.0)
-    assert backend.properties(_cell())["docker.repo_digest"] == pushed
+    assert backend.facts(_cell()).docker_repo_digest == pushed
     assert not backend.images[CELL].built
 
 

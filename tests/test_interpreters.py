@@ -20,6 +20,7 @@ from stackfarm.backends.local import LocalBackend
 from stackfarm.errors import EnvironmentProblem, ExitCode
 from stackfarm.interpreters import Interpreter, SuitePythons, candidates, find, venv_key
 from stackfarm.plan import Cell
+from stackfarm.verdict import BackendFacts
 
 REPO = Path(__file__).resolve().parents[1]
 #: What the fake machine's "running" interpreter is (never the wanted versions below).
@@ -160,11 +161,11 @@ def test_local_backend_runs_the_running_python_and_says_its_version(tmp_path: Pa
     backend = LocalBackend(Cache(tmp_path / "cache"))
     cell = _cell(running)
     assert backend.realise(cell, {}, tmp_path / "work", lambda _t: None) == ()
-    assert backend.properties(cell) == {
-        "local.python": platform.python_version(),
-        "local.python_path": sys.executable,
-        "local.python_source": "running",
-    }
+    assert backend.facts(cell) == BackendFacts(
+        local_python=platform.python_version(),
+        local_python_path=sys.executable,
+        local_python_source="running",
+    )
     spec = tmp_path / "cell.json"
     spec.write_text(
         json.dumps({"id": "c", "values": {"python": running}, "backend": "local", "components": []})

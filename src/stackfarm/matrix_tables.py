@@ -300,10 +300,6 @@ class HostProfile:
     nodeps: tuple[str, ...] = ()
     leave_out: Mapping[str, str] = field(default_factory=dict)
 
-    def as_facts(self) -> dict[str, str]:
-        """What a verdict records about the profile it ran under."""
-        return {"profile.name": self.name, "profile.sha256": self.sha256, "profile.path": str(self.path)}
-
 
 __all__ = [
     "DEVIATION",

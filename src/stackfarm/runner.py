@@ -301,10 +301,18 @@ class Runner:
             cell, artifacts, workdir, workdir / "realise-only"
         )  # its JUnit file stays out of reports/
         self.backend.realise(cell, artifacts, workdir, lambda text: self.ui.update(cell.id, text))
-        facts = self.backend.properties(cell)
-        self.ui.done(cell.id, "realised", ", ".join(f"{k} {v}" for k, v in facts.items()))
+        facts = self.backend.facts(cell)
+        self.ui.done(cell.id, "realised", ", ".join(f"{k} {v}" for k, v in facts.as_properties().items()))
+        return replace(report, reason=REALISED_ONLY, backend_facts=facts)
+
+    def _facts(self, cell: Cell) -> verdict.BackendFacts:
+        """The backend's facts of the realised cell, with the host profile the run layered over the matrix."""
+        facts = self.backend.facts(cell)
+        profile = self.matrix.profile
+        if profile is None:
+            return facts
         return replace(
-            report, reason=REALISED_ONLY, backend_facts=verdict.BackendFacts.from_properties(facts)
+            facts, profile_name=profile.name, profile_sha256=profile.sha256, profile_path=str(profile.path)
         )
 
     def _run_fresh(
@@ -324,9 +332,7 @@ class Runner:
         if patch_step is not None:
             report = replace(report, patches=patch_step[1])
         installed = self.backend.realise(cell, artifacts, workdir, lambda text: self.ui.update(cell.id, text))
-        profile = self.matrix.profile.as_facts() if self.matrix.profile is not None else {}
-        facts = verdict.BackendFacts.from_properties({**self.backend.properties(cell), **profile})
-        report = replace(report, backend_facts=facts)
+        report = replace(report, backend_facts=self._facts(cell))
         spec = CellSpec(
             id=cell.id,
             values=cell.as_dict(),

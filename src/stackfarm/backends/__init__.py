@@ -23,6 +23,7 @@ from ..artifacts import Artifact, Cache
 from ..cellspec import InstalledComponent
 from ..plan import Cell, Component
 from ..proc import GROUPS_ENV, Outcome
+from ..verdict import BackendFacts
 
 #: progress(text) — a short status line for the cell, e.g. "fetch torch 41%".
 Progress = Callable[[str], None]
@@ -107,8 +108,8 @@ class Backend(Protocol):
         """Run one pytest suite against the realised cell, writing JUnit XML to `junit`."""
         ...
 
-    def properties(self, cell: Cell) -> dict[str, str]:
-        """What the backend adds to the cell's report (e.g. the image it built)."""
+    def facts(self, cell: Cell) -> BackendFacts:
+        """What the backend says of the stack it realised for the cell's report (e.g. the image it built)."""
         ...
 
     def installed_pins(self) -> Mapping[str, list[Requirement]] | None:

@@ -19,6 +19,7 @@ from ..cellspec import InstalledComponent
 from ..errors import CellError
 from ..plan import Cell, Component
 from ..proc import Outcome, call
+from ..verdict import BackendFacts
 from . import BACKENDS, BackendOptions, Progress, pytest_argv, suite_env
 
 #: Run inside the host Python: where each distribution is installed, and its version.
@@ -100,11 +101,11 @@ class HostBackend:
             for c in cell.components
         )
 
-    def properties(self, cell: Cell) -> dict[str, str]:
-        """The Python the suites ran under (`host.python`: its full version, `host.python_path`); the cell's
-        python axis is a claim about it, like its component versions."""
+    def facts(self, cell: Cell) -> BackendFacts:
+        """The Python the suites ran under (its full version, its path); the cell's python axis is a claim
+        about it, like its component versions."""
         del cell
-        return {"host.python": self.python_version(), "host.python_path": self.python}
+        return BackendFacts(host_python=self.python_version(), host_python_path=self.python)
 
     def run_suite(self, suite_dir: Path, spec: Path, junit: Path, timeout: float, log: Path) -> Outcome:
         argv = pytest_argv(self.python, str(suite_dir), str(junit))

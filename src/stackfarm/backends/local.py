@@ -22,6 +22,7 @@ from ..interpreters import Interpreter, SuitePythons
 from ..lazytree import STATIC_SUITES
 from ..plan import Cell, Component
 from ..proc import Outcome, call
+from ..verdict import BackendFacts
 from . import BACKENDS, PATCHED_SGLANG, BackendOptions, Progress, pytest_argv, suite_env
 
 #: Set to 1: the local backend realises lazy trees (for runs of the static suites only).
@@ -87,15 +88,15 @@ class LocalBackend:
         """The interpreter of the cell's python axis (EnvironmentProblem where this machine has none)."""
         return self.pythons.interpreter(cell["python"])
 
-    def properties(self, cell: Cell) -> dict[str, str]:
-        """The interpreter the cell's suites really ran under: `local.python` (its full version, e.g. 3.11.7),
-        `local.python_path` (the executable) and `local.python_source` (running, PATH, uv or pyenv)."""
+    def facts(self, cell: Cell) -> BackendFacts:
+        """The interpreter the cell's suites really ran under: its full version (e.g. 3.11.7), its executable,
+        and where it was found (running, PATH, uv or pyenv)."""
         interp = self.interpreter(cell)
-        return {
-            "local.python": interp.version,
-            "local.python_path": self.pythons.python(cell["python"]),
-            "local.python_source": interp.source,
-        }
+        return BackendFacts(
+            local_python=interp.version,
+            local_python_path=self.pythons.python(cell["python"]),
+            local_python_source=interp.source,
+        )
 
     def suite_python(self, spec: Path) -> str:
         """The executable a suite of the cell described by `spec` runs under (run_suite is given no cell): its

@@ -32,6 +32,7 @@ from ...cellspec import CellSpec, InstalledComponent, load
 from ...files import write_atomic
 from ...plan import Cell, Component
 from ...proc import Outcome
+from ...verdict import BackendFacts
 from .. import BACKENDS, PATCHED_SGLANG, SUITE_OUT_ENV, BackendOptions, Progress, pytest_argv
 from .base import DEFAULT_BASE, BaseImages, base_for, check_base_python
 from .commands import ContainerSpec, Mount
@@ -87,9 +88,6 @@ DEFAULT_TOOLS = (
 TOOLS_INDEX = "https://pypi.org/simple"
 
 #: The keys `DockerBackend.properties` reports (the cell report's and the qualification record's).
-PROPERTY_IMAGE = "docker.image"
-PROPERTY_IMAGE_DIGEST = "docker.image_digest"
-PROPERTY_REPO_DIGEST = "docker.repo_digest"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -444,17 +442,16 @@ class DockerBackend:
     def installed_pins(self) -> None:
         return None  # the stack is made from wheels: the plan reads sglang's pins from the index
 
-    def properties(self, cell: Cell) -> dict[str, str]:
-        """The image the cell ran in, for its report and qualification record: `docker.image` (the tag),
-        `docker.image_digest` (the image's content id, `sha256:...`) and, for an image in a registry,
-        `docker.repo_digest`. Nothing for a cell this backend did not realise."""
+    def facts(self, cell: Cell) -> BackendFacts:
+        """The image the cell ran in, for its report and qualification record: its tag, its content id
+        (`sha256:...`) and, for an image in a registry, its repo digest. Nothing for a cell this backend did
+        not realise."""
         image = self.images.get(cell.id)
         if image is None:
-            return {}
-        props = {PROPERTY_IMAGE: image.tag, PROPERTY_IMAGE_DIGEST: image.image_id}
-        if image.repo_digest is not None:
-            props[PROPERTY_REPO_DIGEST] = image.repo_digest
-        return props
+            return BackendFacts()
+        return BackendFacts(
+            docker_image=image.tag, docker_image_digest=image.image_id, docker_repo_digest=image.repo_digest
+        )
 
     # -- run
 
@@ -554,9 +551,6 @@ def make(cache: Cache, options: BackendOptions) -> DockerBackend:
 __all__ = [
     "DEFAULT_TOOLS",
     "DEFAULT_ULIMITS",
-    "PROPERTY_IMAGE",
-    "PROPERTY_IMAGE_DIGEST",
-    "PROPERTY_REPO_DIGEST",
     "STACKFARM_SRC",
     "TOOLS_INDEX",
     "CellImage",
