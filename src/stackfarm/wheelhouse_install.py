@@ -193,3 +193,17 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+__all__ = [
+    "ENV_FILE",
+    "Refused",
+    "check_parts",
+    "check_wheels",
+    "host_check",
+    "install",
+    "join",
+    "main",
+    "pth_paths",
+    "sha256",
+]

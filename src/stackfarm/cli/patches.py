@@ -139,3 +139,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the parsed ``patches`` command; its exit code. StackfarmError is left to the caller to print."""
     return _COMMANDS[args.patches_command](args)
+
+
+__all__ = [
+    "register",
+    "run",
+]

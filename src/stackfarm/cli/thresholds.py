@@ -64,3 +64,9 @@ def cmd_thresholds(args: argparse.Namespace) -> int:
         ) from exc
     Console(highlight=False, soft_wrap=True).print(text, end="", markup=False)
     return int(ExitCode.OK)
+
+
+__all__ = [
+    "cmd_thresholds",
+    "register",
+]

@@ -124,3 +124,9 @@ def _body_offset(hunk: Hunk, old_index: int) -> int:
             if seen == old_index:
                 return k
     return len(hunk.body)
+
+
+__all__ = [
+    "Drift",
+    "locate_drift",
+]

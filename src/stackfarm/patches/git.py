@@ -84,3 +84,8 @@ def _format_headers(headers: Mapping[str, str]) -> str:
         lines.append(f"{key}: {first}".rstrip())
         lines.extend(f" {more}" if more.strip() else " ." for more in rest)
     return "\n".join(lines) + "\n---\n"
+
+
+__all__ = [
+    "make_patch",
+]

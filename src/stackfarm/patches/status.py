@@ -276,3 +276,14 @@ def junit_properties(results: Iterable[PatchResult]) -> dict[str, str]:
         props[f"patch.{r.set}/{r.patch}.status"] = r.status
         props[f"patch.{r.set}/{r.patch}.sha256"] = r.sha256
     return props
+
+
+__all__ = [
+    "apply_sets",
+    "check_sets",
+    "failure_message",
+    "failures",
+    "junit_properties",
+    "patched_copy",
+    "tree_version",
+]

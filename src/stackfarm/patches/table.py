@@ -189,3 +189,13 @@ def download_order(versions: Sequence[str], specs: Sequence[SpecifierSet]) -> li
         inside = [v for v in ordered if spec.contains(v, prereleases=True)]
         first += inside[:1] + inside[-1:]
     return list(dict.fromkeys([*first, *ordered]))
+
+
+__all__ = [
+    "CheckRow",
+    "below_range",
+    "check_versions",
+    "download_order",
+    "format_table",
+    "pick_versions",
+]

@@ -189,3 +189,10 @@ def upstream_evidence(patch: Patch, tree: Path | Callable[[str], str | None]) ->
                     return None
                 found.append(f"{fp.path}:{line} {_name(path)}")
     return "upstream defines everything it adds: " + "; ".join(found) if found else None
+
+
+__all__ = [
+    "added_definitions",
+    "defined_in",
+    "upstream_evidence",
+]

@@ -31,3 +31,8 @@ def render(ctx: Context) -> str:
     else:
         out += '<p class="muted">No patch statuses recorded for this run.</p>'
     return out
+
+
+__all__ = [
+    "render",
+]
