@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stackfarm.family import SectionContext, SuiteFamily
+from stackfarm.family import Needs, SectionContext, SuiteFamily
 from stackfarm.schema import Table
 from stackfarm.settings_kit import ENVIRON, PACKAGES
 
@@ -188,5 +188,7 @@ FAMILY: SuiteFamily[CapabilitySettings, CapabilityRecord] = SuiteFamily(
     settings=CapabilitySettings,
     record=CapabilityRecord,
     section=render,
+    #: capability_findings scans the binaries of the components the stack table flags ``scanned``.
+    needs=Needs(stack_flags=("scanned",)),
     legacy=legacy,
 )
