@@ -192,3 +192,18 @@ FAMILY: SuiteFamily[CapabilitySettings, CapabilityRecord] = SuiteFamily(
     needs=Needs(stack_flags=("scanned",)),
     legacy=legacy,
 )
+
+
+__all__ = [
+    "FAMILY",
+    "KEYS",
+    "NAME",
+    "SCHEMA",
+    "CapabilityRecord",
+    "CapabilitySettings",
+    "Finding",
+    "GridCell",
+    "Timing",
+    "legacy",
+    "render",
+]

@@ -318,3 +318,18 @@ FAMILY: SuiteFamily[ToolchainSettings, ToolchainRecord] = SuiteFamily(
     section=render,
     legacy=legacy,
 )
+
+
+__all__ = [
+    "FAMILY",
+    "KEYS",
+    "NAME",
+    "SCHEMA",
+    "ArchVerdict",
+    "Finding",
+    "ToolchainRecord",
+    "ToolchainSettings",
+    "arch_verdicts",
+    "legacy",
+    "render",
+]
