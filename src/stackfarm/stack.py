@@ -3,6 +3,11 @@ cell id spells it, which Docker stage installs it, and what the suites may assum
 
 Everything that needs to know about an axis reads it here (plan, resolve, matrix validation, the Docker stages,
 00-stack, 10-capability). Adding a component is one `Part` below plus its tests.
+
+The suite-facing flags (`SUITE_FLAGS`: ``cuda_libraries``, ``scanned``) have one owner, this table: the suites read
+them through `with_property` (00-stack the CUDA libraries whose cudart it checks, 10-capability the binaries it
+scans) and a family names the ones it reads in ``Needs.stack_flags``; a suite keeps no list of its own (two lists
+had drifted apart over flashinfer-jit-cache).
 """
 
 from __future__ import annotations
@@ -118,7 +123,11 @@ PARTS: tuple[Part, ...] = (
         distributions=lambda _v, _c: ("flashinfer-jit-cache",),
         names=("flashinfer-jit-cache",),
         docker_stage="kernels",
-        scanned=True,
+        # Not scanned: its AOT modules (jit_cache/<module>/<module>.so) are built per GPU family (fa3's for
+        # sm_90a only, the SM100 CUTLASS ones for sm_100a) and flashinfer picks them per GPU, so 10-capability's
+        # every-unit rule would fail modules never loaded there. 10-capability never scanned it (its list had
+        # torch, sgl-kernel and flashinfer-python/-cubin); what the JIT fallback compiles is 15-toolchain's.
+        # Not a CUDA library for 00-stack either (its list had torch and sgl-kernel only).
         optional=True,
     ),
     Part(
@@ -187,8 +196,15 @@ def distributions(axis: str, value: str, values: Mapping[str, str] | None = None
     return BY_AXIS[axis].wheels(value, values or {})
 
 
+#: The flags of `Part` that suites read (`with_property`), the values of a family's ``Needs.stack_flags``.
+SUITE_FLAGS: tuple[str, ...] = ("cuda_libraries", "scanned")
+
+
 def with_property(flag: str) -> tuple[str, ...]:
-    """Every distribution name of the parts that have this boolean property (e.g. "cuda_libraries")."""
+    """Every distribution name (renames included) of the parts that have this suite-facing flag, in table order;
+    raises KeyError for a name that is not one of `SUITE_FLAGS`."""
+    if flag not in SUITE_FLAGS:
+        raise KeyError(f"{flag!r} is not a suite-facing flag of the stack table ({', '.join(SUITE_FLAGS)})")
     return tuple(name for p in PARTS if getattr(p, flag) for name in p.names)
 
 
@@ -220,6 +236,7 @@ __all__ = [
     "PINNED_AXES",
     "PYTHONS",
     "REQUIRED_AXES",
+    "SUITE_FLAGS",
     "WHEEL_AXES",
     "Part",
     "axis_of",

@@ -2,7 +2,9 @@
 
 For every component: the installed metadata names the claimed distribution and version, every file matches the
 wheel's RECORD hash, torch was built for the cell's CUDA, and every CUDA library links that CUDA's runtime.
-Nothing here imports the stack, so it runs on any machine, with or without a GPU.
+Nothing here imports the stack, so it runs on any machine, with or without a GPU. Which components ship CUDA
+libraries is the stack table's ``cuda_libraries`` flag, read from stackfarm.stack (the suite has no family.py, so
+it declares no ``Needs.stack_flags``; tests/test_stack.py checks the list is the table's).
 
 A host that deliberately lacks parts of a component declares them in matrix.toml (``[[deviation]]``, handed over
 as ``cell.deviations``): files matching its `missing` globs may be missing, and an `absent` component may be
@@ -32,13 +34,15 @@ from elftools.elf.elffile import ELFFile
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from stackfarm import stack
 from stackfarm.cellspec import CellSpec, InstalledComponent, RecordProperty, dist_info, load
 
 _CUDART = re.compile(r"^libcudart\.so\.(\d+)")
 
 
-#: Components that ship CUDA libraries (flashinfer ships Python and cubins, JIT-linked at run time).
-_CUDA_LIBRARIES = ("torch", "sgl-kernel", "sglang-kernel")
+#: Components that ship CUDA libraries: the stack table's ``cuda_libraries`` flag (stackfarm.stack, its one owner;
+#: flashinfer ships Python and cubins, JIT-linked at run time).
+_CUDA_LIBRARIES = stack.with_property("cuda_libraries")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from stackfarm import families
+from stackfarm import families, stack
 from stackfarm.analysis.arch import Arch, ArchError, parse_target
 from stackfarm.analysis.cache import JsonCache, default_root
 from stackfarm.analysis.capauto import AutoResult, auto_sites, decided_by_gpu, evaluate_auto
@@ -78,8 +78,10 @@ Kind = Literal["binary", "loader", "table", "gate", "flag", "auto", "expectation
 #: skip: undecidable (an unanswered question); n/a: the question does not arise for this arch.
 Outcome = Literal["pass", "fail", "skip", "n/a"]
 
-_KERNELS = ("sgl-kernel", "sglang-kernel")
-_BINARY_COMPONENTS = ("torch", *_KERNELS, "flashinfer-python", "flashinfer-cubin")
+#: sgl-kernel's distribution names (it was renamed sglang-kernel at 0.4), from the stack table.
+_KERNELS = stack.BY_AXIS["sgl_kernel"].names
+#: The components whose binaries are scanned: the stack table's ``scanned`` flag (stackfarm.stack, its one owner).
+_BINARY_COMPONENTS = stack.with_property("scanned")
 _COMMON_OPS = "common_ops"
 
 

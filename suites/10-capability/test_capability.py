@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from capability_findings import Finding
 
-from stackfarm import families
+from stackfarm import families, stack
 from stackfarm.analysis.arch import Arch, parse_target
 from stackfarm.analysis.fatbin import read_binary
 from stackfarm.analysis.kernels import sgl_kernel_loader
@@ -28,7 +28,9 @@ from stackfarm.suitekit import NA, need_gpu, not_applicable, stack_module
 
 #: The type of pytest's record_property fixture.
 RecordProperty = Callable[[str, object], None]
-_KERNELS = ("sglang-kernel", "sgl-kernel")
+#: sgl-kernel's distribution names from the stack table, the current one first (the table lists them oldest first):
+#: check_installed tries them in this order.
+_KERNELS = tuple(reversed(stack.BY_AXIS["sgl_kernel"].names))
 #: This folder's family.py: the record's classes.
 FAMILY = families.module(Path(__file__).with_name(families.FAMILY_FILE))
 

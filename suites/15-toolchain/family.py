@@ -10,6 +10,12 @@ backend the release's auto-selection can choose there pass that backend's gate),
 (stackfarm.junit.worst_of: failed > error > unanswered > passed; an arch with no finding of a kind says so, never
 passed); then every finding with its testcase and file:line. The section joins each finding with its testcase's
 outcome in the JUnit file.
+
+Format 0 (`legacy`): a run held from before this family wrote records (its verdict binds no record sha256) kept
+each finding as the properties of a testcase that has ``arch``; the report's renderer of then judged each arch
+from those testcases' outcomes (a skip marked does-not-apply counts "n/a"), telling selection from toolchain by
+the ``kind`` property or the testcase id ``test_finding[<kind>-...]``. `legacy` builds the record the same way,
+so a held report's page shows the section it showed then.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from stackfarm.schema import Bool, Either, Enum, List, Map, Str, Table
 from stackfarm.settings_kit import CLASS, ENVIRON, GATE, classes
 
 if TYPE_CHECKING:  # the report's types: matrix.load imports this file too, and needs none of them
-    from stackfarm.history import Case
+    from stackfarm.history import Case, SuiteRun
 
 NAME = "15-toolchain"
 
@@ -239,6 +245,69 @@ def render(ctx: SectionContext[ToolchainRecord]) -> str:
     return out + findings("Findings", cases, KEYS)
 
 
+# --------------------------------------------------------------------------- format 0: a held run's properties
+
+#: The finding's fields a held testcase carried as properties of the same name (all but testcase and line).
+_HELD_FIELDS = (
+    "kind",
+    "arch",
+    "component",
+    "compiler",
+    "target",
+    "file",
+    "command",
+    "error",
+    "detail",
+    "toolkit",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Held:
+    """A held testcase as `arch_verdicts` reads a finding: its arch, its kind, its outcome."""
+
+    arch: str
+    kind: str
+    outcome: str
+
+
+def _held(case: Case) -> _Held:
+    """How the renderer of then judged a held testcase: "n/a" for a skip marked does-not-apply, its kind from
+    the ``kind`` property or the testcase id ``test_finding[<kind>-...]``."""
+    from stackfarm.junit import NA_PROPERTY
+
+    na = case.outcome == "skipped" and NA_PROPERTY in case.properties
+    kind = case.properties.get("kind") or case.name.partition("[")[2]
+    outcome = (
+        "n/a" if na else {"failed": "fail", "skipped": "skip", "passed": "pass"}.get(case.outcome, "error")
+    )
+    return _Held(
+        arch=case.properties["arch"], kind="selection" if kind.startswith("selection") else "toolchain",
+        outcome=outcome,
+    )  # fmt: skip
+
+
+def _held_finding(case: Case) -> Finding:
+    props = case.properties
+    line = props.get("line", "")
+    return Finding(
+        testcase=case.name,
+        line=int(line) if line.isdigit() else 0,
+        **{k: props.get(k, "") for k in _HELD_FIELDS},
+    )
+
+
+def legacy(suite: SuiteRun) -> ToolchainRecord | None:
+    """Format 0: the record of a run held from before records, from its testcases that carry ``arch``; None when
+    it has none."""
+    cases = [c for c in suite.cases if "arch" in c.properties]
+    if not cases:
+        return None
+    return ToolchainRecord(
+        archs=arch_verdicts(_held(c) for c in cases), findings=tuple(_held_finding(c) for c in cases)
+    )
+
+
 FAMILY: SuiteFamily[ToolchainSettings, ToolchainRecord] = SuiteFamily(
     name=NAME,
     title="Toolchain and backend selection",
@@ -247,4 +316,20 @@ FAMILY: SuiteFamily[ToolchainSettings, ToolchainRecord] = SuiteFamily(
     settings=ToolchainSettings,
     record=ToolchainRecord,
     section=render,
+    legacy=legacy,
 )
+
+
+__all__ = [
+    "FAMILY",
+    "KEYS",
+    "NAME",
+    "SCHEMA",
+    "ArchVerdict",
+    "Finding",
+    "ToolchainRecord",
+    "ToolchainSettings",
+    "arch_verdicts",
+    "legacy",
+    "render",
+]
