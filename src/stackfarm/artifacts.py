@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from email.parser import BytesParser
 from pathlib import Path, PurePosixPath
-from typing import IO, TypeVar
+from typing import IO, Protocol, TypeVar
 from urllib.parse import urlparse
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
@@ -348,6 +348,14 @@ def _is_metadata(name: str) -> bool:
 _BAD_ZIP = (zipfile.BadZipFile, EOFError, zlib.error)
 
 
+class TreeBuilder(Protocol):
+    """What makes a wheel's lazy tree in a cache root (stackfarm.lazytree.lazy_tree): the tree and what it built."""
+
+    def __call__(
+        self, root: Path, sha256: str, url: str, size: int | None, filename: str, **kw: object
+    ) -> tuple[Path, object]: ...
+
+
 class Cache:
     """Content-addressed store of wheels (``blobs/``) and their unpacked, read-only trees (``trees/``)."""
 
@@ -592,12 +600,11 @@ class Cache:
         self._trees_ok.add(final)
         return final
 
-    def lazy_tree(self, artifact: Artifact) -> Path:
-        """The wheel's lazy tree (stackfarm.lazytree: sources and dist-info whole, libraries as sparse copies of
-        what the static readers read), made once with range requests; the full tree where the wheel is local or
-        its server answers no ranges."""
-        from stackfarm import lazytree  # the analysis readers: imported only where lazy trees are made
-
+    def lazy_tree(self, artifact: Artifact, build: TreeBuilder) -> Path:
+        """The wheel's lazy tree, made once by `build` (stackfarm.lazytree.lazy_tree: sources and dist-info whole,
+        libraries as sparse copies of what the static readers read) with range requests, under this cache's lock;
+        the full tree where the wheel is local or its server answers no ranges. The caller hands the builder in:
+        lazytree stands on the analysis readers, and the cache stays below them."""
         if (done := self.unpacked(artifact)) is not None or urlparse(artifact.url).scheme not in (
             "http",
             "https",
@@ -606,7 +613,7 @@ class Cache:
         sha = _checked_sha(artifact)
         with self._locked(f"{sha}.lazy"):
             try:
-                tree, _built = lazytree.lazy_tree(
+                tree, _built = build(
                     self.root, sha, artifact.url, artifact.size, artifact.filename, retrying=_retrying
                 )
             except lazyzip.NoRanges:
@@ -763,6 +770,7 @@ __all__ = [
     "ShaMismatchError",
     "Source",
     "Target",
+    "TreeBuilder",
     "find_artifact",
     "list_versions",
     "requires_dist",

@@ -45,7 +45,7 @@ from typing import Any
 
 from . import verdict
 from .artifacts import Artifact
-from .cellspec import InstalledComponent
+from .backends import realised
 from .driver import Route, matrix_runners, route, routed_runner
 from .errors import ArtifactError, ConfigError, StackfarmError
 from .files import sha256_file
@@ -240,17 +240,20 @@ def driver_symbols(
         return None, "no runner kind states a driver: the symbols decide nothing"
     if artifacts is None:
         return None, "its wheels could not be looked up"
-    from .analysis.abicheck import import_driver_symbols  # the ELF readers: only where a driver is stated
+    from . import lazytree  # the ELF readers: only where a driver is stated
+    from .analysis.abicheck import import_driver_symbols
 
     components = []
     for comp, art in artifacts.items():
         try:
-            tree = resolver.cache.lazy_tree(art) if fetch else resolver.cache.unpacked(art)
+            tree = (
+                resolver.cache.lazy_tree(art, lazytree.lazy_tree) if fetch else resolver.cache.unpacked(art)
+            )
         except ArtifactError as exc:
             return None, f"the tree of {art.filename} is unusable: {exc}"
         if tree is None:
             return None, f"{art.filename} is not unpacked in the cache (`plan --symbols` reads it)"
-        components.append(InstalledComponent.of(comp, art, tree))
+        components.append(realised(comp, art, tree))
     every = any(s.name in EVERY_LIBRARY_SUITES for s in matrix.suites)
     found = import_driver_symbols(components, every=every)
     return tuple(sorted({name for names in found.values() for name in names})), ""
