@@ -50,9 +50,9 @@ from .artifacts import Artifact, Cache, list_versions, requires_dist
 from .driver import cell_floor, runs_on
 from .errors import ArtifactError, StackfarmError
 from .matrix import Matrix, Model, PatchSet
-from .patches import available_versions
 from .plan import Component, components
 from .resolve import Resolver
+from .sglangtrees import available_versions
 from .upgrade_patches import LineageChoice, touched_files
 from .upgrade_static import (
     NAMESPACE,
