@@ -40,6 +40,7 @@ from stackfarm.errors import ArtifactError, IndexUnreachableError, did_you_mean
 from stackfarm.files import sha256_file, write_bytes_atomic
 from stackfarm.listing import File, parse_listing
 from stackfarm.requires import INSTALLED_EXTRAS, requires_dist
+from stackfarm.wheelsource import Source  # the matrix declares its sources too: see stackfarm.wheelsource
 
 #: Pauses between attempts on network errors; tests shrink them.
 RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0)
@@ -62,20 +63,6 @@ _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(\w+)")
 _LEGACY = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 _T = TypeVar("_T")
 _Progress = Callable[[int, int | None], None] | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Source:
-    """Where artifacts come from: exactly one of url / find_links / wheel is set."""
-
-    name: str
-    url: str | None = None
-    find_links: Path | None = None
-    wheel: Path | None = None
-
-    def __post_init__(self) -> None:
-        if sum(x is not None for x in (self.url, self.find_links, self.wheel)) != 1:
-            raise ValueError(f"source {self.name!r}: set exactly one of url, find_links, wheel")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,7 +21,6 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import indexauth, matrix_tables, schema, tomlread
-from .artifacts import Source
 from .errors import ConfigError, StackfarmError, did_you_mean
 from .families import discover_suites
 from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of, python_problem
@@ -29,6 +28,7 @@ from .suite_config import family_of, parse_settings, settings_schema
 from .throughput import thresholds as throughput_thresholds
 from .throughput.settings import SUITE as THROUGHPUT_SUITE
 from .throughput.settings import Settings as ThroughputSettings
+from .wheelsource import Source
 
 _TOP_KEYS = (
     "axes",

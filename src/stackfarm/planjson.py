@@ -16,7 +16,7 @@ Each cell of the plan carries, beside its values and components:
 - ``estimated_seconds``: the median over the past runs of a history folder (``--history DIR``: one copy of
   reports/ per run, as the nightly keeps) of the cell's suite times added up; null without a history or when
   the cell never ran there;
-- ``input_hash``: exactly what the runner computes for the cell (stackfarm.runner.cell_inputs over the wheels
+- ``input_hash``: exactly what the runner computes for the cell (stackfarm.cellinputs.cell_inputs over the wheels
   the index answers, hashed by stackfarm.plan.input_hash) for the backend and GPU presence named in the
   document's ``hash_basis``; null, with ``input_hash_error`` saying why, when a wheel cannot be looked up (an
   index that did not answer, a wheel the index lacks);
@@ -46,13 +46,13 @@ from typing import Any
 from . import verdict
 from .artifacts import Artifact
 from .backends import realised
+from .cellinputs import cell_inputs
 from .driver import Route, matrix_runners, route, routed_runner
 from .errors import ArtifactError, ConfigError, StackfarmError
 from .files import sha256_file
 from .matrix import Matrix, Runner
 from .plan import Cell, Component, Conflict, Plan, input_hash
 from .resolve import Resolver
-from .runner import cell_inputs
 from .store import BrokenEntry, Store
 
 #: What a document's input hashes are computed for unless told otherwise: a GPU runner realising the cells in
