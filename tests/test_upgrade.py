@@ -28,8 +28,9 @@ from fakestack import OLD, FakeProject, cell_id, write_wheel
 from stackfarm import upgrade, upgrade_static
 from stackfarm.cli import main
 from stackfarm.errors import ExitCode
-from stackfarm.matrix import PatchSet, load
+from stackfarm.matrix import load
 from stackfarm.patches.git import make_patch
+from stackfarm.patchset import PatchSet
 from stackfarm.upgrade import Blocker, Candidate, Fixed, port_check, recommend, timeline, torch_cuda
 from stackfarm.upgrade_patches import LineageChoice, PatchStatus, choose, lineages
 from test_eagle3 import KIMI_PATCH, KIMI_UNPATCHED, _sglang_tree

@@ -49,7 +49,8 @@ from .analysis.eagle3 import Role
 from .artifacts import Artifact, Cache, list_versions, requires_dist
 from .driver import cell_floor, runs_on
 from .errors import ArtifactError, StackfarmError
-from .matrix import Matrix, Model, PatchSet
+from .matrix import Matrix, Model
+from .patchset import PatchSet
 from .plan import Component, components
 from .resolve import Resolver
 from .sglangtrees import available_versions

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import ConfigError, did_you_mean
-from ..matrix import PatchSet, load
+from ..matrix import load
 from ..patches import (
     check_versions,
     download_order,
@@ -27,6 +27,7 @@ from ..patches import (
     resolve_conflicts,
     verify_ported,
 )
+from ..patchset import PatchSet
 from ..sglangtrees import available_versions, sglang_trees
 
 
