@@ -31,8 +31,9 @@ from stackfarm.errors import ExitCode
 from stackfarm.matrix import load
 from stackfarm.patches.git import make_patch
 from stackfarm.patchset import PatchSet
-from stackfarm.upgrade import Blocker, Candidate, Fixed, port_check, recommend, timeline, torch_cuda
+from stackfarm.upgrade import port_check, recommend, timeline, torch_cuda
 from stackfarm.upgrade_patches import LineageChoice, PatchStatus, choose, lineages
+from stackfarm.upgrade_plan import Blocker, Candidate, Fixed
 from test_eagle3 import KIMI_PATCH, KIMI_UNPATCHED, _sglang_tree
 
 pytest_plugins = ("fakestack",)

@@ -27,7 +27,8 @@ from ..matrix import Matrix, Model, load
 from ..patchset import PatchSet
 from ..resolve import Resolver, plan_matrix
 from ..ui import CellProgress, plain_console
-from ..upgrade import Options, Planner, UpgradePlan, default_arch
+from ..upgrade import Planner, default_arch
+from ..upgrade_plan import Options, UpgradePlan
 from ..upgrade_report import json_text, proof_matrix, summary_lines, terminal, write
 
 _Sub = argparse._SubParsersAction  # argparse's type for add_subparsers()
