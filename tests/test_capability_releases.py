@@ -37,7 +37,7 @@ pytestmark = pytest.mark.integration
 
 def _tree(version: str) -> Path:
     from stackfarm.matrix import load as load_matrix
-    from stackfarm.patches.trees import sglang_trees
+    from stackfarm.sglangtrees import sglang_trees
 
     try:
         trees = sglang_trees(load_matrix(REPO / "matrix.toml"), [version], echo=lambda _: None)

@@ -679,7 +679,7 @@ def test_unresolved_module_global_makes_a_site_undecidable(unresolved: SourceTre
 
 def _real_tree(version: str) -> Path:
     from stackfarm.matrix import load as load_matrix
-    from stackfarm.patches.trees import sglang_trees
+    from stackfarm.sglangtrees import sglang_trees
 
     return sglang_trees(load_matrix(REPO / "matrix.toml"), [version], echo=lambda _: None)[version]
 

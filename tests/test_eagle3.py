@@ -787,7 +787,7 @@ def test_real_sglang_0_5_9_and_0_5_10() -> None:
 def _release(version: str) -> Path:
     """The real wheel's tree, fetched through the farm's artifacts layer (matrix.toml's index)."""
     from stackfarm.matrix import load as load_matrix
-    from stackfarm.patches.trees import sglang_trees
+    from stackfarm.sglangtrees import sglang_trees
 
     return sglang_trees(load_matrix(REPO / "matrix.toml"), [version], echo=lambda _: None)[version]
 
@@ -897,7 +897,7 @@ def test_every_release_on_the_index_has_a_contract() -> None:
     from packaging.version import Version
 
     from stackfarm.matrix import load as load_matrix
-    from stackfarm.patches.trees import available_versions, sglang_trees
+    from stackfarm.sglangtrees import available_versions, sglang_trees
 
     matrix = load_matrix(REPO / "matrix.toml")
     versions = [

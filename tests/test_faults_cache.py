@@ -531,8 +531,8 @@ def test_a_patched_copy_of_a_read_only_tree_applies_as_a_plain_user(
     from packaging.specifiers import SpecifierSet
 
     from stackfarm import patches
-    from stackfarm.matrix import PatchSet
     from stackfarm.patches.git import make_patch
+    from stackfarm.patchset import PatchSet
 
     tree = Cache(shared_root).unpack(_local_artifact(fake_project))
     init = "sglang/__init__.py"

@@ -159,11 +159,11 @@ def test_a_truncated_verdict_is_run_again_not_a_traceback(fake_project: FakeProj
 
 
 def test_editing_stackfarm_itself_is_a_new_input() -> None:
-    from stackfarm import runner
+    from stackfarm import cellinputs
 
-    digest = runner.own_sources()
+    digest = cellinputs.own_sources()
     assert len(digest) == 64
-    assert runner.hash_tree(Path(runner.__file__).parent) == digest
+    assert cellinputs.hash_tree(Path(cellinputs.__file__).parent) == digest
 
 
 def test_call_kills_the_group_on_timeout(tmp_path: Path) -> None:

@@ -20,13 +20,13 @@ from packaging.specifiers import SpecifierSet
 from stackfarm import matrix as matrix_mod
 from stackfarm import patches as P
 from stackfarm.errors import ConfigError
-from stackfarm.matrix import PatchSet
 from stackfarm.patches.drift import locate_drift
 from stackfarm.patches.git import make_patch
 from stackfarm.patches.model import MARKER, Hunk, Patch, parse_patch, sets_for, validate_sets
 from stackfarm.patches.status import apply_sets, failure_message, failures, junit_properties
 from stackfarm.patches.table import below_range
 from stackfarm.patches.upstream import added_definitions, defined_in
+from stackfarm.patchset import PatchSet
 
 HEADERS = {"Description": "a test patch\nwhy it exists", "Origin": "vendor, tests", "Forwarded": "no"}
 

@@ -1,4 +1,4 @@
-"""`stackfarm patches check|port|resolve` (stackfarm.cli.patches) and its wheels (stackfarm.patches.trees).
+"""`stackfarm patches check|port|resolve` (stackfarm.cli.patches) and its wheels (stackfarm.sglangtrees).
 
 The wheels are tiny real sglang wheels in find_links folders named by matrix.toml's [indexes]; a [[route]]
 sends the newer versions to another folder, so each test shows which index a tree came from. The artifact
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from stackfarm import patches as P
+from stackfarm import sglangtrees
 from stackfarm.artifacts import Cache
 from stackfarm.cli import patches as patches_cli
 from stackfarm.errors import ConfigError
@@ -99,12 +99,12 @@ def _cli(argv: list[str]) -> int:
 
 
 def test_available_versions_follow_the_routes(farm: Path) -> None:
-    assert P.available_versions(load(farm)) == ["0.5.9", "0.5.10"]
+    assert sglangtrees.available_versions(load(farm)) == ["0.5.9", "0.5.10"]
 
 
 def test_trees_come_from_the_routed_index_through_the_shared_cache(farm: Path) -> None:
     matrix: Matrix = load(farm)
-    trees = P.sglang_trees(matrix, ["0.5.9", "0.5.10"])
+    trees = sglangtrees.sglang_trees(matrix, ["0.5.9", "0.5.10"])
     assert (trees["0.5.9"] / TABLE).read_text() == OLD
     assert (trees["0.5.10"] / TABLE).read_text() == NEW  # from "new", not the decoy on the default index
     assert tree_version(trees["0.5.10"]) == "0.5.10"
@@ -115,9 +115,9 @@ def test_trees_come_from_the_routed_index_through_the_shared_cache(farm: Path) -
 
 def test_the_download_cap_skips_what_is_not_cached_yet(farm: Path) -> None:
     matrix = load(farm)
-    P.sglang_trees(matrix, ["0.5.9"])
+    sglangtrees.sglang_trees(matrix, ["0.5.9"])
     said: list[str] = []
-    trees = P.sglang_trees(matrix, ["0.5.9", "0.5.10"], max_mb=0, echo=said.append)
+    trees = sglangtrees.sglang_trees(matrix, ["0.5.9", "0.5.10"], max_mb=0, echo=said.append)
     assert list(trees) == ["0.5.9"]
     assert said == ["skipping sglang 0.5.10: 0 MB more would pass --max-mb 0"]
 

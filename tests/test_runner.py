@@ -242,9 +242,9 @@ def _pytest_started(pid: int) -> bool:
 
 
 def _inputs_of(root: Path, backend: str = "local") -> dict[str, object]:
+    from stackfarm.cellinputs import cell_inputs
     from stackfarm.matrix import load
     from stackfarm.plan import plan
-    from stackfarm.runner import cell_inputs
 
     matrix = load(root / "matrix.toml")
     cell = plan(matrix, {}).cells[0]

@@ -28,10 +28,12 @@ from fakestack import OLD, FakeProject, cell_id, write_wheel
 from stackfarm import upgrade, upgrade_static
 from stackfarm.cli import main
 from stackfarm.errors import ExitCode
-from stackfarm.matrix import PatchSet, load
+from stackfarm.matrix import load
 from stackfarm.patches.git import make_patch
-from stackfarm.upgrade import Blocker, Candidate, Fixed, port_check, recommend, timeline, torch_cuda
+from stackfarm.patchset import PatchSet
+from stackfarm.upgrade import port_check, recommend, timeline, torch_cuda
 from stackfarm.upgrade_patches import LineageChoice, PatchStatus, choose, lineages
+from stackfarm.upgrade_plan import Blocker, Candidate, Fixed
 from test_eagle3 import KIMI_PATCH, KIMI_UNPATCHED, _sglang_tree
 
 pytest_plugins = ("fakestack",)

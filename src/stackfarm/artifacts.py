@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from email.parser import BytesParser
 from pathlib import Path, PurePosixPath
-from typing import IO, TypeVar
+from typing import IO, Protocol, TypeVar
 from urllib.parse import urlparse
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
@@ -40,6 +40,7 @@ from stackfarm.errors import ArtifactError, IndexUnreachableError, did_you_mean
 from stackfarm.files import sha256_file, write_bytes_atomic
 from stackfarm.listing import File, parse_listing
 from stackfarm.requires import INSTALLED_EXTRAS, requires_dist
+from stackfarm.wheelsource import Source  # the matrix declares its sources too: see stackfarm.wheelsource
 
 #: Pauses between attempts on network errors; tests shrink them.
 RETRY_DELAYS: tuple[float, ...] = (0.5, 1.0, 2.0)
@@ -62,20 +63,6 @@ _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(\w+)")
 _LEGACY = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 _T = TypeVar("_T")
 _Progress = Callable[[int, int | None], None] | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Source:
-    """Where artifacts come from: exactly one of url / find_links / wheel is set."""
-
-    name: str
-    url: str | None = None
-    find_links: Path | None = None
-    wheel: Path | None = None
-
-    def __post_init__(self) -> None:
-        if sum(x is not None for x in (self.url, self.find_links, self.wheel)) != 1:
-            raise ValueError(f"source {self.name!r}: set exactly one of url, find_links, wheel")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -348,6 +335,14 @@ def _is_metadata(name: str) -> bool:
 _BAD_ZIP = (zipfile.BadZipFile, EOFError, zlib.error)
 
 
+class TreeBuilder(Protocol):
+    """What makes a wheel's lazy tree in a cache root (stackfarm.lazytree.lazy_tree): the tree and what it built."""
+
+    def __call__(
+        self, root: Path, sha256: str, url: str, size: int | None, filename: str, **kw: object
+    ) -> tuple[Path, object]: ...
+
+
 class Cache:
     """Content-addressed store of wheels (``blobs/``) and their unpacked, read-only trees (``trees/``)."""
 
@@ -592,12 +587,11 @@ class Cache:
         self._trees_ok.add(final)
         return final
 
-    def lazy_tree(self, artifact: Artifact) -> Path:
-        """The wheel's lazy tree (stackfarm.lazytree: sources and dist-info whole, libraries as sparse copies of
-        what the static readers read), made once with range requests; the full tree where the wheel is local or
-        its server answers no ranges."""
-        from stackfarm import lazytree  # the analysis readers: imported only where lazy trees are made
-
+    def lazy_tree(self, artifact: Artifact, build: TreeBuilder) -> Path:
+        """The wheel's lazy tree, made once by `build` (stackfarm.lazytree.lazy_tree: sources and dist-info whole,
+        libraries as sparse copies of what the static readers read) with range requests, under this cache's lock;
+        the full tree where the wheel is local or its server answers no ranges. The caller hands the builder in:
+        lazytree stands on the analysis readers, and the cache stays below them."""
         if (done := self.unpacked(artifact)) is not None or urlparse(artifact.url).scheme not in (
             "http",
             "https",
@@ -606,7 +600,7 @@ class Cache:
         sha = _checked_sha(artifact)
         with self._locked(f"{sha}.lazy"):
             try:
-                tree, _built = lazytree.lazy_tree(
+                tree, _built = build(
                     self.root, sha, artifact.url, artifact.size, artifact.filename, retrying=_retrying
                 )
             except lazyzip.NoRanges:
@@ -763,6 +757,7 @@ __all__ = [
     "ShaMismatchError",
     "Source",
     "Target",
+    "TreeBuilder",
     "find_artifact",
     "list_versions",
     "requires_dist",

@@ -1,6 +1,9 @@
 """The cell description handed to every suite: one JSON file, the same in every backend.
 
 Suites read it through `load()` (the `cell` fixture in suites/conftest.py); the runner writes it with `dump()`.
+It imports nothing of the harness, not even for type checking: the suites and the analysis readers stand on it,
+so it stays on the ground floor. What makes an InstalledComponent from a plan's Component and its wheel is the
+builders' (`stackfarm.backends.realised`).
 """
 
 from __future__ import annotations
@@ -11,13 +14,9 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from packaging.utils import canonicalize_name
-
-if TYPE_CHECKING:  # the suites import this module: it stays free of the harness at run time
-    from .artifacts import Artifact
-    from .plan import Component
 
 #: The type of pytest's `record_property` fixture (pytest exports no name for it).
 RecordProperty = Callable[[str, object], None]
@@ -33,14 +32,6 @@ class InstalledComponent:
     source: str
     #: Where the wheel's files lie, as seen by the suite (a cache tree, a container path or a site-packages).
     root: str
-
-    @classmethod
-    def of(cls, comp: Component, art: Artifact, root: Path | str) -> InstalledComponent:
-        """A component realised from its wheel, its files under `root`."""
-        return cls(
-            axis=comp.axis, distribution=comp.distribution, version=comp.version, filename=art.filename,
-            sha256=art.sha256, source=art.source, root=str(root),
-        )  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -50,7 +50,7 @@ from stackfarm.cellspec import CellSpec, InstalledComponent
 from stackfarm.corpus_selection import flashinfer_trees, selection_part
 from stackfarm.matrix import Matrix
 from stackfarm.matrix import load as load_matrix
-from stackfarm.patches.trees import available_versions, sglang_trees
+from stackfarm.sglangtrees import available_versions, sglang_trees
 
 FIRST = "0.4.10.post2"
 ARCHS = ("sm_80", "sm_90", "sm_100", "sm_120")

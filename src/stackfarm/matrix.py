@@ -21,14 +21,15 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import indexauth, matrix_tables, schema, tomlread
-from .artifacts import Source
 from .errors import ConfigError, StackfarmError, did_you_mean
 from .families import discover_suites
+from .patchset import PatchSet
 from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of, python_problem
 from .suite_config import family_of, parse_settings, settings_schema
 from .throughput import thresholds as throughput_thresholds
 from .throughput.settings import SUITE as THROUGHPUT_SUITE
 from .throughput.settings import Settings as ThroughputSettings
+from .wheelsource import Source
 
 _TOP_KEYS = (
     "axes",
@@ -96,16 +97,6 @@ class Model:
     name: str
     target: str
     draft: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class PatchSet:
-    """A quilt-style series under patches/<name>/ for the SGLang versions in `applies_to`."""
-
-    name: str
-    applies_to: SpecifierSet
-    path: Path
-    optional: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -780,7 +771,6 @@ __all__ = [
     "Matrix",
     "Model",
     "Override",
-    "PatchSet",
     "Route",
     "Rule",
     "Runner",

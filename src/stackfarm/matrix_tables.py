@@ -22,7 +22,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 
-from .analysis.arch import ArchError, parse_target
+from .archspec import ArchError, parse_target
 from .dockergrammar import IMAGE_REF, SIZE, ULIMIT_VALUE, ULIMITS, fill_base, is_base_path, is_registry
 from .errors import did_you_mean
 from .schema import Bool, Either, Enum, Int, List, Map, Number, Problem, Str, Table

@@ -16,7 +16,7 @@ Each cell of the plan carries, beside its values and components:
 - ``estimated_seconds``: the median over the past runs of a history folder (``--history DIR``: one copy of
   reports/ per run, as the nightly keeps) of the cell's suite times added up; null without a history or when
   the cell never ran there;
-- ``input_hash``: exactly what the runner computes for the cell (stackfarm.runner.cell_inputs over the wheels
+- ``input_hash``: exactly what the runner computes for the cell (stackfarm.cellinputs.cell_inputs over the wheels
   the index answers, hashed by stackfarm.plan.input_hash) for the backend and GPU presence named in the
   document's ``hash_basis``; null, with ``input_hash_error`` saying why, when a wheel cannot be looked up (an
   index that did not answer, a wheel the index lacks);
@@ -45,14 +45,14 @@ from typing import Any
 
 from . import verdict
 from .artifacts import Artifact
-from .cellspec import InstalledComponent
+from .backends import realised
+from .cellinputs import cell_inputs
 from .driver import Route, matrix_runners, route, routed_runner
 from .errors import ArtifactError, ConfigError, StackfarmError
 from .files import sha256_file
 from .matrix import Matrix, Runner
 from .plan import Cell, Component, Conflict, Plan, input_hash
 from .resolve import Resolver
-from .runner import cell_inputs
 from .store import BrokenEntry, Store
 
 #: What a document's input hashes are computed for unless told otherwise: a GPU runner realising the cells in
@@ -240,17 +240,20 @@ def driver_symbols(
         return None, "no runner kind states a driver: the symbols decide nothing"
     if artifacts is None:
         return None, "its wheels could not be looked up"
-    from .analysis.abicheck import import_driver_symbols  # the ELF readers: only where a driver is stated
+    from . import lazytree  # the ELF readers: only where a driver is stated
+    from .analysis.abicheck import import_driver_symbols
 
     components = []
     for comp, art in artifacts.items():
         try:
-            tree = resolver.cache.lazy_tree(art) if fetch else resolver.cache.unpacked(art)
+            tree = (
+                resolver.cache.lazy_tree(art, lazytree.lazy_tree) if fetch else resolver.cache.unpacked(art)
+            )
         except ArtifactError as exc:
             return None, f"the tree of {art.filename} is unusable: {exc}"
         if tree is None:
             return None, f"{art.filename} is not unpacked in the cache (`plan --symbols` reads it)"
-        components.append(InstalledComponent.of(comp, art, tree))
+        components.append(realised(comp, art, tree))
     every = any(s.name in EVERY_LIBRARY_SUITES for s in matrix.suites)
     found = import_driver_symbols(components, every=every)
     return tuple(sorted({name for names in found.values() for name in names})), ""

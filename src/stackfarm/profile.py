@@ -24,7 +24,7 @@ stackfarm.matrix's readers), with errors at the profile's file:line. matrix.toml
 profile narrowing the archs leaves the other runners, their thresholds and the features' `off` entries for the
 other archs valid (they are not asked on this host).
 
-The profile's name and sha256 are inputs of every cell run under it (stackfarm.runner.cell_inputs), so a verdict
+The profile's name and sha256 are inputs of every cell run under it (stackfarm.cellinputs.cell_inputs), so a verdict
 made under a profile is never reused without it, and the reverse.
 """
 

@@ -43,6 +43,7 @@ from typing import Any
 from . import __version__, attest, verdict
 from .artifacts import Artifact, Cache
 from .attest import SignatureProblem, SigningKey, TrustedKey
+from .cellinputs import cell_inputs
 from .errors import ConfigError, StackfarmError, did_you_mean
 from .files import write_atomic
 from .history import CellRun, Difference, cell_run, diff_inputs
@@ -67,7 +68,7 @@ from .qualrecord import (
     verified_predicate,
 )
 from .resolve import Resolver, plan_matrix
-from .runner import PATCH_STEP, cell_inputs, gpu_unavailable_reason
+from .runner import PATCH_STEP, gpu_unavailable_reason
 from .verdict import SuiteResult
 
 _RELEASE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")

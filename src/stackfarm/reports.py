@@ -47,7 +47,6 @@ __all__ = [
     "summary_html",
     "summary_markdown",
     "write_atomic",
-    "write_bytes_atomic",
     "write_skipped_suite",
     "write_steps",
     "write_summaries",

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
-import os
 import shutil
 import signal
 import threading
@@ -17,17 +14,16 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import __version__, patches, proc, provenance, verdict
+from . import patches, proc, provenance, verdict
 from .artifacts import Artifact, Cache
 from .backends import PATCHED_SGLANG, Backend, groups_file
 from .cachekeep import remove_tree
+from .cellinputs import cell_inputs
 from .cellspec import CellSpec
-from .driver import routed_runner
 from .errors import ArtifactError, ConfigError, EnvironmentProblem, IndexUnreachableError, StackfarmError
 from .family import record_path, sha256_of, to_json
 from .junit import Step, write_skipped_suite, write_steps
 from .matrix import Matrix, Suite
-from .matrix import Runner as MatrixRunner
 from .plan import Cell, Component, Plan, input_hash
 from .proc import call
 from .resolve import Resolver
@@ -98,18 +94,6 @@ def gpu_unavailable_reason() -> str | None:
     if outcome.returncode != 0 or "GPU" not in outcome.output:
         return f"nvidia-smi lists no GPU ({outcome.output.strip()[:120]})"
     return None
-
-
-def hash_tree(path: Path) -> str:
-    """sha256 over the relative names and contents of every file under `path` (caches and bytecode excluded)."""
-    digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for file in files:
-        if "__pycache__" in file.parts or file.suffix == ".pyc":
-            continue
-        digest.update(str(file.relative_to(path.parent)).encode() + b"\0")
-        digest.update(file.read_bytes())
-    return digest.hexdigest()
 
 
 class Runner:
@@ -560,72 +544,11 @@ def cell_workdir(cache_root: Path, cell_id: str, digest: str) -> Path:
     return cache_root / "cells" / f"{cell_id}-{digest[:12]}"
 
 
-@functools.cache
-def own_sources() -> str:
-    """sha256 of stackfarm's own installed sources: editing the harness (or a suite library) is a new input."""
-    return hash_tree(Path(__file__).resolve().parent)
-
-
-def cell_inputs(
-    matrix: Matrix,
-    cell: Cell,
-    artifacts: Mapping[Component, Artifact],
-    *,
-    backend: str,
-    gpu: bool,
-    kind: MatrixRunner | None = None,
-) -> dict[str, object]:
-    """Everything a cell's verdict depends on; its hash decides whether a verdict can be reused. `kind`: the
-    runner kind it is dispatched to (a plan's worker adopts the plan's); by default the one its CUDA floor
-    routes it to (stackfarm.driver.routed_runner)."""
-    runner = kind or routed_runner(matrix, cell.id, cell.as_dict().get("cuda", ""))
-    conftest = matrix.root / "suites" / "conftest.py"
-    return {
-        "stackfarm": __version__,
-        "stackfarm_sources": own_sources(),
-        "backend": backend,
-        "values": cell.as_dict(),
-        "artifacts": {c.distribution: a.sha256 for c, a in artifacts.items()},
-        "patch_sets": {ps.name: hash_tree(ps.path) for ps in matrix.patch_sets if ps.name in cell.patch_sets},
-        "suites": {
-            **{s.name: hash_tree(s.path) for s in matrix.suites},
-            "conftest": hash_tree(conftest) if conftest.exists() else "",
-        },
-        "suite_settings": [asdict(s) | {"path": s.path.name} for s in matrix.suites],
-        "archs": [matrix.archs, matrix.reference_arch],
-        "models": [asdict(m) for m in matrix.models],
-        "features": matrix.features,
-        "thresholds": matrix.thresholds,
-        "overridden": cell.overridden,
-        "deviations": [d.as_dict() for d in matrix.deviations],
-        # A verdict made under a host profile (stackfarm.profile) is never reused without it, nor the reverse.
-        "profile": {"name": p.name, "sha256": p.sha256} if (p := matrix.profile) is not None else None,
-        "gpu": gpu,
-        # Where the cell is routed decides what it is asked (a one-GPU kind: no tensor-parallel check; its
-        # [thresholds.<kind>]), so a move to another runner kind is a new verdict.
-        "runner": asdict(runner) if runner is not None else None,
-        # The image is made from these before any verdict could be reused: an edited Dockerfile or another base
-        # is a new verdict, never the old image's.
-        "docker": _docker_inputs(matrix) if backend == "docker" else None,
-    }
-
-
-def _docker_inputs(matrix: Matrix) -> dict[str, object]:
-    folder = matrix.root / "docker"
-    return {
-        "files": hash_tree(folder) if folder.is_dir() else "",
-        "table": dict(matrix.docker),
-        "base_override": os.environ.get("STACKFARM_DOCKER_BASE", ""),
-    }
-
-
 __all__ = [
     "NO_TESTS_COLLECTED",
     "REALISED_ONLY",
     "RunOptions",
     "Runner",
-    "cell_inputs",
     "cell_workdir",
     "gpu_unavailable_reason",
-    "hash_tree",
 ]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .reports import write_bytes_atomic
+from .files import write_bytes_atomic
 
 if TYPE_CHECKING:  # matplotlib is an optional extra, imported where a plot is drawn
     from matplotlib.figure import Figure

@@ -28,8 +28,8 @@ from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
-from .matrix import PatchSet
 from .patches import check_sets, load_series
+from .patchset import PatchSet
 
 Verdict = Literal["carry", "widen", "retire", "partial", "port"]
 _PORT_SUFFIX = re.compile(r"^(?P<base>.+)-\d+(?:\.\d+)+(?:\.?post\d+)?$")

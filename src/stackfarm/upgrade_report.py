@@ -1,4 +1,4 @@
-"""The upgrade planner's answer (stackfarm.upgrade.UpgradePlan) as a terminal table, a markdown and an HTML page
+"""The upgrade planner's answer (stackfarm.upgrade_plan.UpgradePlan) as a terminal table, a markdown and an HTML page
 (a timeline of the releases with their blockers), JSON, and the matrix file of the cells that finish the proof.
 
 The matrix file is the start matrix with its cells replaced: ``[axes]`` holds the start cell, one
@@ -30,7 +30,7 @@ from .matrix import Matrix, load
 from .plan import expand
 from .sections.grid import COLOURS
 from .stack import cell_id
-from .upgrade import Blocker, Candidate, UpgradePlan
+from .upgrade_plan import Blocker, Candidate, UpgradePlan
 
 _BADGE = {"pass": "passed", "open": "incomplete", "fail": "failed", "unavailable": "error"}
 _ICON = {"pass": "✅", "open": "🟡", "fail": "❌", "unavailable": "💥"}

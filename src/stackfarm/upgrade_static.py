@@ -38,8 +38,8 @@ from typing import Any
 from .analysis.eagle3 import ContractError, Role, SourceTree, check_class, derive_contract, locate_class
 from .cellspec import CellSpec, InstalledComponent
 from .errors import StackfarmError
-from .matrix import PatchSet
 from .patches import patched_copy, set_hash
+from .patchset import PatchSet
 from .upgrade_patches import LineageChoice, PatchStatus, choose, statuses, trimmed
 
 REPO = Path(__file__).resolve().parents[2]

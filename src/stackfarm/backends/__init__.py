@@ -93,6 +93,14 @@ class BackendOptions:
     reports: Path | None = None
 
 
+def realised(comp: Component, art: Artifact, root: Path | str) -> InstalledComponent:
+    """A component realised from its wheel, its files under `root` (what a backend's `realise` returns)."""
+    return InstalledComponent(
+        axis=comp.axis, distribution=comp.distribution, version=comp.version, filename=art.filename,
+        sha256=art.sha256, source=art.source, root=str(root),
+    )  # fmt: skip
+
+
 class Backend(Protocol):
     name: str
     #: What it can do (its entry of BACKENDS).
@@ -181,5 +189,6 @@ __all__ = [
     "get_backend",
     "groups_file",
     "pytest_argv",
+    "realised",
     "suite_env",
 ]

@@ -19,11 +19,11 @@ from ..artifacts import Artifact, Cache
 from ..cellspec import InstalledComponent, load
 from ..errors import UsageError
 from ..interpreters import Interpreter, SuitePythons
-from ..lazytree import STATIC_SUITES
+from ..lazytree import STATIC_SUITES, lazy_tree
 from ..plan import Cell, Component
 from ..proc import Outcome, call
 from ..verdict import BackendFacts
-from . import BACKENDS, PATCHED_SGLANG, BackendOptions, Progress, pytest_argv, suite_env
+from . import BACKENDS, PATCHED_SGLANG, BackendOptions, Progress, pytest_argv, realised, suite_env
 
 #: Set to 1: the local backend realises lazy trees (for runs of the static suites only).
 LAZY_ENV = "STACKFARM_LAZY"
@@ -67,7 +67,7 @@ class LocalBackend:
                 continue
             if self.lazy and comp.distribution != "sglang":  # sglang's own tree is the patched copy's source
                 progress(f"lazy {comp.distribution}")
-                installed.append(self._component(comp, art, self.cache.lazy_tree(art)))
+                installed.append(self._component(comp, art, self.cache.lazy_tree(art, lazy_tree)))
                 continue
             root = self.cache.unpacked(art)
             if root is None:  # an extracted tree is re-verified by 00-stack's RECORD check, not by re-hashing
@@ -79,7 +79,7 @@ class LocalBackend:
 
     @staticmethod
     def _component(comp: Component, art: Artifact, root: Path) -> InstalledComponent:
-        return InstalledComponent.of(comp, art, root)
+        return realised(comp, art, root)
 
     def installed_pins(self) -> None:
         return None  # the stack is made from wheels: the plan reads sglang's pins from the index

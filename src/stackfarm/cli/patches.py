@@ -4,7 +4,7 @@
 * ``port SET --from V --to W`` -- carry a set to another sglang version by a three-way merge;
 * ``resolve DIR --to W`` -- turn the edited ``conflicts/`` of a ported set into its patches.
 
-The sglang wheels come through the resolver and the shared artifact cache (``stackfarm.patches.trees``).
+The sglang wheels come through the resolver and the shared artifact cache (``stackfarm.sglangtrees``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import ConfigError, did_you_mean
-from ..matrix import PatchSet, load
+from ..matrix import load
 from ..patches import (
-    available_versions,
     check_versions,
     download_order,
     format_port,
@@ -26,9 +25,10 @@ from ..patches import (
     pick_versions,
     port_set,
     resolve_conflicts,
-    sglang_trees,
     verify_ported,
 )
+from ..patchset import PatchSet
+from ..sglangtrees import available_versions, sglang_trees
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

@@ -19,14 +19,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from .. import verdict
-from ..analysis.arch import ArchError, parse_target
+from ..archspec import ArchError, parse_target
 from ..artifacts import Cache
 from ..driver import driver_key, runner_for
 from ..errors import ExitCode, StackfarmError, UsageError, did_you_mean
-from ..matrix import Matrix, Model, PatchSet, load
+from ..matrix import Matrix, Model, load
+from ..patchset import PatchSet
 from ..resolve import Resolver, plan_matrix
 from ..ui import CellProgress, plain_console
-from ..upgrade import Options, Planner, UpgradePlan, default_arch
+from ..upgrade import Planner, default_arch
+from ..upgrade_plan import Options, UpgradePlan
 from ..upgrade_report import json_text, proof_matrix, summary_lines, terminal, write
 
 _Sub = argparse._SubParsersAction  # argparse's type for add_subparsers()

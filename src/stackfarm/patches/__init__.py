@@ -13,16 +13,17 @@ The modules, in the order a patch meets them:
 * ``upstream`` -- the definitions a patch adds, and whether a release defines them itself;
 * ``status`` -- the status of every patch on a tree: check, apply, a patched copy (see its docstring);
 * ``port`` -- a three-way forward port of a set to another release, and resolving its conflicts;
-* ``table`` -- the check table: many releases, each set in and past its range;
-* ``trees`` -- unpacked sglang wheels, through the resolver and the shared artifact cache.
+* ``table`` -- the check table: many releases, each set in and past its range.
+
+The unpacked sglang wheels they work on come from ``stackfarm.sglangtrees`` (through the resolver and the shared
+artifact cache), which stands above this package.
 
 ``git apply`` never fuzzes: a hunk applies where its whole context matches, or not at all. The command line
 (``stackfarm patches check|port|resolve``, in ``stackfarm.cli.patches``) previews upgrades and carries sets
 forward.
 
 The face is what the rest of stackfarm uses: the runner (load_series, patched_copy), `stackfarm upgrade`
-(check_sets, available_versions, set_hash) and the command line; everything else is imported from its
-module. It re-exported 44 names.
+(check_sets, set_hash) and the command line; everything else is imported from its module. It re-exported 44 names.
 """
 
 from __future__ import annotations
@@ -31,10 +32,8 @@ from .model import load_series, set_hash
 from .port import format_port, port_set, resolve_conflicts, verify_ported
 from .status import check_sets, patched_copy
 from .table import check_versions, download_order, format_table, pick_versions
-from .trees import available_versions, sglang_trees
 
 __all__ = [
-    "available_versions",
     "check_sets",
     "check_versions",
     "download_order",
@@ -46,6 +45,5 @@ __all__ = [
     "port_set",
     "resolve_conflicts",
     "set_hash",
-    "sglang_trees",
     "verify_ported",
 ]

@@ -19,7 +19,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ..errors import ConfigError
-from ..matrix import PatchSet
+from ..patchset import PatchSet
 
 Status = Literal["applied", "already-applied", "upstreamed", "drift", "target-missing"]
 

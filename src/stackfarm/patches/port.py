@@ -19,7 +19,7 @@ from typing import Literal
 from packaging.specifiers import SpecifierSet
 
 from ..errors import ConfigError, StackfarmError
-from ..matrix import PatchSet
+from ..patchset import PatchSet
 from .git import _format_headers, _git, make_patch
 from .model import FilePatch, Patch, PatchResult, _parse_headers, load_series
 from .status import check_sets

@@ -27,7 +27,7 @@ from packaging.version import Version
 
 from ..cachekeep import remove_tree
 from ..errors import StackfarmError
-from ..matrix import PatchSet
+from ..patchset import PatchSet
 from .drift import locate_drift
 from .git import _git_apply
 from .model import DISTRIBUTION, MARKER, FilePatch, Patch, PatchResult, Status, _error, validate_sets

@@ -13,7 +13,7 @@ from pathlib import Path
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from ..matrix import PatchSet
+from ..patchset import PatchSet
 from .model import Status, validate_sets
 from .status import check_sets
 

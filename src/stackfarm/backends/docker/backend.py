@@ -33,7 +33,7 @@ from ...files import write_atomic
 from ...plan import Cell, Component
 from ...proc import Outcome
 from ...verdict import BackendFacts
-from .. import BACKENDS, PATCHED_SGLANG, SUITE_OUT_ENV, BackendOptions, Progress, pytest_argv
+from .. import BACKENDS, PATCHED_SGLANG, SUITE_OUT_ENV, BackendOptions, Progress, pytest_argv, realised
 from .base import DEFAULT_BASE, BaseImages, base_for, check_base_python
 from .commands import ContainerSpec, Mount
 from .common import (
@@ -348,7 +348,7 @@ class DockerBackend:
         self, cell: Cell, artifacts: Mapping[Component, Artifact]
     ) -> tuple[InstalledComponent, ...]:
         site = site_packages(cell["python"])
-        return tuple(InstalledComponent.of(comp, art, site) for comp, art in artifacts.items())
+        return tuple(realised(comp, art, site) for comp, art in artifacts.items())
 
     def _context(
         self,

@@ -1,5 +1,9 @@
 """Unpacked SGLang wheels for checking and porting, fetched through the artifacts layer.
 
+It stands above the resolver, not in stackfarm.patches: the patch readers work on trees that they are handed,
+and this module is what fetches them (`stackfarm patches`, `stackfarm upgrade`, the corpus). Inside patches/
+it dragged the whole patches room above resolve, plan and matrix.
+
 Every wheel is found by ``stackfarm.resolve.Resolver`` on the index matrix.toml names for its version
 (``[indexes]`` and ``[[route]]`` are honoured) and kept in the shared sha256 cache, so a tree unpacked here is
 the very tree a cell of the farm uses, and the other way round.
@@ -14,11 +18,11 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from ..artifacts import Artifact, Cache, list_versions
-from ..matrix import Matrix
-from ..plan import Component
-from ..resolve import Resolver
-from .model import DISTRIBUTION
+from .artifacts import Artifact, Cache, list_versions
+from .matrix import Matrix
+from .patches.model import DISTRIBUTION
+from .plan import Component
+from .resolve import Resolver
 
 
 def sglang_component(matrix: Matrix, version: str) -> Component:
