@@ -108,50 +108,82 @@ class _Scan:
             for flag, node in self._switches(stmt):
                 yield AutoSite(self.module, self.rel, node.lineno, symbol or "<module>", flag,
                                source_text(node, 120), here, local_names)  # fmt: skip
-            if isinstance(stmt, ast.If):
-                yes = Condition(stmt.test, True, stmt.test.lineno, source_text(stmt.test, 120))
-                no = Condition(stmt.test, False, stmt.test.lineno, yes.text)
-                yield from self._block(stmt.body, (*here, yes), symbol, local_names)
-                yield from self._block(stmt.orelse, (*here, no), symbol, local_names)
-                if _exits(stmt.body) and not _exits(stmt.orelse):
-                    guards.append(no)
-                elif stmt.orelse and _exits(stmt.orelse) and not _exits(stmt.body):
-                    guards.append(yes)
-            elif isinstance(stmt, ast.Assert):
-                guards.append(Condition(stmt.test, True, stmt.test.lineno, source_text(stmt.test, 120)))
-            else:
-                for sub in _sub_blocks(stmt):
-                    yield from self._block(sub, here, symbol, local_names)
+            yield from self._branches(stmt, here, symbol, local_names)
+            guard = _guard_after(stmt)
+            if guard is not None:
+                guards.append(guard)
             if isinstance(stmt, ast.Return | ast.Raise):
                 return  # what follows never runs
 
+    def _branches(
+        self, stmt: ast.stmt, here: tuple[Condition, ...], symbol: str, local_names: tuple[str, ...]
+    ) -> Iterator[AutoSite]:
+        """The sites in `stmt`'s nested blocks: an ``if``'s under its test (true, else false), others as they are."""
+        if isinstance(stmt, ast.If):
+            yes, no = _tests(stmt)
+            yield from self._block(stmt.body, (*here, yes), symbol, local_names)
+            yield from self._block(stmt.orelse, (*here, no), symbol, local_names)
+        elif not isinstance(stmt, ast.Assert):
+            for sub in _sub_blocks(stmt):
+                yield from self._block(sub, here, symbol, local_names)
+
     def _switches(self, stmt: ast.stmt) -> Iterator[tuple[str, ast.stmt | ast.expr]]:
         """(flag, node) for each place in `stmt` itself (not its nested blocks) that sets a flag to a value."""
-        if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None and _may_be_on(stmt.value):
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            for target in targets:
-                name = _target_flag(target)
-                if name in self.flags:
-                    yield name, stmt
+        yield from ((flag, stmt) for flag in self._assigned(stmt))
         for node in _own_expressions(stmt):
             for sub in ast.walk(node):
                 if isinstance(sub, ast.Dict) and isinstance(stmt, ast.Return):
-                    for key, value in zip(sub.keys, sub.values, strict=True):
-                        if isinstance(key, ast.Constant) and key.value in self.flags and _may_be_on(value):
-                            yield str(key.value), stmt
+                    yield from ((flag, stmt) for flag in self._returned(sub))
                 elif isinstance(sub, ast.Call):
-                    for kw in sub.keywords:
-                        if kw.arg in self.flags and _may_be_on(kw.value):
-                            yield kw.arg, sub
-                    if (
-                        isinstance(sub.func, ast.Name)
-                        and sub.func.id == "setattr"
-                        and len(sub.args) == 3
-                        and isinstance(sub.args[1], ast.Constant)
-                        and sub.args[1].value in self.flags
-                        and _may_be_on(sub.args[2])
-                    ):
-                        yield str(sub.args[1].value), sub
+                    yield from ((flag, sub) for flag in self._passed(sub))
+
+    def _assigned(self, stmt: ast.stmt) -> Iterator[str]:
+        """``x.<flag> = value`` / ``d["<flag>"] = value``."""
+        if not (isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None):
+            return
+        if not _may_be_on(stmt.value):
+            return
+        for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+            name = _target_flag(target)
+            if name in self.flags:
+                yield name
+
+    def _returned(self, returned: ast.Dict) -> Iterator[str]:
+        """``return {"<flag>": value}`` (a registered post-process, from 0.5.19)."""
+        for key, value in zip(returned.keys, returned.values, strict=True):
+            if isinstance(key, ast.Constant) and key.value in self.flags and _may_be_on(value):
+                yield str(key.value)
+
+    def _passed(self, call: ast.Call) -> Iterator[str]:
+        """``f(<flag>=value)`` and ``setattr(x, "<flag>", value)``."""
+        for kw in call.keywords:
+            if kw.arg in self.flags and _may_be_on(kw.value):
+                yield kw.arg
+        if not (isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(call.args) == 3):
+            return
+        name, value = call.args[1], call.args[2]
+        if isinstance(name, ast.Constant) and name.value in self.flags and _may_be_on(value):
+            yield str(name.value)
+
+
+def _tests(stmt: ast.If) -> tuple[Condition, Condition]:
+    """The conditions inside an ``if``'s body (its test true) and its ``else`` (false)."""
+    yes = Condition(stmt.test, True, stmt.test.lineno, source_text(stmt.test, 120))
+    return yes, Condition(stmt.test, False, stmt.test.lineno, yes.text)
+
+
+def _guard_after(stmt: ast.stmt) -> Condition | None:
+    """The condition `stmt` leaves on the statements after it: an ``assert``'s test, an early exit's negation."""
+    if isinstance(stmt, ast.Assert):
+        return Condition(stmt.test, True, stmt.test.lineno, source_text(stmt.test, 120))
+    if not isinstance(stmt, ast.If):
+        return None
+    yes, no = _tests(stmt)
+    if _exits(stmt.body) and not _exits(stmt.orelse):
+        return no
+    if stmt.orelse and _exits(stmt.orelse) and not _exits(stmt.body):
+        return yes
+    return None
 
 
 def _target_flag(target: ast.expr) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from stackfarm.analysis.sourcetree import caught_names, last_name, resolve_relative, source_text, top_level
 
@@ -148,33 +148,43 @@ class _Collector:
 
     def _declare(self, stmt: ast.stmt) -> None:
         if isinstance(stmt, ast.Import):
-            for alias in stmt.names:
-                local = alias.asname or alias.name.split(".")[0]
-                self.imports[local] = alias.name if alias.asname else local
+            self._declare_import(stmt)
         elif isinstance(stmt, ast.ImportFrom):
-            base = resolve_relative(self.module, self.is_package, stmt.level, stmt.module)
-            for alias in stmt.names:
-                if alias.name == "*":
-                    self.stars.append(base)
-                else:
-                    self.imports[alias.asname or alias.name] = f"{base}.{alias.name}"
+            self._declare_import_from(stmt)
         elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
             self.names.add(stmt.name)
         elif isinstance(stmt, ast.ClassDef):
             self.names.add(stmt.name)
             self.classes.add(stmt.name)
         elif isinstance(stmt, ast.Assign | ast.AnnAssign):
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            for target in targets:
-                for node in ast.walk(target):
-                    if isinstance(node, ast.Name):
-                        self.names.add(node.id)
-                        self.imports.pop(node.id, None)
-            value = stmt.value
-            if len(targets) == 1 and isinstance(targets[0], ast.Name) and value is not None:
-                ok, const = _const_key(value, self.consts)
-                if ok:
-                    self.consts[targets[0].id] = const
+            self._declare_assign(stmt)
+
+    def _declare_import(self, stmt: ast.Import) -> None:
+        for alias in stmt.names:
+            local = alias.asname or alias.name.split(".")[0]
+            self.imports[local] = alias.name if alias.asname else local
+
+    def _declare_import_from(self, stmt: ast.ImportFrom) -> None:
+        base = resolve_relative(self.module, self.is_package, stmt.level, stmt.module)
+        for alias in stmt.names:
+            if alias.name == "*":
+                self.stars.append(base)
+            else:
+                self.imports[alias.asname or alias.name] = f"{base}.{alias.name}"
+
+    def _declare_assign(self, stmt: ast.Assign | ast.AnnAssign) -> None:
+        """A module-level assignment shadows any import of its names; a constant one is remembered as a key."""
+        targets = _targets(stmt)
+        for target in targets:
+            for node in ast.walk(target):
+                if isinstance(node, ast.Name):
+                    self.names.add(node.id)
+                    self.imports.pop(node.id, None)
+        value = stmt.value
+        if len(targets) == 1 and isinstance(targets[0], ast.Name) and value is not None:
+            ok, const = _const_key(value, self.consts)
+            if ok:
+                self.consts[targets[0].id] = const
 
     def _ref(self, name: str, env: Mapping[str, Flow | None] | None) -> Flow | None:
         if env is not None and name in env:
@@ -203,44 +213,70 @@ class _Collector:
 
     def flow(self, node: ast.expr, env: Mapping[str, Flow | None] | None, cls: str | None) -> Flow | None:
         if isinstance(node, ast.Call):
-            func = node.func
-            last = last_name(func)
-            if last == "get_device_capability":
-                return ("cap",)
-            if last == "get_device_properties":
-                return ("props",)
-            if isinstance(func, ast.Name) and func.id in ("int", "tuple") and len(node.args) == 1:
-                return self.flow(node.args[0], env, cls)
-            dotted = self._dotted(func, env, cls)
-            return ("call", dotted) if dotted else None
+            return self._call_flow(node, env, cls)
         if isinstance(node, ast.Subscript):
-            if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int):
-                inner = self.flow(node.value, env, cls)
-                return ("index", inner, node.slice.value) if inner else None
-            return None
+            return self._index_flow(node, env, cls)
         if isinstance(node, ast.Attribute):
-            if node.attr in ("major", "minor"):
-                inner = self.flow(node.value, env, cls)
-                if inner:
-                    return ("attr", inner, node.attr)
-            dotted = self._dotted(node, env, cls)
-            return ("global", dotted) if dotted else None
+            return self._attribute_flow(node, env, cls)
         if isinstance(node, ast.Name):
             return self._ref(node.id, env)
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            for scaled, rest in ((node.left, node.right), (node.right, node.left)):
-                if (
-                    isinstance(scaled, ast.BinOp)
-                    and isinstance(scaled.op, ast.Mult)
-                    and isinstance(scaled.right, ast.Constant)
-                    and scaled.right.value == 10
-                ):
-                    major, minor = self.flow(scaled.left, env, cls), self.flow(rest, env, cls)
-                    return ("sm", major, minor) if major and minor else None
+        if isinstance(node, ast.BinOp):
+            return self._sm_flow(node, env, cls)
+        if isinstance(node, ast.Tuple):
+            return self._pair_flow(node, env, cls)
+        return None
+
+    def _pair_flow(
+        self, node: ast.Tuple, env: Mapping[str, Flow | None] | None, cls: str | None
+    ) -> Flow | None:
+        """``(major, minor)``."""
+        if len(node.elts) != 2:
             return None
-        if isinstance(node, ast.Tuple) and len(node.elts) == 2:
-            major, minor = self.flow(node.elts[0], env, cls), self.flow(node.elts[1], env, cls)
-            return ("pair", major, minor) if major and minor else None
+        major, minor = self.flow(node.elts[0], env, cls), self.flow(node.elts[1], env, cls)
+        return ("pair", major, minor) if major and minor else None
+
+    def _call_flow(
+        self, node: ast.Call, env: Mapping[str, Flow | None] | None, cls: str | None
+    ) -> Flow | None:
+        func = node.func
+        last = last_name(func)
+        if last == "get_device_capability":
+            return ("cap",)
+        if last == "get_device_properties":
+            return ("props",)
+        if isinstance(func, ast.Name) and func.id in ("int", "tuple") and len(node.args) == 1:
+            return self.flow(node.args[0], env, cls)
+        dotted = self._dotted(func, env, cls)
+        return ("call", dotted) if dotted else None
+
+    def _index_flow(
+        self, node: ast.Subscript, env: Mapping[str, Flow | None] | None, cls: str | None
+    ) -> Flow | None:
+        if not (isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int)):
+            return None
+        inner = self.flow(node.value, env, cls)
+        return ("index", inner, node.slice.value) if inner else None
+
+    def _attribute_flow(
+        self, node: ast.Attribute, env: Mapping[str, Flow | None] | None, cls: str | None
+    ) -> Flow | None:
+        if node.attr in ("major", "minor"):
+            inner = self.flow(node.value, env, cls)
+            if inner:
+                return ("attr", inner, node.attr)
+        dotted = self._dotted(node, env, cls)
+        return ("global", dotted) if dotted else None
+
+    def _sm_flow(
+        self, node: ast.BinOp, env: Mapping[str, Flow | None] | None, cls: str | None
+    ) -> Flow | None:
+        """``major * 10 + minor`` (either order) is an SM number."""
+        if not isinstance(node.op, ast.Add):
+            return None
+        for scaled, rest in ((node.left, node.right), (node.right, node.left)):
+            if _times_ten(scaled):
+                major, minor = self.flow(scaled.left, env, cls), self.flow(rest, env, cls)
+                return ("sm", major, minor) if major and minor else None
         return None
 
     # ----------------------------------------------------------------------- statements
@@ -275,15 +311,35 @@ class _Collector:
                 self._class(stmt)
             return
         self._lookups(stmt, env, symbol, cls, guards)
-        if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            for target in targets:
-                self._assign(target, stmt.value, env, symbol, cls)
-        elif isinstance(stmt, ast.Return) and stmt.value is not None and symbol != "<module>":
-            flow = self.flow(stmt.value, env, cls)
-            if flow is not None:
-                self.defs.setdefault(symbol, flow)
-        elif isinstance(stmt, ast.If):
+        if isinstance(stmt, ast.Assign | ast.AnnAssign):
+            if stmt.value is not None:
+                for target in _targets(stmt):
+                    self._assign(target, stmt.value, env, symbol, cls)
+        elif isinstance(stmt, ast.Return):
+            self._returned(stmt, env, symbol, cls)
+        else:
+            self._nested_blocks(stmt, env, symbol, cls, guards)
+
+    def _returned(
+        self, stmt: ast.Return, env: Mapping[str, Flow | None] | None, symbol: str, cls: str | None
+    ) -> None:
+        """A function's first return with a flow is what the function stands for."""
+        if stmt.value is None or symbol == "<module>":
+            return
+        flow = self.flow(stmt.value, env, cls)
+        if flow is not None:
+            self.defs.setdefault(symbol, flow)
+
+    def _nested_blocks(
+        self,
+        stmt: ast.stmt,
+        env: dict[str, Flow | None] | None,
+        symbol: str,
+        cls: str | None,
+        guards: tuple[str, ...],
+    ) -> None:
+        """Walk the blocks a compound statement holds, adding the guards its test or handlers give its body."""
+        if isinstance(stmt, ast.If):
             inner = _membership_guard(stmt.test)
             self._block(stmt.body, env, symbol, cls, (*guards, inner) if inner else guards)
             self._block(stmt.orelse, env, symbol, cls, guards)
@@ -306,44 +362,64 @@ class _Collector:
         symbol: str,
         cls: str | None,
     ) -> None:
-        if isinstance(target, ast.Name):
-            if isinstance(value, ast.Dict):
-                scope = target.id if env is None else f"{symbol}.<locals>.{target.id}"
-                name = f"{cls}.{target.id}" if cls and env is None else scope
-                self.tables[name] = _table(name, value, self.consts)
-                if env is not None:
-                    env[target.id] = ("global", f"{self.module}.{name}")
-                return
-            flow = self.flow(value, env, cls)
-            if env is None:
-                key = f"{cls}.{target.id}" if cls else target.id
-                if flow is not None:
-                    self.defs[key] = flow
-            else:
-                env[target.id] = flow
+        if isinstance(target, ast.Name) and isinstance(value, ast.Dict):
+            self._assign_table(target, value, env, symbol, cls)
+        elif isinstance(target, ast.Name):
+            self._assign_name(target, value, env, cls)
         elif isinstance(target, ast.Tuple | ast.List):
-            if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts):
-                for sub, sub_value in zip(target.elts, value.elts, strict=True):
-                    self._assign(sub, sub_value, env, symbol, cls)
-                return
-            whole = self.flow(value, env, cls)
-            for i, sub in enumerate(target.elts):
-                if isinstance(sub, ast.Name):
-                    flow = ("index", whole, i) if whole else None
-                    if env is None:
-                        if flow:
-                            self.defs[sub.id] = flow
-                    else:
-                        env[sub.id] = flow
-        elif (
-            isinstance(target, ast.Attribute)
-            and isinstance(target.value, ast.Name)
-            and target.value.id in ("self", "cls")
-            and cls is not None
-        ):
+            self._assign_unpacked(target, value, env, symbol, cls)
+        elif _is_own_attribute(target) and cls is not None:
             flow = self.flow(value, env, cls)
             if flow is not None:
                 self.defs.setdefault(f"{cls}.{target.attr}", flow)
+
+    def _assign_name(
+        self, target: ast.Name, value: ast.expr, env: dict[str, Flow | None] | None, cls: str | None
+    ) -> None:
+        """A module or class name records its flow in `defs`; a local one in its function's env."""
+        flow = self.flow(value, env, cls)
+        if env is not None:
+            env[target.id] = flow
+        elif flow is not None:
+            self.defs[f"{cls}.{target.id}" if cls else target.id] = flow
+
+    def _assign_table(
+        self,
+        target: ast.Name,
+        value: ast.Dict,
+        env: dict[str, Flow | None] | None,
+        symbol: str,
+        cls: str | None,
+    ) -> None:
+        """A dict literal becomes a `TableDef`; a local one is also a name its function can look up."""
+        scope = target.id if env is None else f"{symbol}.<locals>.{target.id}"
+        name = f"{cls}.{target.id}" if cls and env is None else scope
+        self.tables[name] = _table(name, value, self.consts)
+        if env is not None:
+            env[target.id] = ("global", f"{self.module}.{name}")
+
+    def _assign_unpacked(
+        self,
+        target: ast.Tuple | ast.List,
+        value: ast.expr,
+        env: dict[str, Flow | None] | None,
+        symbol: str,
+        cls: str | None,
+    ) -> None:
+        """``a, b = x, y`` pairs the items; ``a, b = f()`` gives each name an index into the whole."""
+        if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts):
+            for sub, sub_value in zip(target.elts, value.elts, strict=True):
+                self._assign(sub, sub_value, env, symbol, cls)
+            return
+        whole = self.flow(value, env, cls)
+        for i, sub in enumerate(target.elts):
+            if not isinstance(sub, ast.Name):
+                continue
+            flow = ("index", whole, i) if whole else None
+            if env is not None:
+                env[sub.id] = flow
+            elif flow:
+                self.defs[sub.id] = flow
 
     def _function(
         self,
@@ -373,8 +449,7 @@ class _Collector:
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
                 self._function(stmt, None, "", node.name)
             elif isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
-                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-                for target in targets:
+                for target in _targets(stmt):
                     self._assign(target, stmt.value, None, node.name, node.name)
 
     def _lookups(
@@ -410,14 +485,18 @@ def _expressions(stmt: ast.stmt) -> Iterator[ast.expr]:
     for name, value in ast.iter_fields(stmt):
         if name in skip:
             continue
-        values = value if isinstance(value, list) else [value]
-        for item in values:
-            if isinstance(item, ast.expr):
-                for sub in ast.walk(item):
-                    if isinstance(sub, ast.expr) and not isinstance(sub, ast.Lambda):
-                        yield sub
-            elif isinstance(item, ast.withitem):
-                yield from (s for s in ast.walk(item.context_expr) if isinstance(s, ast.expr))
+        for item in value if isinstance(value, list) else [value]:
+            yield from _field_expressions(item)
+
+
+def _field_expressions(item: object) -> Iterator[ast.expr]:
+    """The expressions under one field of a statement: an expression (lambdas left out) or a ``with`` item."""
+    if isinstance(item, ast.expr):
+        for sub in ast.walk(item):
+            if isinstance(sub, ast.expr) and not isinstance(sub, ast.Lambda):
+                yield sub
+    elif isinstance(item, ast.withitem):
+        yield from (s for s in ast.walk(item.context_expr) if isinstance(s, ast.expr))
 
 
 def _lookup_parts(node: ast.expr) -> tuple[Style, ast.expr, ast.expr] | None:
@@ -428,24 +507,53 @@ def _lookup_parts(node: ast.expr) -> tuple[Style, ast.expr, ast.expr] | None:
         and not isinstance(node.slice, ast.Slice)
     ):
         return "subscript", node.value, node.slice
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "get"
-        and node.args
-    ):
-        return "get", node.func.value, node.args[0]
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.In | ast.NotIn):
-        container = node.comparators[0]
-        if (
-            isinstance(container, ast.Call)
-            and isinstance(container.func, ast.Attribute)
-            and container.func.attr == "keys"
-            and not container.args
-        ):
-            container = container.func.value
-        return ("in" if isinstance(node.ops[0], ast.In) else "not in"), container, node.left
+    get = _method_call(node, "get")
+    if get is not None and get[1]:
+        return "get", get[0], get[1][0]
+    if isinstance(node, ast.Compare):
+        return _membership_parts(node)
     return None
+
+
+def _membership_parts(node: ast.Compare) -> tuple[Style, ast.expr, ast.expr] | None:
+    """``k in T`` / ``k not in T``, with ``T.keys()`` read as ``T``."""
+    if len(node.ops) != 1 or not isinstance(node.ops[0], ast.In | ast.NotIn):
+        return None
+    container = node.comparators[0]
+    keys = _method_call(container, "keys")
+    if keys is not None and not keys[1]:
+        container = keys[0]
+    return ("in" if isinstance(node.ops[0], ast.In) else "not in"), container, node.left
+
+
+def _method_call(node: ast.expr, method: str) -> tuple[ast.expr, list[ast.expr]] | None:
+    """(receiver, arguments) when `node` is ``receiver.method(arguments)``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method:
+        return node.func.value, node.args
+    return None
+
+
+def _targets(stmt: ast.Assign | ast.AnnAssign) -> list[ast.expr]:
+    return stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+
+
+def _times_ten(node: ast.expr) -> TypeGuard[ast.BinOp]:
+    """``x * 10``: the major half of an SM number."""
+    return (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Mult)
+        and isinstance(node.right, ast.Constant)
+        and node.right.value == 10
+    )
+
+
+def _is_own_attribute(target: ast.expr) -> TypeGuard[ast.Attribute]:
+    """``self.x`` / ``cls.x``: an attribute of the class being walked."""
+    return (
+        isinstance(target, ast.Attribute)
+        and isinstance(target.value, ast.Name)
+        and target.value.id in ("self", "cls")
+    )
 
 
 def _membership_guard(test: ast.expr) -> str | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 from stackfarm.analysis.arch import Arch
 from stackfarm.analysis.capgates import FlagSite, condition_of, modules_naming
@@ -47,19 +48,10 @@ class _Carriers:
         if isinstance(node, ast.Name):
             return node.id in self.names
         if isinstance(node, ast.Attribute):
-            if node.attr in self.flags:
-                return True
-            return node.attr in self.attrs and isinstance(node.value, ast.Name) and node.value.id == "self"
+            return node.attr in self.flags or (_on_self(node) and node.attr in self.attrs)
         if isinstance(node, ast.Subscript):
             return isinstance(node.slice, ast.Constant) and node.slice.value in self.flags
-        return (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "get"
-            and bool(node.args)
-            and isinstance(node.args[0], ast.Constant)
-            and node.args[0].value in self.flags
-        )
+        return _get_key(node) in self.flags
 
     def read_in(self, node: ast.AST) -> bool:
         """Whether a carrier is read anywhere in `node`."""
@@ -324,6 +316,20 @@ def _carried(node: ast.expr) -> str:
     return source_text(node, 40)
 
 
+def _on_self(node: ast.expr) -> TypeGuard[ast.Attribute]:
+    """``self.<attr>``."""
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
+def _get_key(node: ast.expr) -> object:
+    """The constant key of ``d.get("<key>", ...)``; None for any other expression."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"):
+        return None
+    if node.args and isinstance(node.args[0], ast.Constant):
+        return node.args[0].value
+    return None
+
+
 def _defs(node: ast.AST, prefix: str) -> Iterator[tuple[str, _Def]]:
     for child in ast.iter_child_nodes(node):
         if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -387,51 +393,74 @@ class _Flow:
         return _Carriers(names, self.carriers.attrs, self.carriers.flags)
 
 
+@dataclass
+class _Spread:
+    """The carriers found so far while `_propagate` runs a function's assignments to a fixpoint."""
+
+    names: set[str]
+    attrs: set[str]
+    #: The line from which each name carries the flag (0: on entry).
+    since: dict[str, int]
+    globals_: set[str] = field(default_factory=set)
+
+    def now(self, flags: frozenset[str]) -> _Carriers:
+        return _Carriers(frozenset(self.names), frozenset(self.attrs), flags)
+
+    def take(self, stmt: ast.Assign | ast.AnnAssign, declared: set[str]) -> bool:
+        """Add the targets of `stmt`, whose value carries the flag; whether any of them was new."""
+        changed = False
+        for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+            if isinstance(target, ast.Name) and target.id not in self.names:
+                self.names.add(target.id)
+                self.since[target.id] = stmt.lineno
+                changed = True
+                if target.id in declared:
+                    self.globals_.add(target.id)
+            elif _on_self(target) and target.attr not in self.attrs:
+                self.attrs.add(target.attr)
+                changed = True
+        return changed
+
+
 def _propagate(fn: _Def, carriers: _Carriers) -> _Flow:
     """Carriers passed on by plain assignments in `fn` (``x = carrier``, ``self.a = carrier``, a ``global``),
     to a fixpoint, with the line each name starts carrying from."""
-    names, attrs, globals_ = set(carriers.names), set(carriers.attrs), set()
-    since = dict.fromkeys(carriers.names, 0)
+    spread = _Spread(set(carriers.names), set(carriers.attrs), dict.fromkeys(carriers.names, 0))
     declared = _declared_global(fn)
     assigns = [n for n in _own_nodes(fn) if isinstance(n, ast.Assign | ast.AnnAssign) and n.value is not None]
     changed = True
     while changed:
         changed = False
-        now = _Carriers(frozenset(names), frozenset(attrs), carriers.flags)
+        now = spread.now(carriers.flags)
         for stmt in assigns:
             assert stmt.value is not None
-            if not now.carries(stmt.value):
-                continue
-            for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
-                if isinstance(target, ast.Name) and target.id not in names:
-                    names.add(target.id)
-                    since[target.id] = stmt.lineno
-                    changed = True
-                    if target.id in declared:
-                        globals_.add(target.id)
-                elif (
-                    isinstance(target, ast.Attribute)
-                    and isinstance(target.value, ast.Name)
-                    and target.value.id == "self"
-                    and target.attr not in attrs
-                ):
-                    attrs.add(target.attr)
-                    changed = True
-    final = _Carriers(frozenset(names), frozenset(attrs), carriers.flags)
+            if now.carries(stmt.value):
+                changed = spread.take(stmt, declared) or changed
+    final = spread.now(carriers.flags)
+    partial = _partial(fn, final, spread.since)
+    return _Flow(
+        final, spread.since, partial, frozenset(spread.attrs - carriers.attrs), frozenset(spread.globals_)
+    )
+
+
+def _partial(fn: _Def, final: _Carriers, since: dict[str, int]) -> frozenset[str]:
+    """The carriers that hold the flag only on some paths: bound elsewhere too, or a parameter reassigned."""
     spec = fn.args
     params = {a.arg for a in (*spec.posonlyargs, *spec.args, *spec.kwonlyargs)}
     bound_otherwise: set[str] = set()
     for node in _own_nodes(fn):
-        if (
-            isinstance(node, ast.Assign | ast.AnnAssign)
-            and node.value is not None
-            and final.carries(node.value)
-        ):
-            continue
-        if isinstance(node, ast.stmt):
+        if isinstance(node, ast.stmt) and not _passes_on(node, final):
             bound_otherwise |= {t.id for t in _stores(node)}
-    partial = {n for n in names if n in bound_otherwise or (since[n] > 0 and n in params)}
-    return _Flow(final, since, frozenset(partial), frozenset(attrs - carriers.attrs), frozenset(globals_))
+    return frozenset(n for n in final.names if n in bound_otherwise or (since[n] > 0 and n in params))
+
+
+def _passes_on(stmt: ast.stmt, carriers: _Carriers) -> bool:
+    """A plain assignment of a carrier: it binds its targets to the flag, not to something else."""
+    return (
+        isinstance(stmt, ast.Assign | ast.AnnAssign)
+        and stmt.value is not None
+        and carriers.carries(stmt.value)
+    )
 
 
 def _stores(stmt: ast.stmt) -> Iterator[ast.Name]:

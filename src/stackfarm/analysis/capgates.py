@@ -175,14 +175,25 @@ def evaluate_gate(
     rel = tree.relative(path) if path else module
     constructor = qualname.endswith("__init__")
     on = [e for e in ends if _is_on(e, constructor)]
+    if on:
+        return _enabled(tree, gate, gpu, rel, on)
+    return _disabled(tree, gate, gpu, rel, ends)
+
+
+def _enabled(tree: SourceTree, gate: str, gpu: Arch, rel: str, on: Sequence[End]) -> GateResult:
+    """The result when some path ends with the feature on: on where one path is sure, else unknown."""
     sure = [e for e in on if e.unresolved is None]
     if sure:
         return GateResult(gate, gpu, "on", rel, sure[0].line, reason=_end_reason(sure[0], tree))
-    if on:  # every enabling path hangs on a value the evaluator could not resolve: undecidable, not on
-        assert on[0].unresolved is not None
-        why = describe_unresolved(tree, on[0].unresolved)
-        return GateResult(gate, gpu, "unknown", rel, on[0].unresolved.line, reason=f"{why}; it would be on "
-                          f"if that allowed it: {_end_reason(on[0], tree)}", unresolved=why)  # fmt: skip
+    # every enabling path hangs on a value the evaluator could not resolve: undecidable, not on
+    assert on[0].unresolved is not None
+    why = describe_unresolved(tree, on[0].unresolved)
+    return GateResult(gate, gpu, "unknown", rel, on[0].unresolved.line, reason=f"{why}; it would be on "
+                      f"if that allowed it: {_end_reason(on[0], tree)}", unresolved=why)  # fmt: skip
+
+
+def _disabled(tree: SourceTree, gate: str, gpu: Arch, rel: str, ends: Sequence[End]) -> GateResult:
+    """The result when no path ends with the feature on: a crash, off, or unknown when no path was followed."""
     crashes = [e for e in ends if e.kind == "crash"]
     failing = crashes or ends
     if not failing:
@@ -280,21 +291,18 @@ def _sites_in(module_ast: ast.Module, module: str, rel: str, flags: set[str]) ->
 def reads_flag(node: ast.AST, flags: Collection[str]) -> bool:
     """Whether `node` reads a server argument of `flags`: ``args.<flag>``, ``args_dict["<flag>"]`` or
     ``args_dict.get("<flag>", ...)`` (SGLang <= 0.4.x's ``global_server_args_dict``)."""
-    for n in ast.walk(node):
-        if isinstance(n, ast.Attribute) and n.attr in flags:
-            return True
-        if isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value in flags:
-            return True
-        if (
-            isinstance(n, ast.Call)
-            and isinstance(n.func, ast.Attribute)
-            and n.func.attr == "get"
-            and n.args
-            and isinstance(n.args[0], ast.Constant)
-            and n.args[0].value in flags
-        ):
-            return True
-    return False
+    return any(_names_flag(n, flags) for n in ast.walk(node))
+
+
+def _names_flag(node: ast.AST, flags: Collection[str]) -> bool:
+    """Whether `node` itself (not a part of it) is one of `reads_flag`'s three reads."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in flags
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value in flags
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"):
+        return False
+    return bool(node.args) and isinstance(node.args[0], ast.Constant) and node.args[0].value in flags
 
 
 def condition_of(node: ast.AST) -> ast.expr | None:

@@ -23,8 +23,9 @@ re-exported here.
 """
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from stackfarm.analysis.arch import Arch
@@ -135,6 +136,13 @@ class _Resolver:
         facts = self.facts(module)
         if facts is None or not attrs:
             return None
+        return self._find_in(facts, attrs, want, depth)
+
+    def _find_in(
+        self, facts: ModuleFacts, attrs: Sequence[str], want: Literal["def", "table"], depth: int
+    ) -> tuple[str, Any] | None:
+        """`_find` inside one module: its own tables and defs, then the imports and star imports it names."""
+        module = facts.module
         key = ".".join(attrs)
         if want == "table" and key in facts.tables:
             return module, facts.tables[key]
@@ -159,25 +167,27 @@ class _Resolver:
         if flow in self._kinds:
             return self._kinds[flow]
         self._kinds[flow] = None  # a cycle resolves to nothing
-        tag = flow[0]
-        result: str | None = None
-        if tag == "cap":
-            result = "pair"
-        elif tag == "props":
-            result = "props"
-        elif tag == "index":
-            inner = self.kind(flow[1], depth + 1)
-            result = {0: "major", 1: "minor"}.get(flow[2]) if inner == "pair" else None
-        elif tag == "attr":
-            result = flow[2] if self.kind(flow[1], depth + 1) in ("pair", "props") else None
-        elif tag in ("sm", "pair"):
-            major, minor = self.kind(flow[1], depth + 1), self.kind(flow[2], depth + 1)
-            result = tag if (major, minor) == ("major", "minor") else None
-        elif tag in ("call", "global"):
-            found = self._find(flow[1], "def")
-            result = self.kind(found[1], depth + 1) if found else None
+        result = self._derive_kind(flow, depth)
         self._kinds[flow] = result
         return result
+
+    def _derive_kind(self, flow: Flow, depth: int) -> str | None:
+        """What `flow` holds, from what its parts hold (see `kind`, which caches this)."""
+        tag = flow[0]
+        if tag in _SOURCE_KINDS:
+            return _SOURCE_KINDS[tag]
+        if tag == "index":
+            inner = self.kind(flow[1], depth + 1)
+            return {0: "major", 1: "minor"}.get(flow[2]) if inner == "pair" else None
+        if tag == "attr":
+            return flow[2] if self.kind(flow[1], depth + 1) in ("pair", "props") else None
+        if tag in ("sm", "pair"):
+            major, minor = self.kind(flow[1], depth + 1), self.kind(flow[2], depth + 1)
+            return tag if (major, minor) == ("major", "minor") else None
+        if tag in ("call", "global"):
+            found = self._find(flow[1], "def")
+            return self.kind(found[1], depth + 1) if found else None
+        return None
 
     def table(self, container: Flow) -> tuple[str, TableDef] | None:
         found = self._find(container[1], "table")
@@ -196,12 +206,34 @@ def _capability_names(resolver: _Resolver, modules: Sequence[str]) -> set[str]:
     return names
 
 
+#: What the two capability sources hold: ``get_device_capability()`` a (major, minor) pair, ``get_device_properties()``
+#: an object with ``.major`` / ``.minor``.
+_SOURCE_KINDS = {"cap": "pair", "props": "props"}
+
+
 def scan_tables(tree: SourceTree, packages: Sequence[str], cache: JsonCache | None = None) -> Scan:
     """Every capability-keyed dict lookup in `packages` (top-level package names) of `tree`."""
     resolver = _Resolver(tree, cache)
     files = [p for package in packages for p in tree.files(package)]
+    chosen, modules = _chosen(tree, resolver, files)
+    out: dict[tuple[str, int, str, str], CapLookup] = {}
+    for module, path in zip(modules, chosen, strict=True):
+        facts = resolver.facts(module)
+        if facts is None:
+            continue
+        for lookup in facts.lookups:
+            cap = _cap_lookup(tree, resolver, module, path, lookup)
+            if cap is not None:
+                out.setdefault((cap.path, lookup.line, lookup.style, cap.table.name), cap)
+    lookups = tuple(sorted(out.values(), key=lambda c: (c.path, c.lookup.line, c.lookup.style)))
+    return Scan(lookups, len(files), resolver.parsed, resolver.hits, tuple(resolver.problems))
+
+
+def _chosen(tree: SourceTree, resolver: _Resolver, files: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """The files worth summarising, with their modules: those naming a capability source, then, to a fixpoint,
+    those naming a function or constant that one of the chosen defines as a capability."""
     texts = {p: tree.read(p) for p in files}
-    chosen = [p for p in files if any(s in texts[p] for s in _SOURCES)]
+    chosen = [p for p in files if _names_source(texts[p])]
     modules = [tree.module_of(p) for p in chosen]
     seen_names: set[str] = set()
     while True:
@@ -209,31 +241,39 @@ def scan_tables(tree: SourceTree, packages: Sequence[str], cache: JsonCache | No
         if not names:
             break
         seen_names |= names
-        pattern = re.compile(rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b")
-        more = [p for p in files if p not in chosen and pattern.search(texts[p])]
+        more = [p for p in _naming_word(files, texts, names) if p not in chosen]
         chosen += more
         modules += [tree.module_of(p) for p in more]
-    out: dict[tuple[str, int, str, str], CapLookup] = {}
-    for module, path in zip(modules, chosen, strict=True):
-        facts = resolver.facts(module)
-        if facts is None:
-            continue
-        for lookup in facts.lookups:
-            kind = _KEY_KINDS.get(resolver.kind(lookup.key) or "")
-            if kind is None:
-                continue
-            found = resolver.table(lookup.container)
-            if found is None:
-                continue
-            table_module, table = found
-            table_path = tree.path_of(table_module)
-            cap = CapLookup(
-                table=table, table_module=table_module, table_path=tree.relative(table_path) if table_path else "",
-                module=module, path=tree.relative(path), lookup=lookup, kind=kind,
-            )  # fmt: skip
-            out.setdefault((cap.path, lookup.line, lookup.style, table.name), cap)
-    lookups = tuple(sorted(out.values(), key=lambda c: (c.path, c.lookup.line, c.lookup.style)))
-    return Scan(lookups, len(files), resolver.parsed, resolver.hits, tuple(resolver.problems))
+    return chosen, modules
+
+
+def _names_source(text: bytes) -> bool:
+    """Whether a file's text names one of the capability sources at all."""
+    return any(s in text for s in _SOURCES)
+
+
+def _naming_word(files: Sequence[Path], texts: Mapping[Path, bytes], names: Collection[str]) -> list[Path]:
+    """The files whose text names one of `names` as a whole word (a byte search: the summaries need not be read)."""
+    pattern = re.compile(rb"\b(?:" + b"|".join(re.escape(n.encode()) for n in sorted(names)) + rb")\b")
+    return [p for p in files if pattern.search(texts[p])]
+
+
+def _cap_lookup(
+    tree: SourceTree, resolver: _Resolver, module: str, path: Path, lookup: LookupFact
+) -> CapLookup | None:
+    """`lookup` as a `CapLookup` when its key is a capability and its container a table of the tree."""
+    kind = _KEY_KINDS.get(resolver.kind(lookup.key) or "")
+    if kind is None:
+        return None
+    found = resolver.table(lookup.container)
+    if found is None:
+        return None
+    table_module, table = found
+    table_path = tree.path_of(table_module)
+    return CapLookup(
+        table=table, table_module=table_module, table_path=tree.relative(table_path) if table_path else "",
+        module=module, path=tree.relative(path), lookup=lookup, kind=kind,
+    )  # fmt: skip
 
 
 __all__ = [

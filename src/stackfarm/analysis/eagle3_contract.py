@@ -199,33 +199,37 @@ def diff_contracts(old: Contract, new: Contract) -> tuple[ContractChange, ...]:
     """What changed between two versions' contracts. Line numbers are ignored: they move every release."""
     before = {(r.role, r.name): r for r in old.requirements}
     after = {(r.role, r.name): r for r in new.requirements}
-    changes: list[ContractChange] = []
-    for key in sorted(before.keys() | after.keys()):
-        role, name = key
-        a, b = before.get(key), after.get(key)
-        if a is None and b is not None:
-            detail = f"{b.signature} {'required' if b.required else 'optional'}, used at {', '.join(b.sites)}"
-            changes.append(ContractChange(role=role, name=name, change="added", detail=detail))
-        elif b is None and a is not None:
-            changes.append(
-                ContractChange(role=role, name=name, change="removed", detail=f"was {a.signature}")
-            )
-        elif a is not None and b is not None:
-            notes = []
-            if a.kind != b.kind or a.arities != b.arities:
-                notes.append(f"{a.signature} -> {b.signature}")
-            if a.required != b.required:
-                notes.append("now required" if b.required else "now optional")
-            gone, came = _files_of(a) - _files_of(b), _files_of(b) - _files_of(a)
-            if came:
-                notes.append(f"now also used in {', '.join(sorted(came))}")
-            if gone:
-                notes.append(f"no longer used in {', '.join(sorted(gone))}")
-            if notes:
-                changes.append(
-                    ContractChange(role=role, name=name, change="changed", detail="; ".join(notes))
-                )
-    return tuple(changes)
+    keys = sorted(before.keys() | after.keys())
+    found = (_change(role, name, before.get((role, name)), after.get((role, name))) for role, name in keys)
+    return tuple(change for change in found if change is not None)
+
+
+def _change(role: Role, name: str, a: Requirement | None, b: Requirement | None) -> ContractChange | None:
+    """How one (role, name) requirement differs from `a` (old) to `b` (new); None when it is the same."""
+    if a is None and b is not None:
+        detail = f"{b.signature} {'required' if b.required else 'optional'}, used at {', '.join(b.sites)}"
+        return ContractChange(role=role, name=name, change="added", detail=detail)
+    if b is None and a is not None:
+        return ContractChange(role=role, name=name, change="removed", detail=f"was {a.signature}")
+    if a is None or b is None:
+        return None
+    notes = _changed(a, b)
+    return ContractChange(role=role, name=name, change="changed", detail="; ".join(notes)) if notes else None
+
+
+def _changed(a: Requirement, b: Requirement) -> list[str]:
+    """What changed in one requirement kept from `a` to `b`: its signature, whether it is required, its files."""
+    notes = []
+    if a.kind != b.kind or a.arities != b.arities:
+        notes.append(f"{a.signature} -> {b.signature}")
+    if a.required != b.required:
+        notes.append("now required" if b.required else "now optional")
+    gone, came = _files_of(a) - _files_of(b), _files_of(b) - _files_of(a)
+    if came:
+        notes.append(f"now also used in {', '.join(sorted(came))}")
+    if gone:
+        notes.append(f"no longer used in {', '.join(sorted(gone))}")
+    return notes
 
 
 def format_diff(old: Contract, new: Contract, changes: Sequence[ContractChange]) -> str:

@@ -89,10 +89,18 @@ def _one_line_methods(cls: ast.ClassDef) -> dict[str, ast.expr]:
     for fn in cls.body:
         if not isinstance(fn, ast.FunctionDef) or len(fn.args.args) != 1 or fn.args.vararg or fn.args.kwarg:
             continue
-        body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-        if len(body) == 1 and isinstance(body[0], ast.Return) and body[0].value is not None:
-            methods[fn.name] = body[0].value
+        returned = _only_return(fn)
+        if returned is not None:
+            methods[fn.name] = returned
     return methods
+
+
+def _only_return(fn: ast.FunctionDef) -> ast.expr | None:
+    """The expression of ``return <expression>`` when it is the whole body (a docstring aside)."""
+    body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+    if len(body) == 1 and isinstance(body[0], ast.Return):
+        return body[0].value
+    return None
 
 
 @dataclass(frozen=True)
@@ -112,18 +120,22 @@ def _registrations(module: ast.Module) -> list[_Registration]:
         if not isinstance(call, ast.Call) or last_name(call.func) not in _REGISTER or not call.args:
             continue
         first = call.args[0]
-        if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
-            continue
-        keywords = {k.arg: k.value for k in call.keywords if k.arg}
-        worker = keywords.get("worker_cls") or (call.args[1] if len(call.args) > 1 else None)
-        flags_node = keywords.get("flags")
-        flags = frozenset(
-            e.value.upper()
-            for e in (flags_node.elts if isinstance(flags_node, ast.Tuple | ast.List) else [])
-            if isinstance(e, ast.Constant) and isinstance(e.value, str)
-        )
-        found.append(_Registration(first.value.upper(), flags, worker))
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            found.append(_registration(first.value, call))
     return found
+
+
+def _registration(name: str, call: ast.Call) -> _Registration:
+    """What one registering call says: the worker (``worker_cls=`` or the second argument) and the flags."""
+    keywords = {k.arg: k.value for k in call.keywords if k.arg}
+    worker = keywords.get("worker_cls") or (call.args[1] if len(call.args) > 1 else None)
+    flags_node = keywords.get("flags")
+    flags = frozenset(
+        e.value.upper()
+        for e in (flags_node.elts if isinstance(flags_node, ast.Tuple | ast.List) else [])
+        if isinstance(e, ast.Constant) and isinstance(e.value, str)
+    )
+    return _Registration(name.upper(), flags, worker)
 
 
 @dataclass(frozen=True)
@@ -139,23 +151,27 @@ class _Predicates:
         connective, result = logic3(node, lambda operand: self.value(operand, algorithm, seen))
         if connective:
             return result
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and not node.args:
-            name = node.func.attr
-            if name in self.methods and name not in seen:
-                return self.value(self.methods[name], algorithm, seen | {name})
-            return None
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "_has_flag"
-            and len(node.args) == 1
-            and isinstance(node.args[0], ast.Constant)
-            and isinstance(node.args[0].value, str)
-            and algorithm in self.flags
-        ):
-            return node.args[0].value.upper() in self.flags[algorithm]
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            return self._call(node.func.attr, node.args, algorithm, seen)
         if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.left, ast.Name):
             return self._compare(node.ops[0], node.comparators[0], algorithm)
+        return None
+
+    def _call(self, name: str, args: Sequence[ast.expr], algorithm: str, seen: frozenset[str]) -> Tri:
+        """``self.is_x()`` (another predicate, judged from its body) or ``self._has_flag("X")`` (the registry)."""
+        if not args:
+            return self._predicate(name, algorithm, seen)
+        if name != "_has_flag" or len(args) != 1 or algorithm not in self.flags:
+            return None
+        flag = args[0]
+        if isinstance(flag, ast.Constant) and isinstance(flag.value, str):
+            return flag.value.upper() in self.flags[algorithm]
+        return None
+
+    def _predicate(self, name: str, algorithm: str, seen: frozenset[str]) -> Tri:
+        """Another one-line predicate, unless it is already being judged (then open)."""
+        if name in self.methods and name not in seen:
+            return self.value(self.methods[name], algorithm, seen | {name})
         return None
 
     def _compare(self, op: ast.cmpop, right: ast.expr, algorithm: str) -> Tri:
@@ -175,15 +191,8 @@ class _Predicates:
 def _algorithm_predicates(tree: SourceTree) -> dict[str, dict[str, Tri]]:
     """Each argument-less predicate of SpeculativeAlgorithm, evaluated from its body for EAGLE3 and NONE."""
     module, cls = _speculative_algorithm(tree)
-    members = frozenset(
-        t.id
-        for n in cls.body
-        if isinstance(n, ast.Assign)
-        for t in n.targets
-        if isinstance(t, ast.Name) and t.id.isupper()
-    )
     registered = _registrations(module)
-    members |= {r.name for r in registered}
+    members = _enum_members(cls) | {r.name for r in registered}
     if EAGLE3 not in members:
         raise ContractError(
             f"SpeculativeAlgorithm in {SPEC_INFO} has no EAGLE3 member (it has {sorted(members)}), "
@@ -197,6 +206,17 @@ def _algorithm_predicates(tree: SourceTree) -> dict[str, dict[str, Tri]]:
         name: {alg: predicates.value(expr, alg, frozenset({name})) for alg in (EAGLE3, NO_SPEC)}
         for name, expr in predicates.methods.items()
     }
+
+
+def _enum_members(cls: ast.ClassDef) -> frozenset[str]:
+    """The upper-case names a class body assigns: the members of the Enum forms."""
+    return frozenset(
+        t.id
+        for n in cls.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name) and t.id.isupper()
+    )
 
 
 def _returns_under(
@@ -290,72 +310,104 @@ def _eagle3_workers(tree: SourceTree, knowledge: Knowledge) -> list[tuple[Path, 
     """(file, class) of every worker that serves EAGLE3, and their bases in speculative/ (see the module doc)."""
     spec, cls = _speculative_algorithm(tree)
     fn = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "create_worker"), None)
-    found: list[tuple[Path, str]] = []
     if fn is not None:
         where = f"create_worker() in {SPEC_INFO}"
-        for ret, guards in _returns_under(fn.body, []):
-            value = ret.value.func if isinstance(ret.value, ast.Call) else ret.value
-            if not isinstance(value, ast.Name) or not knowledge.reachable(guards, "target"):
-                continue
-            dotted = _imported_module(fn, spec, value.id)
-            if dotted:
-                _add_worker(tree, found, tree.resolve_name(dotted, value.id))
+        found = _created_workers(tree, spec, fn, knowledge)
     elif (registration := next((r for r in _registrations(spec) if r.name == EAGLE3), None)) is not None:
         where = f'register_speculative_algorithm("EAGLE3", ...) in {SPEC_INFO}'
-        factory = registration.worker
-        name = factory.id if isinstance(factory, ast.Name) else None
-        body = next(
-            (
-                n
-                for n in spec.body
-                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name
-            ),
-            None,
-        )
-        if body is not None:  # a factory function: the worker classes it imports
-            found = _imported_workers(tree, body.body, knowledge, specific=False)
-        elif name is not None:  # the worker class itself
-            _add_worker(tree, found, tree.resolve_name(tree.module_of(tree.root / SPEC_INFO), name))
+        found = _registered_workers(tree, spec, registration, knowledge)
     else:
         where = f"{MANAGERS} (SpeculativeAlgorithm has neither create_worker() nor a registry)"
-        for path in sorted(tree.files(MANAGERS)):
-            if path.is_relative_to(tree.root) and b"sglang.srt.speculative" in tree.read(path):
-                for worker in _imported_workers(tree, tree.parse(path).body, knowledge, specific=True):
-                    if worker not in found:
-                        found.append(worker)
+        found = _scheduled_workers(tree, knowledge)
     if not found:
         raise ContractError(f"{where} gives no worker for EAGLE3 that could be found")
     return found
 
 
+def _created_workers(
+    tree: SourceTree, spec: ast.Module, fn: ast.FunctionDef, knowledge: Knowledge
+) -> list[tuple[Path, str]]:
+    """The Enum form from 0.5.8: the classes ``create_worker()`` returns on paths reachable for EAGLE3."""
+    found: list[tuple[Path, str]] = []
+    for ret, guards in _returns_under(fn.body, []):
+        value = ret.value.func if isinstance(ret.value, ast.Call) else ret.value
+        if not isinstance(value, ast.Name) or not knowledge.reachable(guards, "target"):
+            continue
+        dotted = _imported_module(fn, spec, value.id)
+        if dotted:
+            _add_worker(tree, found, tree.resolve_name(dotted, value.id))
+    return found
+
+
+def _registered_workers(
+    tree: SourceTree, spec: ast.Module, registration: _Registration, knowledge: Knowledge
+) -> list[tuple[Path, str]]:
+    """The registry form (0.5.4.post2 - 0.5.7): the worker factory's imported classes, or the worker class."""
+    factory = registration.worker
+    name = factory.id if isinstance(factory, ast.Name) else None
+    body = next(
+        (n for n in spec.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name),
+        None,
+    )
+    if body is not None:  # a factory function: the worker classes it imports
+        return _imported_workers(tree, body.body, knowledge, specific=False)
+    found: list[tuple[Path, str]] = []
+    if name is not None:  # the worker class itself
+        _add_worker(tree, found, tree.resolve_name(tree.module_of(tree.root / SPEC_INFO), name))
+    return found
+
+
+def _scheduled_workers(tree: SourceTree, knowledge: Knowledge) -> list[tuple[Path, str]]:
+    """The bare Enum form (0.4.x - 0.5.4.post1): the workers managers/ imports under EAGLE-3-only conditions."""
+    found: list[tuple[Path, str]] = []
+    for path in sorted(tree.files(MANAGERS)):
+        if path.is_relative_to(tree.root) and b"sglang.srt.speculative" in tree.read(path):
+            for worker in _imported_workers(tree, tree.parse(path).body, knowledge, specific=True):
+                if worker not in found:
+                    found.append(worker)
+    return found
+
+
 def _truthy_assignments(module: ast.Module) -> Iterator[tuple[str, ast.expr, list[Guard]]]:
     """(attribute, value, conditions) of every `x.attr = value` whose value is not a constant false."""
+    yield from _truthy_under(module.body, [])
 
-    def walk(stmts: Sequence[ast.stmt], guards: list[Guard]) -> Iterator[tuple[str, ast.expr, list[Guard]]]:
-        for stmt in stmts:
-            if isinstance(stmt, ast.If):
-                yield from walk(stmt.body, [*guards, (stmt.test, True)])
-                yield from walk(stmt.orelse, [*guards, (stmt.test, False)])
-                if stmt.body and not stmt.orelse and isinstance(stmt.body[-1], ast.Return | ast.Raise):
-                    guards = [*guards, (stmt.test, False)]  # `if not (...): return`: the rest runs when false
-                continue
-            if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
-                constant_false = isinstance(stmt.value, ast.Constant) and not stmt.value.value
-                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-                for target in targets:
-                    if isinstance(target, ast.Attribute) and not constant_false:
-                        yield target.attr, stmt.value, guards
-            for name in ("body", "orelse", "finalbody", "handlers"):
-                inner = getattr(stmt, name, None)
-                if isinstance(inner, list):
-                    children = [
-                        s
-                        for item in inner
-                        for s in (item.body if isinstance(item, ast.ExceptHandler) else [item])
-                    ]
-                    yield from walk([s for s in children if isinstance(s, ast.stmt)], guards)
 
-    yield from walk(module.body, [])
+def _truthy_under(
+    stmts: Sequence[ast.stmt], guards: list[Guard]
+) -> Iterator[tuple[str, ast.expr, list[Guard]]]:
+    for stmt in stmts:
+        if isinstance(stmt, ast.If):
+            yield from _truthy_under(stmt.body, [*guards, (stmt.test, True)])
+            yield from _truthy_under(stmt.orelse, [*guards, (stmt.test, False)])
+            if stmt.body and not stmt.orelse and isinstance(stmt.body[-1], ast.Return | ast.Raise):
+                guards = [*guards, (stmt.test, False)]  # `if not (...): return`: the rest runs when false
+            continue
+        yield from ((attr, value, guards) for attr, value in _truthy_targets(stmt))
+        for block in _inner_blocks(stmt):
+            yield from _truthy_under(block, guards)
+
+
+def _truthy_targets(stmt: ast.stmt) -> Iterator[tuple[str, ast.expr]]:
+    """(attribute, value) of each ``x.attr`` target of `stmt` when it assigns a value not constant false."""
+    if not isinstance(stmt, ast.Assign | ast.AnnAssign) or stmt.value is None:
+        return
+    if isinstance(stmt.value, ast.Constant) and not stmt.value.value:
+        return
+    for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+        if isinstance(target, ast.Attribute):
+            yield target.attr, stmt.value
+
+
+def _inner_blocks(stmt: ast.stmt) -> Iterator[list[ast.stmt]]:
+    """The statement blocks nested in `stmt`, one per field (every ``except`` handler's body in one)."""
+    for name in ("body", "orelse", "finalbody", "handlers"):
+        inner = getattr(stmt, name, None)
+        if isinstance(inner, list):
+            children = [
+                s for item in inner for s in (item.body if isinstance(item, ast.ExceptHandler) else [item])
+            ]
+            yield [s for s in children if isinstance(s, ast.stmt)]
 
 
 def _shared_flags(
@@ -396,21 +448,28 @@ def _eagle3_flags(
         known = Knowledge(knowledge.predicates, flags)
         new: dict[str, frozenset[Role]] = {}
         for attr, sites in assignments.items():
-            off = World(NO_SPEC, "target")
-            if not all(known.specific(g, "target") or known.value(v, off) is False for v, g in sites):
-                continue
-            new[attr] = frozenset(
-                role
-                for role in ROLES
-                if any(
-                    known.reachable(g, role) and known.value(v, World(EAGLE3, role)) is not False
-                    for v, g in sites
-                )
-            )
+            roles = _eagle3_only(known, sites)
+            if roles is not None:
+                new[attr] = roles
         if new == flags:
             break
         flags = new
     return flags
+
+
+def _eagle3_only(known: Knowledge, sites: Sequence[tuple[ast.expr, list[Guard]]]) -> frozenset[Role] | None:
+    """The roles for which an attribute assigned at `sites` can be set truthy, when every site is specific to
+    speculation (or assigns a value false without it); None when some site is not."""
+    off = World(NO_SPEC, "target")
+    if not all(known.specific(g, "target") or known.value(v, off) is False for v, g in sites):
+        return None
+    return frozenset(
+        role
+        for role in ROLES
+        if any(
+            known.reachable(g, role) and known.value(v, World(EAGLE3, role)) is not False for v, g in sites
+        )
+    )
 
 
 def _scanned(tree: SourceTree) -> list[Path]:
@@ -427,7 +486,22 @@ def derive_contract(root: Path) -> Contract:
     flags = _eagle3_flags(tree, executor, knowledge)
     shared = _shared_flags(tree, executor, knowledge, flags)
     knowledge = Knowledge(knowledge.predicates, flags, shared)
-    worker_files = {path for path, _ in workers}
+    uses, flags_used = _collect_uses(tree, files, {path for path, _ in workers}, knowledge)
+    return Contract(
+        version=tree_version(tree.root),
+        workers=tuple(f"{tree.relative(p)}:{c}" for p, c in workers),
+        flags=tuple(
+            f"{k} ({', '.join(sorted({**shared, **flags}[k])) or 'never'}{'; shared' if k in shared else ''})"
+            for k in sorted(flags_used)
+        ),
+        requirements=_requirements(uses),
+    )
+
+
+def _collect_uses(
+    tree: SourceTree, files: Sequence[Path], worker_files: set[Path], knowledge: Knowledge
+) -> tuple[list[Use], set[str]]:
+    """Every model use on an EAGLE-3 path in `files` (each once), and the flags that decided them."""
     uses: list[Use] = []
     flags_used: set[str] = set()
     for path in files:
@@ -437,10 +511,15 @@ def derive_contract(root: Path) -> Contract:
         collector.module(tree.parse(path))
         uses.extend(u for u in collector.uses if u not in uses)  # a helper reached from several callers
         flags_used |= collector.flags_used
+    return uses, flags_used
+
+
+def _requirements(uses: Sequence[Use]) -> tuple[Requirement, ...]:
+    """The uses grouped by (role, name): a method when some use calls it, required when some use is not optional."""
     grouped: dict[tuple[Role, str], list[Use]] = {}
     for use in uses:
         grouped.setdefault((use.role, use.name), []).append(use)
-    requirements = tuple(
+    return tuple(
         Requirement(
             role=role,
             name=name,
@@ -449,15 +528,6 @@ def derive_contract(root: Path) -> Contract:
             uses=tuple(sorted(group, key=lambda u: site_key(u.site))),
         )
         for (role, name), group in sorted(grouped.items())
-    )
-    return Contract(
-        version=tree_version(tree.root),
-        workers=tuple(f"{tree.relative(p)}:{c}" for p, c in workers),
-        flags=tuple(
-            f"{k} ({', '.join(sorted({**shared, **flags}[k])) or 'never'}{'; shared' if k in shared else ''})"
-            for k in sorted(flags_used)
-        ),
-        requirements=requirements,
     )
 
 

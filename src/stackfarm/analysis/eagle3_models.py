@@ -13,11 +13,11 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stackfarm.analysis.eagle3_contract import OK_VERDICTS, Contract, Role, Verdict
+from stackfarm.analysis.eagle3_contract import OK_VERDICTS, Contract, Requirement, Role, Verdict
 from stackfarm.analysis.sourcetree import ClassRef, SourceTree, last_name, named_call, source_text, top_level
 
 MODELS = "sglang/srt/models"
@@ -78,20 +78,7 @@ class _Models:
         key = id(cls.node)
         if key in self._members:
             return self._members[key]
-        found: dict[str, _Member] = {}
-        forward: _Member | None = None
-        for stmt in top_level(cls.node.body):
-            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
-                if stmt.name == "__getattr__":
-                    forward = _forwarding(stmt)
-                    continue
-                kind: Literal["method", "property"] = "property" if _is_property(stmt) else "method"
-                found.setdefault(stmt.name, _Member(kind, stmt.lineno, node=stmt))
-            elif isinstance(stmt, ast.Assign | ast.AnnAssign):
-                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-                for target in targets:
-                    if isinstance(target, ast.Name):
-                        found.setdefault(target.id, _Member("class-attribute", stmt.lineno, value=stmt.value))
+        found, forward = _class_members(cls.node)
         for stmt in cls.node.body:
             if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.args.args:
                 this = stmt.args.args[0].arg
@@ -109,6 +96,25 @@ def _models(tree: SourceTree) -> _Models:
     if tree not in _MODELS_OF:
         _MODELS_OF[tree] = _Models(tree)
     return _MODELS_OF[tree]
+
+
+def _class_members(node: ast.ClassDef) -> tuple[dict[str, _Member], _Member | None]:
+    """What a class body defines at its own level (methods, properties, class attributes), and its forwarding
+    __getattr__ if it has one; the first definition of a name wins."""
+    found: dict[str, _Member] = {}
+    forward: _Member | None = None
+    for stmt in top_level(node.body):
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == "__getattr__":
+            forward = _forwarding(stmt)
+        elif isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
+            kind: Literal["method", "property"] = "property" if _is_property(stmt) else "method"
+            found.setdefault(stmt.name, _Member(kind, stmt.lineno, node=stmt))
+        elif isinstance(stmt, ast.Assign | ast.AnnAssign):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    found.setdefault(target.id, _Member("class-attribute", stmt.lineno, value=stmt.value))
+    return found, forward
 
 
 def _entry_classes(module: ast.Module) -> set[str]:
@@ -135,19 +141,31 @@ def _self_assignments(
     for node in ast.walk(fn):
         if isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple | ast.List) else [t])]
-            for target in flat:
-                if (
-                    isinstance(target, ast.Attribute)
-                    and isinstance(target.value, ast.Name)
-                    and target.value.id == this
-                ):
-                    yield target.attr, node.lineno, node.value
-        elif isinstance(node, ast.Call) and (found := named_call(node, "setattr", 3)) is not None:
-            # setattr(self, "name", value)
-            (obj, _, value), name = found
-            if isinstance(obj, ast.Name) and obj.id == this and name is not None:
-                yield name, node.lineno, value
+            yield from ((attr, node.lineno, node.value) for attr in _attributes_of(targets, this))
+        elif isinstance(node, ast.Call):
+            yield from _setattr_on(node, this)
+
+
+def _setattr_on(call: ast.Call, this: str) -> Iterator[tuple[str, int, ast.expr]]:
+    """``setattr(<this>, "name", value)``."""
+    found = named_call(call, "setattr", 3)
+    if found is None:
+        return
+    (obj, _, value), name = found
+    if isinstance(obj, ast.Name) and obj.id == this and name is not None:
+        yield name, call.lineno, value
+
+
+def _attributes_of(targets: Sequence[ast.expr], this: str) -> Iterator[str]:
+    """The ``<this>.<attr>`` names among assignment targets, tuple and list targets unpacked one level."""
+    flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple | ast.List) else [t])]
+    for target in flat:
+        if (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Name)
+            and target.value.id == this
+        ):
+            yield target.attr
 
 
 def _forwarding(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> _Member | None:
@@ -159,21 +177,28 @@ def _forwarding(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> _Member | None:
         return None
     param = fn.args.args[1].arg
     for node in ast.walk(fn):
-        if not isinstance(node, ast.Call):
+        lookup = _attribute_lookup(node)
+        if lookup is None:
             continue
-        args = node.args
-        if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(args) >= 2:
-            target, name = args[0], args[1]
-        elif (
-            isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("__getattr__", "__getattribute__")
-            and args
-        ):
-            target, name = node.func.value, args[0]
-        else:
-            continue
+        target, name = lookup
         if isinstance(name, ast.Name) and name.id == param:
             return _Member("method", fn.lineno, node=fn, value=target)
+    return None
+
+
+def _attribute_lookup(node: ast.AST) -> tuple[ast.expr, ast.expr] | None:
+    """(object, name) of ``getattr(object, name, ...)`` or ``object.__getattr__(name)`` / ``__getattribute__``."""
+    if not isinstance(node, ast.Call):
+        return None
+    args = node.args
+    if isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(args) >= 2:
+        return args[0], args[1]
+    if (
+        isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("__getattr__", "__getattribute__")
+        and args
+    ):
+        return node.func.value, args[0]
     return None
 
 
@@ -185,27 +210,51 @@ def _accepts(
 ) -> str | None:
     """None when a call with this many positional arguments and these keywords binds, else why not."""
     args = fn.args
-    decorators = {d.id for d in fn.decorator_list if isinstance(d, ast.Name)}
-    params = [*args.posonlyargs, *args.args]
-    if "staticmethod" not in decorators and params:
-        params = params[1:]  # self / cls
-    n_posonly = max(0, len(args.posonlyargs) - (0 if "staticmethod" in decorators else 1))
-    n_defaults = len(args.defaults)
+    params, n_posonly = _call_parameters(fn)
     if positional > len(params) and args.vararg is None:
         return f"takes at most {len(params)} positional argument(s), called with {positional}"
     bound = {p.arg for p in params[:positional]}
-    by_keyword = {p.arg for p in params[n_posonly:]} | {p.arg for p in args.kwonlyargs}
+    why = _keyword_problem(args, params[n_posonly:], bound, keywords)
+    if why is not None:
+        return why
+    missing = _unbound_required(args, params, bound, keywords)
+    if missing:
+        return f"needs {', '.join(missing)}, called with {positional} positional argument(s)"
+    return None
+
+
+def _keyword_problem(
+    args: ast.arguments, by_name: Sequence[ast.arg], bound: set[str], keywords: Sequence[str]
+) -> str | None:
+    """Why a keyword does not bind: its parameter is bound by position already, or there is none of that name
+    (and no ``**kwargs``); `by_name` are the positional parameters that can also be passed by keyword."""
+    by_keyword = {p.arg for p in by_name} | {p.arg for p in args.kwonlyargs}
     for kw in keywords:
         if kw in bound:
             return f"gets {kw} twice"
         if kw not in by_keyword and args.kwarg is None:
             return f"has no parameter {kw}"
-    required = [p.arg for p in params[: len(params) - n_defaults] if p.arg not in bound]
-    required += [p.arg for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
-    missing = [name for name in required if name not in keywords]
-    if missing:
-        return f"needs {', '.join(missing)}, called with {positional} positional argument(s)"
     return None
+
+
+def _call_parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[ast.arg], int]:
+    """The positional parameters a caller fills (``self`` / ``cls`` dropped unless a staticmethod), and how
+    many of them are positional-only."""
+    args = fn.args
+    static = "staticmethod" in {d.id for d in fn.decorator_list if isinstance(d, ast.Name)}
+    params = [*args.posonlyargs, *args.args]
+    if not static and params:
+        params = params[1:]  # self / cls
+    return params, max(0, len(args.posonlyargs) - (0 if static else 1))
+
+
+def _unbound_required(
+    args: ast.arguments, params: Sequence[ast.arg], bound: set[str], keywords: Sequence[str]
+) -> list[str]:
+    """The parameters without a default that neither the positional arguments nor the keywords bind."""
+    required = [p.arg for p in params[: len(params) - len(args.defaults)] if p.arg not in bound]
+    required += [p.arg for p, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
+    return [name for name in required if name not in keywords]
 
 
 def _signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
@@ -309,55 +358,87 @@ def check_class(
             ),
         )  # fmt: skip
     classes, external = tree.mro(cls)
-    findings = []
-    for req in contract.for_role(role, required_only=not include_optional):
-        consumer = "; ".join(req.sites)
-        base = functools.partial(
-            Finding, model_class=class_name, role=role, method=req.name, consumer_site=consumer
+    subject = _Subject(tree, resolver, class_name, role, cls, tuple(classes), tuple(external))
+    return tuple(_judge(subject, req) for req in contract.for_role(role, required_only=not include_optional))
+
+
+@dataclass(frozen=True)
+class _Subject:
+    """The class `check_class` judges: its registry name and role, as found in the tree, with its MRO inside
+    the tree and the names of its bases outside it."""
+
+    tree: SourceTree
+    resolver: _Models
+    name: str
+    role: Role
+    cls: ClassRef
+    classes: tuple[ClassRef, ...]
+    external: tuple[str, ...]
+
+
+def _judge(subject: _Subject, req: Requirement) -> Finding:
+    """The verdict on one required (or optional) name."""
+    base = functools.partial(
+        Finding,
+        model_class=subject.name,
+        role=subject.role,
+        method=req.name,
+        consumer_site="; ".join(req.sites),
+    )
+    found = _lookup(subject.resolver, subject.classes, req.name)
+    if found is None:
+        return _not_found(subject, req, base)
+    owner, member, forwarded = found
+    where = subject.tree.site(owner.file, member.line)
+    problems = [] if forwarded else _call_problems(member, req)
+    if problems:
+        sig = _signature(member.node) if member.node is not None else req.name
+        detail = f"{sig} at {where} does not accept every call: " + "; ".join(problems)
+        return base(
+            verdict="signature-mismatch", provider_file=where, provider_class=owner.name, detail=detail
         )
-        found = _lookup(resolver, classes, req.name)
-        if found is None and (outside := _outside_provider(req.name, external)) is not None:
-            detail = f"{req.name} of {outside}, a base of {class_name} outside the tree"
-            findings.append(
-                base(verdict="inherited", provider_file="", provider_class=outside, detail=detail)
-            )
-            continue
-        if found is None:
-            outside = f"; bases outside the tree, not inspected: {', '.join(external)}" if external else ""
-            hint = _delegation_hint(resolver, classes, req.name)
-            need = "need" if req.required else "probe for (hasattr / getattr with a default)"
-            detail = (
-                f"{class_name} has no {req.name}, which {req.role} models {need} at {consumer}{hint}{outside}"
-            )
-            verdict_missing: Verdict = "missing" if req.required else "optional-missing"
-            findings.append(base(verdict=verdict_missing, provider_file="", provider_class="", detail=detail))
-            continue
-        owner, member, forwarded = found
-        where = tree.site(owner.file, member.line)
-        verdict: Verdict = "delegated" if forwarded else "implemented" if owner == cls else "inherited"
-        how = (
-            f"forwarded by {owner.name}.__getattr__ to {source_text(member.value, 100)}"
-            if forwarded and member.value
-            else ""
-        )
-        how = how or (
-            f"{member.kind} of {owner.name}" + (f", inherited by {class_name}" if owner != cls else "")
-        )
-        problems = []
-        if member.kind == "method" and member.node is not None and not forwarded:
-            for use in req.uses:
-                if use.kind == "call" and use.positional is not None:
-                    why = _accepts(member.node, use.positional, use.keywords)
-                    if why:
-                        problems.append(f"{use.site} calls {req.name}({use.arity}): {why}")
-        if problems:
-            sig = _signature(member.node) if member.node is not None else req.name
-            detail = f"{sig} at {where} does not accept every call: " + "; ".join(problems)
-            verdict = "signature-mismatch"
-        else:
-            detail = how
-        findings.append(base(verdict=verdict, provider_file=where, provider_class=owner.name, detail=detail))
-    return tuple(findings)
+    verdict: Verdict = "delegated" if forwarded else "implemented" if owner == subject.cls else "inherited"
+    detail = _how(subject, owner, member, forwarded=forwarded)
+    return base(verdict=verdict, provider_file=where, provider_class=owner.name, detail=detail)
+
+
+def _not_found(subject: _Subject, req: Requirement, base: Callable[..., Finding]) -> Finding:
+    """A name no class of the MRO defines: inherited from a base outside the tree, else (optional-)missing."""
+    outside = _outside_provider(req.name, subject.external)
+    if outside is not None:
+        detail = f"{req.name} of {outside}, a base of {subject.name} outside the tree"
+        return base(verdict="inherited", provider_file="", provider_class=outside, detail=detail)
+    external = subject.external
+    not_inspected = f"; bases outside the tree, not inspected: {', '.join(external)}" if external else ""
+    hint = _delegation_hint(subject.resolver, subject.classes, req.name)
+    need = "need" if req.required else "probe for (hasattr / getattr with a default)"
+    consumer = "; ".join(req.sites)
+    detail = (
+        f"{subject.name} has no {req.name}, which {req.role} models {need} at {consumer}{hint}{not_inspected}"
+    )
+    verdict: Verdict = "missing" if req.required else "optional-missing"
+    return base(verdict=verdict, provider_file="", provider_class="", detail=detail)
+
+
+def _call_problems(member: _Member, req: Requirement) -> list[str]:
+    """Why the method does not accept the calls the consumers make, one line per call that does not bind."""
+    if member.kind != "method" or member.node is None:
+        return []
+    problems = []
+    for use in req.uses:
+        if use.kind == "call" and use.positional is not None:
+            why = _accepts(member.node, use.positional, use.keywords)
+            if why:
+                problems.append(f"{use.site} calls {req.name}({use.arity}): {why}")
+    return problems
+
+
+def _how(subject: _Subject, owner: ClassRef, member: _Member, *, forwarded: bool) -> str:
+    """How the class provides the name: forwarded by a __getattr__, or a member of itself or of a base."""
+    if forwarded and member.value:
+        return f"forwarded by {owner.name}.__getattr__ to {source_text(member.value, 100)}"
+    inherited = f", inherited by {subject.name}" if owner != subject.cls else ""
+    return f"{member.kind} of {owner.name}{inherited}"
 
 
 __all__ = ["MODELS", "NN_MODULE_MEMBERS", "OBJECT_MEMBERS", "Finding", "check_class", "locate_class"]

@@ -91,14 +91,14 @@ class Knowledge:
         connective, result = logic3(node, lambda operand: self.value(operand, world))
         if connective:
             return result
-        if (
-            isinstance(node, ast.Call)
-            and not node.args
-            and not node.keywords
-            and isinstance(node.func, ast.Attribute)
-        ):
-            table = self.predicates.get(node.func.attr)
+        predicate = _bare_method(node)
+        if predicate is not None:
+            table = self.predicates.get(predicate)
             return None if table is None else table.get(world.algorithm)
+        return self._leaf_value(node, world)
+
+    def _leaf_value(self, node: ast.expr, world: World) -> Tri:
+        """A name's or a constant's value: ``is_draft_worker``, an EAGLE-3 flag, a literal; else open."""
         name = last_name(node)
         if name == "is_draft_worker":
             return world.role == "draft"
@@ -131,6 +131,18 @@ class Knowledge:
         """True when these conditions cannot hold without speculative decoding: an EAGLE-3(-family) path."""
         world = World(NO_SPEC, role)
         return any(self.guard(g, world) is False for g in guards)
+
+
+def _bare_method(node: ast.expr) -> str | None:
+    """The method name of ``x.method()`` called without arguments (a `SpeculativeAlgorithm` predicate)."""
+    if (
+        isinstance(node, ast.Call)
+        and not node.args
+        and not node.keywords
+        and isinstance(node.func, ast.Attribute)
+    ):
+        return node.func.attr
+    return None
 
 
 def _text(node: ast.AST) -> str:
@@ -230,23 +242,22 @@ def _assigned_aliases(
     """Record `name = <model or runner expr>` (or `self.name = ...` when on_self), flow-insensitively."""
     for _ in range(2):  # a second pass picks up aliases of aliases
         for node in assigns:
-            target = node.targets[0]
-            key: str | None = None
-            if on_self:
-                if (
-                    isinstance(target, ast.Attribute)
-                    and isinstance(target.value, ast.Name)
-                    and target.value.id == "self"
-                ):
-                    key = target.attr
-            elif isinstance(target, ast.Name):
-                key = target.id
+            key = _alias_key(node.targets[0], on_self=on_self)
             if key is None:
                 continue
             if (tag := _model_tag(node.value, scope)) is not None:
                 models[key] = tag
             elif (tag := _runner_tag(node.value, scope)) is not None:
                 runners[key] = tag
+
+
+def _alias_key(target: ast.expr, *, on_self: bool) -> str | None:
+    """The alias an assignment target names: ``self.<key>`` when `on_self`, else a plain ``<key>``."""
+    if not on_self:
+        return target.id if isinstance(target, ast.Name) else None
+    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self":
+        return target.attr
+    return None
 
 
 def _exits(stmts: Sequence[ast.stmt]) -> bool:
@@ -305,22 +316,26 @@ class UseCollector:
     def module(self, module: ast.Module) -> None:
         for node in module.body:
             if isinstance(node, ast.ClassDef):
-                self.scope.class_name = node.name
-                self.scope.class_models, self.scope.class_runners = {}, {}
-                methods = [m for m in node.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)]
-                self.methods = {m.name: m for m in methods}
-                assigns = {id(m): _assignments(m) for m in methods}
-                everything = [a for m in methods for a in assigns[id(m)]]
-                _assigned_aliases(
-                    everything, self.scope, self.scope.class_models, self.scope.class_runners, on_self=True
-                )
-                for method in methods:
-                    self.function(method, assigns[id(method)])
-                self.scope.class_name = ""
-                self.scope.class_models, self.scope.class_runners = {}, {}
-                self.methods = {}
+                self.class_(node)
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 self.function(node, _assignments(node))
+
+    def class_(self, node: ast.ClassDef) -> None:
+        """Walk a class's methods, with the ``self.<alias>`` models any of them assigns."""
+        self.scope.class_name = node.name
+        self.scope.class_models, self.scope.class_runners = {}, {}
+        methods = [m for m in node.body if isinstance(m, ast.FunctionDef | ast.AsyncFunctionDef)]
+        self.methods = {m.name: m for m in methods}
+        assigns = {id(m): _assignments(m) for m in methods}
+        everything = [a for m in methods for a in assigns[id(m)]]
+        _assigned_aliases(
+            everything, self.scope, self.scope.class_models, self.scope.class_runners, on_self=True
+        )
+        for method in methods:
+            self.function(method, assigns[id(method)])
+        self.scope.class_name = ""
+        self.scope.class_models, self.scope.class_runners = {}, {}
+        self.methods = {}
 
     def function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, assigns: Sequence[ast.Assign]) -> None:
         # Every model expression spells `.model` or a class alias of one: skip functions that mention neither.
@@ -411,19 +426,7 @@ class UseCollector:
     def call(self, node: ast.Call, guards: list[Guard]) -> bool:
         func = node.func
         if isinstance(func, ast.Name) and func.id in ("hasattr", "getattr") and len(node.args) >= 2:
-            receiver, name = node.args[0], node.args[1]
-            tag = _model_tag(receiver, self.scope)
-            if tag is not None and isinstance(name, ast.Constant) and isinstance(name.value, str):
-                probe = func.id == "hasattr"
-                kind: UseKind = "probe" if probe else "attribute"
-                optional = probe or len(node.args) > 2
-                self.record(
-                    tag, name.value, kind, node=node, receiver=receiver, guards=guards, optional=optional
-                )
-                for arg in node.args[2:]:
-                    self.expr(arg, guards)
-                return True
-            return False
+            return self.named_lookup(node, func.id, guards)
         if isinstance(func, ast.Attribute):
             tag = _model_tag(func.value, self.scope)
             if tag is not None:
@@ -434,35 +437,58 @@ class UseCollector:
         self.helper(node, guards)
         return False
 
+    def named_lookup(self, node: ast.Call, builtin: str, guards: list[Guard]) -> bool:
+        """``hasattr(<model>, "x")`` (a probe) / ``getattr(<model>, "x"[, default])``: whether it was a use."""
+        receiver, name = node.args[0], node.args[1]
+        tag = _model_tag(receiver, self.scope)
+        if tag is None or not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+            return False
+        probe = builtin == "hasattr"
+        kind: UseKind = "probe" if probe else "attribute"
+        optional = probe or len(node.args) > 2
+        self.record(tag, name.value, kind, node=node, receiver=receiver, guards=guards, optional=optional)
+        for arg in node.args[2:]:
+            self.expr(arg, guards)
+        return True
+
     # -- helpers that take the model -------------------------------------------------------------------------
 
     def helper(self, node: ast.Call, guards: list[Guard]) -> None:
         """A call passing a model (or a runner) to a function of the tree: follow it there."""
         if self.depth >= _FOLLOW_DEPTH:
             return
-        given: list[tuple[int | str, ast.expr]] = [(i, a) for i, a in enumerate(node.args)]
-        given += [(k.arg, k.value) for k in node.keywords if k.arg]
+        given = _given(node)
         if not any(_model_tag(a, self.scope) or _runner_tag(a, self.scope) for _, a in given):
             return
         found = self._function_of(node.func)
         if found is None:
             return
         path, fn, is_method = found
-        params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)][1 if is_method else 0 :]
-        names = {*params, *(a.arg for a in fn.args.kwonlyargs)}
-        arguments: dict[str, ast.expr] = {}
-        for key, value in given:
-            if isinstance(value, ast.Starred):
-                continue
-            name = params[key] if isinstance(key, int) and key < len(params) else key
-            if isinstance(name, str) and name in names:
-                arguments[name] = value
-        bound = {n: t for n, v in arguments.items() if (t := _model_tag(v, self.scope)) is not None}
-        runners = {n: t for n, v in arguments.items() if n not in bound and (t := _runner_tag(v, self.scope))}
+        arguments = _bind_arguments(fn, given, is_method=is_method)
+        bound, runners = self.tags_of(arguments)
         visit = (id(fn), tuple(sorted({**bound, **{f"{n}.runner": t for n, t in runners.items()}}.items())))
         if visit in self.seen:
             return
         self.seen.add(visit)
+        self.follow_into(path, fn, bound=bound, runners=runners, arguments=arguments, guards=guards)
+
+    def tags_of(self, arguments: Mapping[str, ast.expr]) -> tuple[dict[str, _Tag], dict[str, _Tag]]:
+        """(parameters bound to a model, parameters bound to a runner) -> the role its name tells."""
+        bound = {n: t for n, v in arguments.items() if (t := _model_tag(v, self.scope)) is not None}
+        runners = {n: t for n, v in arguments.items() if n not in bound and (t := _runner_tag(v, self.scope))}
+        return bound, runners
+
+    def follow_into(
+        self,
+        path: Path,
+        fn: _Fn,
+        *,
+        bound: Mapping[str, _Tag],
+        runners: Mapping[str, _Tag],
+        arguments: Mapping[str, ast.expr],
+        guards: list[Guard],
+    ) -> None:
+        """Walk helper `fn` (in `path`) one level deeper, and keep the uses and flags it finds."""
         scope = Scope(file=path, worker_module=self.scope.worker_module, speculative=self.scope.speculative)
         child = UseCollector(
             self.tree, scope, self.knowledge, self.tree.lines(path), depth=self.depth + 1, seen=self.seen
@@ -509,30 +535,11 @@ class UseCollector:
             roles: tuple[Role, ...] = ("draft",) if self.scope.speculative else ROLES
         else:
             roles = (tag,)
-        positional: int | None = None
-        keywords: tuple[str, ...] = ()
-        if call is not None:
-            starred = any(isinstance(a, ast.Starred) for a in call.args) or any(
-                k.arg is None for k in call.keywords
-            )
-            positional = None if starred else len(call.args)
-            keywords = tuple(k.arg for k in call.keywords if k.arg is not None)
+        positional, keywords = _arity(call)
         for role in roles:
-            if not self.knowledge.reachable(guards, role):
+            if not self.on_eagle3_path(guards, role):
                 continue
-            if not (
-                self.scope.worker_module
-                or self.knowledge.specific(guards, role)
-                or self.knowledge.enabled_by_eagle3(guards, role)
-            ):
-                continue
-            for test, _ in guards:
-                names = {last_name(n) for n in ast.walk(test)}
-                self.flags_used |= {
-                    n
-                    for n in names
-                    if n is not None and (n in self.knowledge.flags or n in self.knowledge.shared)
-                }
+            self.note_flags(guards)
             self.uses.append(
                 Use(
                     role=role,
@@ -547,6 +554,23 @@ class UseCollector:
                 )
             )
 
+    def on_eagle3_path(self, guards: Sequence[Guard], role: Role) -> bool:
+        """Whether a use under `guards` runs for `role` with EAGLE-3, and only (or because of) speculation."""
+        if not self.knowledge.reachable(guards, role):
+            return False
+        return (
+            self.scope.worker_module
+            or self.knowledge.specific(guards, role)
+            or self.knowledge.enabled_by_eagle3(guards, role)
+        )
+
+    def note_flags(self, guards: Sequence[Guard]) -> None:
+        """Remember the EAGLE-3 flags `guards` read: they decided that a use is on the path."""
+        known = {*self.knowledge.flags, *self.knowledge.shared}
+        for test, _ in guards:
+            names = {last_name(n) for n in ast.walk(test)}
+            self.flags_used |= {n for n in names if n is not None and n in known}
+
     def probed(self, name: str, guards: Sequence[Guard]) -> bool:
         """Whether a positive enclosing condition is `hasattr(<model>, name)`: then the use is optional."""
         for test, positive in guards:
@@ -558,6 +582,36 @@ class UseCollector:
                 if found is not None and found[1] == name and _model_tag(found[0][0], self.scope) is not None:
                     return True
         return False
+
+
+def _arity(call: ast.Call | None) -> tuple[int | None, tuple[str, ...]]:
+    """(positional count, keyword names) of a call; the count is None past a ``*args`` or ``**kwargs``."""
+    if call is None:
+        return None, ()
+    starred = any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+    return None if starred else len(call.args), tuple(k.arg for k in call.keywords if k.arg is not None)
+
+
+def _given(call: ast.Call) -> list[tuple[int | str, ast.expr]]:
+    """A call's arguments as (position or keyword, value); ``**kwargs`` left out."""
+    given: list[tuple[int | str, ast.expr]] = [(i, a) for i, a in enumerate(call.args)]
+    return given + [(k.arg, k.value) for k in call.keywords if k.arg]
+
+
+def _bind_arguments(
+    fn: _Fn, given: Sequence[tuple[int | str, ast.expr]], *, is_method: bool
+) -> dict[str, ast.expr]:
+    """The parameters of `fn` that the given (position or keyword, value) arguments bind; ``*x`` is skipped."""
+    params = [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)][1 if is_method else 0 :]
+    names = {*params, *(a.arg for a in fn.args.kwonlyargs)}
+    arguments: dict[str, ast.expr] = {}
+    for key, value in given:
+        if isinstance(value, ast.Starred):
+            continue
+        name = params[key] if isinstance(key, int) and key < len(params) else key
+        if isinstance(name, str) and name in names:
+            arguments[name] = value
+    return arguments
 
 
 def _local_imports(fn: _Fn) -> dict[str, tuple[str, str]]:
