@@ -4,6 +4,8 @@ as well as into its JUnit properties (for JUnit readers).
 - `setting`: a fact the run measured with (the configuration table), ``setting(key, value)``;
 - `check_property`: a fact of the testcase's threshold check, ``check_property(key, value)``; the check goes
   into the record when the testcase ends, as far as it got (a check that failed before judging has no verdict);
+- a testcase that does not apply (stackfarm.suitekit.not_applicable) states its class among the configuration,
+  as its JUnit properties do;
 - `figure`: a measured figure, ``figure(name, stats)``: its statistics as properties, the figure into the record.
 """
 
@@ -18,6 +20,7 @@ import pytest
 
 from stackfarm import families
 from stackfarm.family import Results
+from stackfarm.junit import NA_PROPERTY
 
 #: This folder's family.py (its record classes).
 FAMILY = families.module(Path(__file__).with_name(families.FAMILY_FILE))
@@ -71,3 +74,12 @@ def figure(
             results.add("config", row)
 
     return add
+
+
+@pytest.fixture(autouse=True)
+def _not_applicable(request: pytest.FixtureRequest, results: Results[Any]) -> Iterator[None]:
+    """After the testcase: the class of a `not_applicable` skip (the property suitekit's hook states last)."""
+    yield
+    for key, value in request.node.user_properties:
+        if key == NA_PROPERTY:
+            results.add("config", FAMILY.Setting(testcase=request.node.name, key=key, value=str(value)))
