@@ -4,6 +4,7 @@ key and a suggestion, before any work starts. One test per table, then the facil
 from __future__ import annotations
 
 import re
+import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from stackfarm.throughput.measure import MeasureError
 from stackfarm.throughput.settings import Settings as ThroughputSettings
 
 REPO = Path(__file__).resolve().parents[1]
+REPO_SUITES = REPO / "suites"
 
 RUNNERS = """
 [runners.1x-h200]
@@ -30,10 +32,15 @@ labels = ["self-hosted", "linux", "x64", "sm_90", "gpus-1"]
 
 
 def suites(root: Path, *names: str) -> None:
+    """Suite folders under `root`, each with the checkout's family.py of that name where it has one (the
+    family declares the suite's settings)."""
     for name in names:
         folder = root / "suites" / name
         folder.mkdir(parents=True)
         (folder / "test_it.py").write_text("def test_it():\n    pass\n", encoding="utf-8")
+        family = REPO_SUITES / name / "family.py"
+        if family.is_file():
+            shutil.copyfile(family, folder / "family.py")
 
 
 def fails(path: Path, needle: str) -> ConfigError:

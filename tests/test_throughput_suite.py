@@ -212,7 +212,8 @@ def test_without_a_gpu_everything_skips_with_the_reason(tmp_path: Path) -> None:
     assert code == 0
     assert {c.outcome for c in cases.values()} == {"skipped"}
     assert all("needs GPU: no NVIDIA GPU" in c.message for c in cases.values())
-    assert not out.exists()
+    assert [p.name for p in out.iterdir()] == ["40-throughput.json"], "no figures, no logs: only the record"
+    assert_record_shows_the_junit(out, cases)
 
 
 def test_server_that_crashes_is_an_import_error_not_retried(tmp_path: Path) -> None:
