@@ -38,6 +38,7 @@ import pytest
 
 from stackfarm.cellspec import CellSpec, load
 from stackfarm.errors import StackfarmError
+from stackfarm import qualrecord
 from stackfarm.proc import call
 from stackfarm.suitekit import NA, not_applicable
 from stackfarm.throughput import benchjson, curve, record
@@ -98,7 +99,7 @@ def _baseline(settings: Settings, kind: str) -> tuple[dict[str, float] | None, s
     path = os.environ.get(record.BASELINE_ENV) or settings.baseline_record
     if not path:
         return None, "", None
-    base = record.load_baseline(Path(path))
+    base = qualrecord.load_baseline(Path(path))
     if base.runner_kind != kind:
         problem = f"the baseline {base.origin} is from runner kind {base.runner_kind!r}, not {kind!r}"
         return None, base.origin, problem

@@ -15,7 +15,7 @@ A table holds three sorts of keys:
 - ``max_regression_pct = x``: every throughput figure >= (1 - x/100) x its median in the last qualified
   run on the same runner kind: a qualification record (reports/qualifications/<release>.json) or a
   throughput.json, named by ``$STACKFARM_THROUGHPUT_BASELINE`` or settings.baseline_record
-  (`stackfarm.throughput.record.load_baseline`); without one there is nothing to regress against.
+  (`stackfarm.qualrecord.load_baseline`); without one there is nothing to regress against.
 
 Figure names: ``decode_tok_s``, ``ttft_ms``, ``itl_ms`` (batch 1), ``batch<B>_tok_s``, ``batch<B>_ttft_ms``
 (B > 1); the same with an ``eagle3_`` prefix for the EAGLE-3 configuration; ``eagle3_accept_length`` and
