@@ -2,7 +2,9 @@
 
 Settings ([suites.40-throughput.settings]): declared beside the code that owns their meaning,
 stackfarm.throughput.settings; parsed once by matrix.load, handed over as JSON and read back by
-`Settings.from_mapping`.
+`Settings.from_mapping`. The family also owns matrix.toml's [thresholds.<runner kind>] (`TABLES`): each kind a
+kind of [runners] or a <count>x-<gpu>, each key a figure these settings measure (stackfarm.throughput.thresholds),
+checked by matrix.load through this declaration.
 
 Record (``40-throughput.json``): what the section shows.
 
@@ -34,7 +36,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from stackfarm.family import SectionContext, SuiteFamily
+from stackfarm.family import OwnedTable, SectionContext, SuiteFamily
+from stackfarm.schema import Field
+from stackfarm.throughput import thresholds
 from stackfarm.throughput.settings import SCHEMA, SUITE, Settings
 
 if TYPE_CHECKING:  # the report's types: matrix.load imports this file too, and needs none of them
@@ -320,6 +324,15 @@ def render(ctx: SectionContext[ThroughputRecord]) -> str:
     return out
 
 
+def _threshold_table(settings: Settings | None) -> Field:
+    """One [thresholds.<kind>] table: the figures `settings` measure (the defaults' for a disabled suite)."""
+    return thresholds.table_schema((settings or Settings()).figures())
+
+
+#: The top-level tables of matrix.toml this family owns.
+TABLES = {"thresholds": OwnedTable(entry=_threshold_table, key_problem=thresholds.kind_problem)}
+
+
 FAMILY: SuiteFamily[Settings, ThroughputRecord] = SuiteFamily(
     name=NAME,
     title="Throughput",
@@ -329,4 +342,5 @@ FAMILY: SuiteFamily[Settings, ThroughputRecord] = SuiteFamily(
     record=ThroughputRecord,
     section=render,
     legacy=legacy,
+    tables=TABLES,
 )

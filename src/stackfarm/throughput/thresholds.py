@@ -244,6 +244,19 @@ def _below_100(table: Mapping[str, Any]) -> list[Problem]:
     return []
 
 
+def kind_problem(kind: str, runners: tuple[str, ...]) -> tuple[str, str] | None:
+    """Why [thresholds.<kind>] is refused (message, fix): neither a kind of [runners] (`runners`) nor a
+    <count>x-<gpu> of KNOWN_GPUS; None when it is one."""
+    if kind in runners or is_known_kind(kind):
+        return None
+    hint = did_you_mean(kind, runners)
+    return (
+        f"[thresholds.{kind}]: `{kind}` is not a runner kind" + (f"; {hint}" if hint else ""),
+        f"use a kind of [runners] ({', '.join(runners) or 'none'}) or <count>x-<gpu> with a gpu of "
+        f"{', '.join(KNOWN_GPUS)}, as nvidia-smi names the runner",
+    )
+
+
 def table_schema(measured: Sequence[str]) -> Map:
     """One [thresholds.<kind>] table, declared: figure names (of `measured`) and max_regression_pct, numbers > 0."""
     known = ", ".join([*measured, REGRESSION_KEY])
@@ -407,6 +420,7 @@ __all__ = [
     "higher_is_better",
     "is_figure",
     "is_known_kind",
+    "kind_problem",
     "key_problem",
     "resolve",
     "runner_kind",
