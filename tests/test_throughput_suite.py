@@ -112,7 +112,8 @@ def assert_record_shows_the_junit(out: Path, cases: dict[str, Case]) -> None:
     """The suite's record (40-throughput.json, family.py) holds what format 0 reads from its JUnit properties:
     the section renders a run from its record as it renders a held run of the same JUnit file."""
     family = families.load_one(REPO / "suites" / "40-throughput" / families.FAMILY_FILE)
-    assert family.record is not None and family.legacy is not None
+    assert family.record is not None
+    assert family.legacy is not None
     doc = json.loads((out / "40-throughput.json").read_text(encoding="utf-8"))
     held = SimpleNamespace(cases=[SimpleNamespace(name=n, properties=c.properties) for n, c in cases.items()])
     assert from_json(family.record, doc["record"]) == family.legacy(held)

@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import indexauth, matrix_tables, schema, tomlread
 from .artifacts import Source
-from .errors import ConfigError, StackfarmError, did_you_mean
+from .errors import ConfigError, did_you_mean
 from .families import discover_suites
 from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of, python_problem
 from .suite_config import family_of, parse_settings, settings_schema
@@ -378,7 +378,8 @@ def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
         patch_sets=_patch_sets(doc, _table(doc, data, "patches")),
         suites=suites,
         features=_features(doc, _table(doc, data, "features"), archs),
-        thresholds=_owned_tables(doc, data, suites, runners).get("thresholds") or _table(doc, data, "thresholds"),
+        thresholds=_owned_tables(doc, data, suites, runners).get("thresholds")
+        or _table(doc, data, "thresholds"),
         docker=_docker(doc, _table(doc, data, "docker")),
         runners=runners,
         deviations=_deviations(doc, data),

@@ -30,7 +30,9 @@ RecordProperty = Callable[[str, object], None]
 
 
 @pytest.fixture
-def setting(request: pytest.FixtureRequest, record_property: RecordProperty, results: Results[Any]) -> RecordProperty:
+def setting(
+    request: pytest.FixtureRequest, record_property: RecordProperty, results: Results[Any]
+) -> RecordProperty:
     """record_property, and the fact into the record's configuration."""
 
     def add(key: str, value: object) -> None:

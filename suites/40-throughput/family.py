@@ -134,7 +134,9 @@ def figure_facts(testcase: str, name: str, stats: Mapping[str, Any]) -> tuple[Fi
     """A measured figure (test_figures: `STATS` and samples) as the record holds it: a `Figure` when its name
     is charted, else the configuration rows the section lists it in (samples never shown)."""
     if not name or not set(name) <= _PLAIN:
-        return None, [Setting(testcase=testcase, key=f"{name}.{k}", value=str(stats[k])) for k in STATS if k in stats]
+        return None, [
+            Setting(testcase=testcase, key=f"{name}.{k}", value=str(stats[k])) for k in STATS if k in stats
+        ]
     median = _number(stats.get("median", ""))
     if median is None:
         return None, []
@@ -243,7 +245,9 @@ def _figure_rows(
 
     rows: list[tuple[str, ...]] = []
     for name, f in sorted(found.items()):
-        interval = f"{fmt(f.ci_low)} … {fmt(f.ci_high)}" if f.ci_low is not None and f.ci_high is not None else ""
+        interval = (
+            f"{fmt(f.ci_low)} … {fmt(f.ci_high)}" if f.ci_low is not None and f.ci_high is not None else ""
+        )
         limits = ", ".join(f"{c.bound} ({c.kind}) {c.verdict}" for c in by_figure.get(name, ()))
         rows.append(
             (f"<code>{e(name)}</code>", e(f.unit), fmt(f.median), e(interval), e(f.n),
@@ -275,7 +279,9 @@ def _settings_rows(config: Sequence[Setting]) -> list[tuple[str, ...]]:
     return rows
 
 
-def _joined(ctx: SectionContext[ThroughputRecord]) -> tuple[dict[str, Figure], list[tuple[Check, Case]], list[Setting]]:
+def _joined(
+    ctx: SectionContext[ThroughputRecord],
+) -> tuple[dict[str, Figure], list[tuple[Check, Case]], list[Setting]]:
     """The records' figures, their checks with the testcase each ran as (JUnit's outcome), the configuration."""
     found: dict[str, Figure] = {}
     checks: list[tuple[Check, Case]] = []

@@ -36,9 +36,9 @@ from typing import Any
 
 import pytest
 
+from stackfarm import qualrecord
 from stackfarm.cellspec import CellSpec, load
 from stackfarm.errors import StackfarmError
-from stackfarm import qualrecord
 from stackfarm.proc import call
 from stackfarm.suitekit import NA, not_applicable
 from stackfarm.throughput import benchjson, curve, record
@@ -338,9 +338,7 @@ def test_gpu(cell: CellSpec, setting: RecordProperty) -> None:
     the_plan = plan()
     gpus = the_plan.gpus or query_gpus()
     setting("runner_kind", the_plan.runner_kind)
-    setting(
-        "runner_kind.source", RUNNER_KIND_ENV if os.environ.get(RUNNER_KIND_ENV) else "nvidia-smi"
-    )
+    setting("runner_kind.source", RUNNER_KIND_ENV if os.environ.get(RUNNER_KIND_ENV) else "nvidia-smi")
     for gpu in gpus:
         for key, value in dataclasses.asdict(gpu).items():
             setting(f"gpu{gpu.index}.{key}", value)
@@ -367,9 +365,7 @@ def test_figures(run: Run, setting: RecordProperty, figure: Callable[[str, dict[
     for name, fig in figures.items():
         figure(name, fig)
     written = run.write()
-    setting(
-        "throughput_json", str(written) if written else f"not written: ${record.OUT_ENV} is not set"
-    )
+    setting("throughput_json", str(written) if written else f"not written: ${record.OUT_ENV} is not set")
     expected = settings.figures()
     missing = [f for f in expected if f not in figures]
     assert not missing, f"figures not measured: {missing} (the EAGLE-3 server reports no spec_accept_length?)"

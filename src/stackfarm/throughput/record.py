@@ -218,9 +218,9 @@ __all__ = [
     "baseline_of",
     "document",
     "load",
+    "out_dir",
     "qualified_figures",
     "read_baseline_doc",
-    "out_dir",
     "summarise_figure",
     "write",
 ]
