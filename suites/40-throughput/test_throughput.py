@@ -5,7 +5,8 @@ order, each health-checked with a timeout. After a warm-up that lasts until the 
 requests alternate A B A B: single-stream decode (the seeds' tok/s figure), TTFT, ITL, batch throughput at
 the configured batch sizes, EAGLE-3's accept length (stackfarm.throughput.measure).
 
-Testcases, every figure in their JUnit properties:
+Testcases, every figure in their JUnit properties and in the suite's record (``40-throughput.json``, family.py:
+what the report renders, filled through conftest.py's `setting`, `check_property` and `figure`):
 
 - test_gpu: name, clocks, driver, power limit of each GPU (nvidia-smi), and the runner kind;
 - test_figures: per figure the samples, median, bootstrap interval, CV; the warm-up; the server arguments;
