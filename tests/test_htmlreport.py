@@ -2,7 +2,8 @@
 
 The reports are small synthetic reports/ folders (see test_history.write_cell) carrying the properties the
 suites record: 10-capability's findings and grid, the runner's patch statuses, 20-eagle3's contract,
-equivalence figures (issue 7's names) and throughput figures with a threshold.
+equivalence figures (issue 7's names) and throughput figures with a threshold (held as JUnit properties only:
+those families' format 0, stackfarm.family.SuiteFamily.legacy).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ PASSING: dict[str, list[CaseSpec]] = {
         ("test_provider[target:KimiK25.get_embed_and_head]", "passed", "",
          {"model_class": "KimiK25ForConditionalGeneration", "method": "get_embed_and_head", "verdict": "ok", "role": "target"}),
     ],
-    "30-equivalence": [
+    "30-numerics": [
         ("test_e2e[eagle3-bf16]", "passed", "", {"match_rate": "0.5", "first_divergence": "4", "near_ties": "2",
                                                  "max_abs_err": "0", "tolerance": "0.05"}),
     ],
@@ -128,7 +129,7 @@ def test_grid_colours_each_suite_and_links_each_cell(reports: Path) -> None:
         "00-patches",
         "10-capability",
         "20-eagle3",
-        "30-equivalence",
+        "30-numerics",
         "40-throughput",
         "verdict",
     ]

@@ -4,6 +4,7 @@ key and a suggestion, before any work starts. One test per table, then the facil
 from __future__ import annotations
 
 import re
+import shutil
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from conftest import WriteMatrix
-from stackfarm import matrix, schema, suite_config
+from stackfarm import families, matrix, schema, suite_config
 from stackfarm.errors import ConfigError, ExitCode
 from stackfarm.matrix import Runner
 from stackfarm.numerics import settings as numerics_settings
@@ -20,6 +21,7 @@ from stackfarm.throughput.measure import MeasureError
 from stackfarm.throughput.settings import Settings as ThroughputSettings
 
 REPO = Path(__file__).resolve().parents[1]
+REPO_SUITES = REPO / "suites"
 
 RUNNERS = """
 [runners.1x-h200]
@@ -30,10 +32,15 @@ labels = ["self-hosted", "linux", "x64", "sm_90", "gpus-1"]
 
 
 def suites(root: Path, *names: str) -> None:
+    """Suite folders under `root`, each with the checkout's family.py of that name where it has one (the
+    family declares the suite's settings)."""
     for name in names:
         folder = root / "suites" / name
         folder.mkdir(parents=True)
         (folder / "test_it.py").write_text("def test_it():\n    pass\n", encoding="utf-8")
+        family = REPO_SUITES / name / "family.py"
+        if family.is_file():
+            shutil.copyfile(family, folder / "family.py")
 
 
 def fails(path: Path, needle: str) -> ConfigError:
@@ -111,7 +118,8 @@ def test_runner_without_labels_and_an_empty_runners_table(write_matrix: WriteMat
 # --------------------------------------------------------------------------- [thresholds.<kind>]
 
 
-def test_threshold_kind_typo(write_matrix: WriteMatrix) -> None:
+def test_threshold_kind_typo(write_matrix: WriteMatrix, tmp_path: Path) -> None:
+    suites(tmp_path, "40-throughput")  # its family owns [thresholds]
     path = write_matrix(RUNNERS + "\n[thresholds.1x-h2000]\ndecode_tok_s = 200\n")
     exc = fails(path, "[thresholds.1x-h2000]")
     assert "`1x-h2000` is not a runner kind; did you mean `1x-h200`?" in str(exc)
@@ -124,7 +132,8 @@ def test_threshold_kind_may_be_a_known_kind_without_a_runners_table(write_matrix
     assert dict(m.thresholds) == {"8x-h200": {"decode_tok_s": 200}}
 
 
-def test_threshold_figure_typo(write_matrix: WriteMatrix) -> None:
+def test_threshold_figure_typo(write_matrix: WriteMatrix, tmp_path: Path) -> None:
+    suites(tmp_path, "40-throughput")  # its family owns [thresholds]
     path = write_matrix(RUNNERS + "\n[thresholds.1x-h200]\ndecode_tok_s = 200\ndecode_toks = 200\n")
     exc = fails(path, "decode_toks =")
     assert (
@@ -142,7 +151,8 @@ def test_threshold_figure_typo(write_matrix: WriteMatrix) -> None:
         ("max_regression_pct = 100", "must be below 100"),
     ],
 )
-def test_bad_threshold_values(write_matrix: WriteMatrix, line: str, message: str) -> None:
+def test_bad_threshold_values(write_matrix: WriteMatrix, tmp_path: Path, line: str, message: str) -> None:
+    suites(tmp_path, "40-throughput")  # its family owns [thresholds]
     path = write_matrix(RUNNERS + f"\n[thresholds.1x-h200]\n{line}\n")
     exc = fails(path, line.split(" =", maxsplit=1)[0] + " =")
     assert message in str(exc)
@@ -422,6 +432,7 @@ def test_plan_refuses_a_bad_matrix_with_exit_2(
     from stackfarm.cli import main
 
     (tmp_path / "wheels").mkdir()
+    suites(tmp_path, "40-throughput")  # its family owns [thresholds]
     path = write_matrix(
         '\n[indexes.local]\nfind_links = "wheels"\n' + RUNNERS + "\n[thresholds.1x-h200]\ndecode_toks = 200\n"
     )
@@ -493,3 +504,17 @@ def test_fields_report_the_path_the_value_and_the_fix() -> None:
     assert problem is not None
     assert (problem.path, problem.message) == ((), "needs `n`")
     assert re.search(r"\(a boolean\)", schema.first_problem({"n": True}, table).message)  # type: ignore[union-attr]
+
+
+def test_the_config_layer_names_no_suite_library() -> None:
+    """[thresholds] is the 40-throughput family's table (SuiteFamily.tables), its settings the families'
+    (family.py): matrix.load reaches both through the family registry, and the throughput library's record
+    imports no sign-off (the signed baseline is stackfarm.qualrecord's to verify)."""
+    src = REPO / "src" / "stackfarm"
+    for module in ("matrix.py", "legacy_settings.py"):
+        text = (src / module).read_text(encoding="utf-8")
+        assert not re.search(r"^from \.(throughput|numerics)", text, re.M), module
+    record = (src / "throughput" / "record.py").read_text(encoding="utf-8")
+    assert not re.search(r"^from \.\. import .*(attest|qualrecord)", record, re.M)
+    owned = families.load(REPO_SUITES)["40-throughput"].tables
+    assert list(owned) == ["thresholds"]

@@ -14,7 +14,7 @@ from stackfarm import families, htmlreport, sections
 from stackfarm.family import to_json
 from stackfarm.history import read_run
 from stackfarm.sections.html import loc
-from test_history import CELL, CaseSpec, write_cell
+from test_history import CELL, OTHER, CaseSpec, write_cell
 from test_htmlreport import FAILING, FAILING_RECORDS, PASSING, PASSING_RECORDS
 
 SRC = Path(htmlreport.__file__)
@@ -23,33 +23,28 @@ TOOLCHAIN = families.module(REPO / "suites" / "15-toolchain" / "family.py")
 
 
 def test_each_suite_family_has_its_renderer() -> None:
-    assert {s.name for s in sections.load()} >= {"patches", "eagle3", "numerics", "throughput"}
+    assert {s.name for s in sections.load()} == {"patches", "eagle3"}
     registry = families.load(REPO / "suites")
     assert {name: f.section is not None and f.record is not None for name, f in registry.items()} == {
         "10-capability": True,
         "15-toolchain": True,
+        "30-numerics": True,
+        "40-throughput": True,
     }, "the migrated families render from their records"
     owner = {
         suite: (found.name if (found := sections.for_suite(suite)) else None)
-        for suite in (
-            "20-eagle3",
-            "30-numerics",
-            "30-equivalence",
-            "40-throughput",
-            "00-stack",
-            "10-capability",
-        )
+        for suite in ("20-eagle3", "30-numerics", "40-throughput", "00-stack", "10-capability")
     }
     assert owner == {
         "20-eagle3": "eagle3",
-        "30-numerics": "numerics",
-        "30-equivalence": "numerics",
-        "40-throughput": "throughput",
+        "30-numerics": None,
+        "40-throughput": None,
         "00-stack": None,
         "10-capability": None,
     }, "still to migrate: the legacy renderers, by prefix"
-    assert sections.claimed("10-capability", registry)
-    assert sections.claimed("15-toolchain", registry)
+    for name in ("10-capability", "15-toolchain", "30-numerics", "40-throughput"):
+        assert sections.claimed(name, registry)
+    assert {n for n, f in registry.items() if f.legacy is not None} == {"30-numerics", "40-throughput"}
 
 
 def test_htmlreport_has_no_suite_specific_code() -> None:
@@ -168,3 +163,34 @@ def test_the_patch_section_judges_a_status_as_the_runner_does(tmp_path: Path) ->
     patches = page.split("<h2>Patches</h2>", 1)[1].split("<h2>", 1)[0]
     assert '0001-all-reduce.patch</code></td><td><span class="badge o-failed">upstreamed' in patches
     assert '0002-gate.patch</code></td><td><span class="badge o-passed">applied' in patches
+
+
+def test_numerics_and_throughput_render_a_record_as_they_render_a_held_run(tmp_path: Path) -> None:
+    """A held run (no record: format 0, its JUnit properties) and a run whose suites wrote that run's record
+    show the same Equivalence and Throughput sections; a record the verdict does not bind is not shown."""
+    registry = families.load(REPO / "suites")
+    write_cell(tmp_path / "held", OTHER, PASSING, records=PASSING_RECORDS)
+    held_run = read_run(tmp_path / "held").cells[OTHER]
+    records = dict(PASSING_RECORDS)
+    for name in ("30-numerics", "40-throughput"):
+        suite = next(s for s in held_run.suites if s.result.suite == name)
+        legacy = registry[name].legacy
+        assert legacy is not None
+        records[name] = to_json(legacy(suite))
+    assert records["30-numerics"]["comparisons"][0]["match_rate"] == "0.5"
+    assert [f["name"] for f in records["40-throughput"]["figures"]] == ["decode_tok_s", "eagle3_decode_tok_s"]
+    write_cell(tmp_path / "new", OTHER, PASSING, records=records)
+    new = htmlreport.cell_page(read_run(tmp_path / "new").cells[OTHER], None, registry)
+    held = htmlreport.cell_page(held_run, None, registry)
+
+    def part(page: str, title: str) -> str:
+        return page.split(f"<h2>{title}</h2>", 1)[1].split("<h2>", 1)[0]
+
+    for title in ("Equivalence", "Throughput"):
+        assert part(new, title) == part(held, title), title
+    assert "<title>absolute threshold 89.5</title>" in part(new, "Throughput")
+    record = tmp_path / "new" / OTHER / "40-throughput.json"
+    record.write_text(record.read_text().replace("92.6", "192.6"))
+    page = htmlreport.cell_page(read_run(tmp_path / "new").cells[OTHER], None, registry)
+    assert "40-throughput.json: not the record the verdict binds (its sha256 differs): not shown" in page
+    assert 'aria-label="decode"' not in page

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from stackfarm import qualrecord
 from stackfarm.throughput import record
 from stackfarm.throughput.benchjson import (
     one_batch_figures,
@@ -168,7 +169,7 @@ def test_baseline_from_a_throughput_record(tmp_path: Path) -> None:
         cell="c", runner_kind="1x-h200", sglang="0.5.15", gpus=[], gpus_after=[], settings={}, configs={},
         warmup={}, figures={"decode_tok_s": figure}, checks=[], problems=[],
     )  # fmt: skip
-    base = record.load_baseline(record.write(tmp_path, doc))
+    base = qualrecord.load_baseline(record.write(tmp_path, doc))
     assert base.runner_kind == "1x-h200"
     assert base.medians == {"decode_tok_s": 91.0}
 
@@ -203,14 +204,14 @@ def test_baseline_from_a_qualification_record(tmp_path: Path) -> None:
     }
     path = tmp_path / "r7.json"
     path.write_text(json.dumps(qualified), encoding="utf-8")
-    base = record.load_baseline(path)
+    base = qualrecord.load_baseline(path)
     assert base.runner_kind == "1x-h200"
     assert base.medians == {"decode_tok_s": 612.5, "batch8_tok_s": 4100.25}
     assert "release r7" in base.origin
     qualified["suites"] = qualified["suites"][:1]
     path.write_text(json.dumps(qualified), encoding="utf-8")
     with pytest.raises(record.RecordError, match="qualified no figures"):
-        record.load_baseline(path)
+        qualrecord.load_baseline(path)
 
 
 def test_baseline_from_a_signed_record_needs_a_trusted_key(
@@ -235,11 +236,11 @@ def test_baseline_from_a_signed_record_needs_a_trusted_key(
     path.write_text(json.dumps(envelope), encoding="utf-8")
     monkeypatch.delenv(attest.TRUSTED_KEYS_ENV, raising=False)
     with pytest.raises(record.RecordError, match="can trust"):
-        record.load_baseline(path)
+        qualrecord.load_baseline(path)
     monkeypatch.setenv(attest.TRUSTED_KEYS_ENV, str(public))
-    assert record.load_baseline(path).medians == {"decode_tok_s": 214.5}
+    assert qualrecord.load_baseline(path).medians == {"decode_tok_s": 214.5}
     forged = json.loads(path.read_text())
     forged["payload"] = forged["payload"][:-8] + "AAAAAAA="
     path.write_text(json.dumps(forged), encoding="utf-8")
     with pytest.raises(record.RecordError, match="can trust"):
-        record.load_baseline(path)
+        qualrecord.load_baseline(path)

@@ -16,11 +16,14 @@ import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from stackfarm import families
 from stackfarm.cellspec import CellSpec, InstalledComponent
+from stackfarm.family import from_json
 
 pytestmark = pytest.mark.integration
 
@@ -105,6 +108,17 @@ def run_suite(
     return done.returncode, cases, out
 
 
+def assert_record_shows_the_junit(out: Path, cases: dict[str, Case]) -> None:
+    """The suite's record (40-throughput.json, family.py) holds what format 0 reads from its JUnit properties:
+    the section renders a run from its record as it renders a held run of the same JUnit file."""
+    family = families.load_one(REPO / "suites" / "40-throughput" / families.FAMILY_FILE)
+    assert family.record is not None
+    assert family.legacy is not None
+    doc = json.loads((out / "40-throughput.json").read_text(encoding="utf-8"))
+    held = SimpleNamespace(cases=[SimpleNamespace(name=n, properties=c.properties) for n, c in cases.items()])
+    assert from_json(family.record, doc["record"]) == family.legacy(held)
+
+
 def test_suite_measures_records_and_judges(tmp_path: Path) -> None:
     code, cases, out = run_suite(tmp_path)
     assert code == 1, "one threshold fails on purpose"
@@ -160,6 +174,7 @@ def test_suite_measures_records_and_judges(tmp_path: Path) -> None:
     assert (out / "throughput-baseline.log").is_file()
     assert (out / "throughput-eagle3.log").is_file()
     assert not (REPO / "throughput.json").exists(), "never written into the CWD"
+    assert_record_shows_the_junit(out, cases)
 
 
 def test_server_that_never_becomes_healthy(tmp_path: Path) -> None:
@@ -198,7 +213,8 @@ def test_without_a_gpu_everything_skips_with_the_reason(tmp_path: Path) -> None:
     assert code == 0
     assert {c.outcome for c in cases.values()} == {"skipped"}
     assert all("needs GPU: no NVIDIA GPU" in c.message for c in cases.values())
-    assert not out.exists()
+    assert [p.name for p in out.iterdir()] == ["40-throughput.json"], "no figures, no logs: only the record"
+    assert_record_shows_the_junit(out, cases)
 
 
 def test_server_that_crashes_is_an_import_error_not_retried(tmp_path: Path) -> None:
@@ -277,6 +293,7 @@ def test_acceptance_curve_on_planted_models(tmp_path: Path) -> None:
     assert doc["curve"]["points"]["0.5"]["expected_accept_length"] == 2.5
     assert 0.0 < doc["curve"]["break_even_acceptance"] < 0.9
     assert "--load-format" not in figures["config.eagle3.args"], "planted weights are real, not dummy"
+    assert_record_shows_the_junit(out, cases)
 
 
 def test_a_warmup_that_never_settles_is_inconclusive_not_passed(tmp_path: Path) -> None:

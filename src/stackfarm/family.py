@@ -13,6 +13,9 @@ A family is one object, ``FAMILY = SuiteFamily(...)``, the way pytest treats a p
   whose bytes are not the ones bound is never rendered (`read_record`);
 - its **section**: the cell page's HTML, rendered from the decoded records (`SectionContext`);
 - its **needs**: a GPU, the image's tools, the stack table flags it reads, extra wheels (`Needs`);
+- its **tables** (`OwnedTable`): the top-level tables of matrix.toml it owns besides [suites.<name>]
+  (40-throughput's [thresholds.<runner kind>]), declared here and checked by matrix.load through the family
+  registry with the file, line and key of every error, so that the config layer imports no suite library;
 - its **format 0** (`SuiteFamily.legacy`): how a suite run held from before its family wrote records (a verdict
   that binds no record sha256, no ``<suite>.json``) becomes a record, read from that run's JUnit file once, at
   the report, the way the verdict store migrates an old format. It is the one reader of a suite's JUnit
@@ -38,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from .schema import Table
+from .schema import Field, Table
 
 #: The record file's format: 1 is ``{"schema", "family", "record"}`` with `to_json`'s encoding.
 RECORD_SCHEMA = 1
@@ -74,6 +77,23 @@ class Needs:
     wheels: Callable[[Any], tuple[str, ...]] = _no_wheels
 
 
+def _any_key(_key: str, _runners: tuple[str, ...]) -> tuple[str, str] | None:
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OwnedTable:
+    """A top-level table of matrix.toml a family owns, ``[<table>.<key>]`` sub-tables (40-throughput's
+    [thresholds.<runner kind>]): matrix.load checks each key with `key_problem` and each sub-table against the
+    schema `entry` gives, naming the file, line and key of an error."""
+
+    #: The schema of one sub-table, from the family's parsed settings (None: the suite is disabled, or has no
+    #: settings table: its defaults apply).
+    entry: Callable[[Any], Field]
+    #: Why a sub-table's key is refused, given the kinds [runners] declares: (message, fix), or None.
+    key_problem: Callable[[str, tuple[str, ...]], tuple[str, str] | None] = _any_key
+
+
 @dataclass(frozen=True, kw_only=True)
 class SectionContext(Generic[R]):
     """What a family's section gets: the cell as the report knows it, the family's suite runs, the records
@@ -107,6 +127,8 @@ class SuiteFamily(Generic[S, R]):
     #: testcases' names, outcomes and properties, its testsuite properties); None when it holds no figures.
     #: None here: a held run of this family shows no section, only its grid cell.
     legacy: Callable[[Any], R | None] | None = None
+    #: The top-level tables of matrix.toml the family owns (table name -> its declaration); none by default.
+    tables: Mapping[str, OwnedTable] = field(default_factory=dict)
 
     def parse(self, table: Mapping[str, Any]) -> S | None:
         """The settings object of a checked table (None for a family without settings)."""
@@ -335,6 +357,7 @@ class Results(Generic[R]):
 __all__ = [
     "RECORD_SCHEMA",
     "Needs",
+    "OwnedTable",
     "Results",
     "SectionContext",
     "Settings",

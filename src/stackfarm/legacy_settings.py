@@ -5,9 +5,10 @@ A suite with a family declares its ``[suites.<NN-name>.settings]`` schema in its
 their settings checked here, by the tables they read out of ``cell.settings``, until each gets its family.py:
 
 - 20-eagle3 (suites/20-eagle3/test_eagle3.py): `extra_targets`, `extra_drafts`, `compare_with`,
-  `runtime_pairs`, `runtime_timeout`, `attention_backend`;
-- 30-numerics (`stackfarm.numerics.settings`) and 40-throughput (`stackfarm.throughput.settings`): declared next
-  to the code that owns the meaning, imported from here until their family.py imports them instead.
+  `runtime_pairs`, `runtime_timeout`, `attention_backend`.
+
+(30-numerics and 40-throughput declare theirs in their family.py, from stackfarm.numerics.settings and
+stackfarm.throughput.settings.)
 
 `SCHEMAS` maps a legacy suite's name to its schema. A suite with neither a family nor an entry here (00-stack,
 05-import) accepts no settings: any key in its settings table is an error, like an unknown key.
@@ -17,12 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .numerics.settings import SCHEMA as NUMERICS
-from .numerics.settings import SUITE as NUMERICS_SUITE
 from .schema import List, Number, Str, Table
 from .settings_kit import CLASS, classes, version
-from .throughput.settings import SCHEMA as THROUGHPUT
-from .throughput.settings import SUITE as THROUGHPUT_SUITE
 
 #: [suites.20-eagle3.settings]
 EAGLE3 = Table(
@@ -46,8 +43,6 @@ EAGLE3 = Table(
 #: Legacy suite name -> the schema of its settings table (the suites without family.py).
 SCHEMAS: Mapping[str, Table] = {
     "20-eagle3": EAGLE3,
-    NUMERICS_SUITE: NUMERICS,
-    THROUGHPUT_SUITE: THROUGHPUT,
 }
 
 #: Accepts no key: the settings of a suite that declares none.

@@ -3,7 +3,9 @@
 Every error names the file, the line, the key and a fix (with a close-match suggestion for typos). Every table is
 checked in `load`, before any work starts: the tables read by one library or suite are declared next to the code
 that owns their meaning and checked here through stackfarm.schema: [suites.*] settings (each suite's family.py: stackfarm.suite_config),
-[thresholds.<kind>] (stackfarm.throughput.thresholds), [runners], [features], [docker] (stackfarm.matrix_tables).
+the top-level tables a suite family owns, such as [thresholds.<kind>] (its family.py's SuiteFamily.tables: 40-throughput's,
+declared in stackfarm.throughput.thresholds; this module names no suite library), [runners], [features], [docker]
+(stackfarm.matrix_tables).
 """
 
 from __future__ import annotations
@@ -21,14 +23,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import indexauth, matrix_tables, schema, tomlread
-from .errors import ConfigError, StackfarmError, did_you_mean
+from .errors import ConfigError, did_you_mean
 from .families import discover_suites
 from .patchset import PatchSet
 from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of, python_problem
 from .suite_config import family_of, parse_settings, settings_schema
-from .throughput import thresholds as throughput_thresholds
-from .throughput.settings import SUITE as THROUGHPUT_SUITE
-from .throughput.settings import Settings as ThroughputSettings
 from .wheelsource import Source
 
 _TOP_KEYS = (
@@ -370,7 +369,8 @@ def _build(doc: _Doc, data: dict[str, Any]) -> Matrix:
         patch_sets=_patch_sets(doc, _table(doc, data, "patches")),
         suites=suites,
         features=_features(doc, _table(doc, data, "features"), archs),
-        thresholds=_thresholds(doc, _table(doc, data, "thresholds"), suites, runners),
+        thresholds=_owned_tables(doc, data, suites, runners).get("thresholds")
+        or _table(doc, data, "thresholds"),
         docker=_docker(doc, _table(doc, data, "docker")),
         runners=runners,
         deviations=_deviations(doc, data),
@@ -461,28 +461,27 @@ def _runners(doc: _Doc, data: Mapping[str, Any], archs: Sequence[str]) -> dict[s
     return runners
 
 
-def _thresholds(
-    doc: _Doc, table: dict[str, Any], suites: Sequence[Suite], runners: Mapping[str, Runner]
-) -> dict[str, Any]:
-    """Each [thresholds.<kind>]: a declared or known runner kind, figures the 40-throughput settings measure."""
-    raw = next((s.settings for s in suites if s.name == THROUGHPUT_SUITE), {})
-    try:
-        settings = ThroughputSettings.from_mapping(raw)
-    except StackfarmError:  # an unusable settings table was refused before; a disabled suite's is not read
-        settings = ThroughputSettings()
-    measured = settings.figures()
-    declared = throughput_thresholds.table_schema(measured)
-    for kind, entry in table.items():
-        if kind not in runners and not throughput_thresholds.is_known_kind(kind):
-            hint = did_you_mean(kind, runners)
-            raise doc.error(
-                f"[thresholds.{kind}]: `{kind}` is not a runner kind" + (f"; {hint}" if hint else ""),
-                table=f"thresholds.{kind}",
-                fix=f"use a kind of [runners] ({', '.join(runners) or 'none'}) or <count>x-<gpu> with a gpu of "
-                f"{', '.join(throughput_thresholds.KNOWN_GPUS)}, as nvidia-smi names the runner",
-            )
-        schema.check(doc, ("thresholds", kind), entry, declared)
-    return table
+def _owned_tables(
+    doc: _Doc, data: dict[str, Any], suites: Sequence[Suite], runners: Mapping[str, Runner]
+) -> dict[str, dict[str, Any]]:
+    """Each top-level table a suite family owns (stackfarm.family.OwnedTable: 40-throughput's [thresholds]),
+    checked by its declaration: every key of [<table>.<key>] by `key_problem`, every sub-table against the
+    schema the family's parsed settings imply (a disabled suite's: its defaults). A table no family owns is
+    not checked (no suite reads it)."""
+    parsed = {s.name: s.parsed_settings for s in suites}
+    out: dict[str, dict[str, Any]] = {}
+    for name, path in discover_suites(doc.path.parent).items():
+        family = family_of(path)
+        for table_name, owned in (family.tables if family is not None else {}).items():
+            table = _table(doc, data, table_name)
+            declared = owned.entry(parsed.get(name))
+            for key, entry in table.items():
+                problem = owned.key_problem(key, tuple(runners))
+                if problem is not None:
+                    raise doc.error(problem[0], table=f"{table_name}.{key}", fix=problem[1])
+                schema.check(doc, (table_name, key), entry, declared)
+            out[table_name] = table
+    return out
 
 
 def _axes(doc: _Doc, table: dict[str, Any]) -> dict[str, tuple[str, ...]]:

@@ -18,6 +18,7 @@ from .attest import SignatureProblem, TrustedKey
 from .errors import StackfarmError
 from .history import CellRun
 from .proc import call
+from .throughput import record as throughput_record
 
 #: Bumped when the record's layout changes; --verify reads the versions it knows. 1 was an unsigned record
 #: sealed by an unkeyed sha256 (anyone could recompute it); 2 is the signed statement.
@@ -271,6 +272,21 @@ def changed_reports(predicate: Mapping[str, Any], reports: Path) -> tuple[list[s
     return changed, absent, len(files) - len(absent)
 
 
+def load_baseline(path: Path) -> throughput_record.Baseline:
+    """The last qualified figures (40-throughput's max_regression_pct judges against them) from a throughput.json,
+    a qualification record, or a signed one: a signed sign-off's figures count only once its signature verifies
+    under a trusted key. Here, not in stackfarm.throughput.record: the sign-off side imports the suite library's
+    record, never the reverse."""
+    doc = throughput_record.read_baseline_doc(path)
+    if attest.is_envelope(doc):
+        try:
+            predicate = verified_predicate(path, attest.load_trusted_keys())
+        except StackfarmError as exc:  # a bad signature, an untrusted key, no trusted key
+            raise throughput_record.RecordError(f"{path}: not a baseline this run can trust: {exc}") from None
+        return throughput_record.qualified_figures(predicate, path)
+    return throughput_record.baseline_of(doc, path)
+
+
 __all__ = [
     "ENVELOPE_KEYS",
     "MAX_VALUE",
@@ -278,6 +294,7 @@ __all__ = [
     "SCHEMA",
     "changed_reports",
     "file_sha256",
+    "load_baseline",
     "matrix_provenance",
     "read_json",
     "record_markdown",

@@ -79,7 +79,7 @@ from stackfarm.numerics.planted import (
     write_draft_planted,
     write_target_planted,
 )
-from stackfarm.numerics.settings import SUITE, Settings, SettingsError, parse
+from stackfarm.numerics.settings import SUITE, Settings, SettingsError
 from stackfarm.numerics.tinymodels import (
     CPU_TARGET,
     GPU_TARGET,
@@ -111,7 +111,7 @@ def _record(record_property: RecordProperty, **values: object) -> None:
 @functools.cache
 def _parsed(cell_path: str) -> Settings | SettingsError:
     try:
-        return parse(load(cell_path).settings.get(SUITE))
+        return Settings.from_mapping(load(cell_path).settings.get(SUITE) or {})
     except SettingsError as exc:
         return exc
 
@@ -127,7 +127,7 @@ def _collection_settings() -> Settings:
 @pytest.fixture(scope="session")
 def settings(cell: CellSpec) -> Settings:
     try:
-        return parse(cell.settings.get(SUITE))
+        return Settings.from_mapping(cell.settings.get(SUITE) or {})
     except SettingsError as exc:
         pytest.fail(str(exc), pytrace=False)
 
@@ -172,7 +172,7 @@ def _cuda_toolchain(cell: CellSpec, workdir: Path, record_testsuite_property: Re
 def test_settings(cell: CellSpec, record_property: RecordProperty) -> None:
     """The settings parse; the effective values (defaults filled in) are recorded."""
     try:
-        found = parse(cell.settings.get(SUITE))
+        found = Settings.from_mapping(cell.settings.get(SUITE) or {})
     except SettingsError as exc:
         _record(record_property, detail=str(exc))
         pytest.fail(str(exc), pytrace=False)

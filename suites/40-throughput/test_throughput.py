@@ -5,7 +5,8 @@ order, each health-checked with a timeout. After a warm-up that lasts until the 
 requests alternate A B A B: single-stream decode (the seeds' tok/s figure), TTFT, ITL, batch throughput at
 the configured batch sizes, EAGLE-3's accept length (stackfarm.throughput.measure).
 
-Testcases, every figure in their JUnit properties:
+Testcases, every figure in their JUnit properties and in the suite's record (``40-throughput.json``, family.py:
+what the report renders, filled through conftest.py's `setting`, `check_property` and `figure`):
 
 - test_gpu: name, clocks, driver, power limit of each GPU (nvidia-smi), and the runner kind;
 - test_figures: per figure the samples, median, bootstrap interval, CV; the warm-up; the server arguments;
@@ -36,6 +37,7 @@ from typing import Any
 
 import pytest
 
+from stackfarm import qualrecord
 from stackfarm.cellspec import CellSpec, load
 from stackfarm.errors import StackfarmError
 from stackfarm.proc import call
@@ -98,7 +100,7 @@ def _baseline(settings: Settings, kind: str) -> tuple[dict[str, float] | None, s
     path = os.environ.get(record.BASELINE_ENV) or settings.baseline_record
     if not path:
         return None, "", None
-    base = record.load_baseline(Path(path))
+    base = qualrecord.load_baseline(Path(path))
     if base.runner_kind != kind:
         problem = f"the baseline {base.origin} is from runner kind {base.runner_kind!r}, not {kind!r}"
         return None, base.origin, problem
@@ -331,46 +333,40 @@ def run(cell: CellSpec, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ru
 # ------------------------------------------------------------------------------------------ testcases
 
 
-def test_gpu(cell: CellSpec, record_property: RecordProperty) -> None:
+def test_gpu(cell: CellSpec, setting: RecordProperty) -> None:
     if cell.no_gpu_reason is not None:
         pytest.skip(f"needs GPU: {cell.no_gpu_reason}")
     the_plan = plan()
     gpus = the_plan.gpus or query_gpus()
-    record_property("runner_kind", the_plan.runner_kind)
-    record_property(
-        "runner_kind.source", RUNNER_KIND_ENV if os.environ.get(RUNNER_KIND_ENV) else "nvidia-smi"
-    )
+    setting("runner_kind", the_plan.runner_kind)
+    setting("runner_kind.source", RUNNER_KIND_ENV if os.environ.get(RUNNER_KIND_ENV) else "nvidia-smi")
     for gpu in gpus:
         for key, value in dataclasses.asdict(gpu).items():
-            record_property(f"gpu{gpu.index}.{key}", value)
+            setting(f"gpu{gpu.index}.{key}", value)
     assert gpus, "nvidia-smi listed no GPU"
 
 
-def test_figures(run: Run, record_property: RecordProperty) -> None:
+def test_figures(run: Run, setting: RecordProperty, figure: Callable[[str, dict[str, Any]], None]) -> None:
     assert run.measurement is not None
     settings = run.settings
-    record_property("sglang", run.sglang_version())
-    record_property("runner_kind", run.plan.runner_kind)
-    record_property("rounds", run.measurement.rounds)
+    setting("sglang", run.sglang_version())
+    setting("runner_kind", run.plan.runner_kind)
+    setting("rounds", run.measurement.rounds)
     for config in run.configs:
-        record_property(f"config.{config.label}.args", " ".join(config.args))
-        record_property(f"config.{config.label}.cuda_graph", config.cuda_graph)
+        setting(f"config.{config.label}.args", " ".join(config.args))
+        setting(f"config.{config.label}.cuda_graph", config.cuda_graph)
         if config.label in run.cpus:
-            record_property(f"config.{config.label}.cpus", ",".join(map(str, run.cpus[config.label])))
+            setting(f"config.{config.label}.cpus", ",".join(map(str, run.cpus[config.label])))
         if config.note:
-            record_property(f"config.{config.label}.note", config.note)
+            setting(f"config.{config.label}.note", config.note)
     for label, warm in run.measurement.warmups.items():
-        record_property(f"warmup.{label}.stable", warm.stable)
-        record_property(f"warmup.{label}.rates", json.dumps([round(r, 2) for r in warm.rates]))
+        setting(f"warmup.{label}.stable", warm.stable)
+        setting(f"warmup.{label}.rates", json.dumps([round(r, 2) for r in warm.rates]))
     figures = run.figures()
     for name, fig in figures.items():
-        for key in ("unit", "n", "median", "ci_low", "ci_high", "cv"):
-            record_property(f"{name}.{key}", fig[key])
-        record_property(f"{name}.samples", json.dumps([round(x, 4) for x in fig["samples"]]))
+        figure(name, fig)
     written = run.write()
-    record_property(
-        "throughput_json", str(written) if written else f"not written: ${record.OUT_ENV} is not set"
-    )
+    setting("throughput_json", str(written) if written else f"not written: ${record.OUT_ENV} is not set")
     expected = settings.figures()
     missing = [f for f in expected if f not in figures]
     assert not missing, f"figures not measured: {missing} (the EAGLE-3 server reports no spec_accept_length?)"
@@ -395,15 +391,15 @@ def _check_row(check: Check, **extra: Any) -> dict[str, Any]:
     }
 
 
-def test_thresholds_resolved(cell: CellSpec, record_property: RecordProperty) -> None:
+def test_thresholds_resolved(cell: CellSpec, setting: RecordProperty) -> None:
     """The runner kind has a [thresholds] table that resolves into checks against measured figures."""
     if cell.no_gpu_reason is not None:
         pytest.skip(f"needs GPU: {cell.no_gpu_reason}")
     the_plan = plan()
-    record_property("runner_kind", the_plan.runner_kind)
-    record_property("checks", ", ".join(f"{c.name} {c.bound.describe()}" for c in the_plan.checks) or "none")
+    setting("runner_kind", the_plan.runner_kind)
+    setting("checks", ", ".join(f"{c.name} {c.bound.describe()}" for c in the_plan.checks) or "none")
     if the_plan.problems:
-        record_property("problem", "; ".join(the_plan.problems))
+        setting("problem", "; ".join(the_plan.problems))
         pytest.fail("; ".join(the_plan.problems), pytrace=False)
 
 
@@ -423,12 +419,12 @@ def _unwarmed(run: Run, figure: str) -> list[str]:
     return [c for c in _configs_of(figure) if c in warmups and not warmups[c].stable]
 
 
-def test_threshold(check: Check | None, run: Run, record_property: RecordProperty) -> None:
+def test_threshold(check: Check | None, run: Run, check_property: RecordProperty) -> None:
     if check is None:
         pytest.skip("no threshold checks for this runner: see test_thresholds_resolved")
     assert run.measurement is not None
     for key, value in _check_row(check).items():
-        record_property(key, value)
+        check_property(key, value)
     samples = run.measurement.figures().get(check.figure)
     if not samples:
         run.checks.append(_check_row(check, verdict="error", detail="not measured"))
@@ -459,7 +455,7 @@ def test_threshold(check: Check | None, run: Run, record_property: RecordPropert
             f"(warmup_window {run.settings.warmup_window}, tolerance {run.settings.warmup_tolerance:g}, "
             f"{run.settings.warmup_max_runs} requests at most), so its samples do not decide; measured: {detail}"
         )
-        record_property("warmup_stable", "false")
+        check_property("warmup_stable", "false")
     row = _check_row(
         check,
         verdict=verdict,
@@ -473,9 +469,9 @@ def test_threshold(check: Check | None, run: Run, record_property: RecordPropert
     run.checks.append(row)
     run.write()
     for key in ("verdict", "median", "ci_low", "ci_high", "n", "remeasures"):
-        record_property(key, row[key])
-    record_property("history", json.dumps([[round(i.low, 4), round(i.high, 4)] for i in judgement.history]))
-    record_property("samples", json.dumps([round(x, 4) for x in judgement.samples]))
+        check_property(key, row[key])
+    check_property("history", json.dumps([[round(i.low, 4), round(i.high, 4)] for i in judgement.history]))
+    check_property("samples", json.dumps([round(x, 4) for x in judgement.samples]))
     assert verdict == "pass", f"{check.figure} {check.bound.describe()} ({check.source}): {detail}"
 
 
@@ -507,7 +503,7 @@ def _curve_summary(run: Run) -> dict[str, Any]:
     }
 
 
-def test_accept_length(rate: float | None, run: Run, record_property: RecordProperty) -> None:
+def test_accept_length(rate: float | None, run: Run, check_property: RecordProperty) -> None:
     """accept_length@<r>: the planted acceptance happened (1 + steps x r, within the interval and a tolerance)."""
     if rate is None:
         not_applicable(
@@ -530,15 +526,15 @@ def test_accept_length(rate: float | None, run: Run, record_property: RecordProp
         resamples=s.resamples,
         seed=s.seed,
     )
-    record_property("figure", name)
-    record_property("expected", f"{found.expected:.4g}")
-    record_property("tolerance", f"{found.tolerance:g}")
-    record_property("median", f"{found.median:.4g}")
+    check_property("figure", name)
+    check_property("expected", f"{found.expected:.4g}")
+    check_property("tolerance", f"{found.tolerance:g}")
+    check_property("median", f"{found.median:.4g}")
     if found.interval is not None:
-        record_property("ci_low", f"{found.interval.low:.4g}")
-        record_property("ci_high", f"{found.interval.high:.4g}")
-    record_property("samples", json.dumps([round(x, 4) for x in samples]))
-    record_property("verdict", "pass" if found.ok else "fail")
+        check_property("ci_low", f"{found.interval.low:.4g}")
+        check_property("ci_high", f"{found.interval.high:.4g}")
+    check_property("samples", json.dumps([round(x, 4) for x in samples]))
+    check_property("verdict", "pass" if found.ok else "fail")
     run.checks.append(
         {"name": name, "figure": name, "kind": "planted", "bound": f"= {found.expected:.4g} +- {found.tolerance:g}",
          "verdict": "pass" if found.ok else "fail", "median": found.median, "detail": found.explain()}
@@ -547,7 +543,7 @@ def test_accept_length(rate: float | None, run: Run, record_property: RecordProp
     assert found.ok, found.explain()
 
 
-def test_break_even(run: Run, record_property: RecordProperty) -> None:
+def test_break_even(run: Run, record_property: RecordProperty, setting: RecordProperty) -> None:
     """The curve of eagle3_over_baseline over the planted rates, and where it reaches 1 (break_even_acceptance)."""
     if not run.settings.acceptance:
         not_applicable(
@@ -556,15 +552,15 @@ def test_break_even(run: Run, record_property: RecordProperty) -> None:
     summary = _curve_summary(run)
     run.curve = summary
     run.write()
-    record_property("break_even_acceptance", summary["break_even"])
-    record_property("curve", json.dumps(summary["points"], sort_keys=True))
+    setting("break_even_acceptance", summary["break_even"])
+    setting("curve", json.dumps(summary["points"], sort_keys=True))
     per_round = run.measurement.figures().get(curve.BREAK_EVEN, []) if run.measurement else []
     record_property("break_even_acceptance.samples", json.dumps([round(x, 4) for x in per_round]))
     missing = [r for r, p in summary["points"].items() if p["eagle3_over_baseline"] is None]
     assert not missing, f"eagle3_over_baseline not measured at rates {missing}"
 
 
-def test_bench_tool(run: Run, record_property: RecordProperty, tmp_path: Path) -> None:
+def test_bench_tool(run: Run, setting: RecordProperty, tmp_path: Path) -> None:
     settings = run.settings
     if settings.bench_tool is None:
         not_applicable(
@@ -583,7 +579,7 @@ def test_bench_tool(run: Run, record_property: RecordProperty, tmp_path: Path) -
         tokenizer=settings.model_path,
     )
     outcome = call(argv, env=run.env, timeout=settings.request_timeout * 4, log=tmp_path / "bench.log")
-    record_property("command", " ".join(argv))
+    setting("command", " ".join(argv))
     assert result.is_file(), (
         f"bench_one_batch_server wrote no {result.name} (exit {outcome.returncode}, "
         f"{classify(outcome.output).value}): {outcome.output[-2000:]}"
@@ -597,4 +593,4 @@ def test_bench_tool(run: Run, record_property: RecordProperty, tmp_path: Path) -
     }
     run.write()
     for name, value in figures.items():
-        record_property(f"bench.{name}", value)
+        setting(f"bench.{name}", value)

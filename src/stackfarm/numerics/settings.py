@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StackfarmError
+from ..family import to_json
 from ..schema import Bool, Enum, Int, List, Map, Number, Problem, Str, Table, first_problem
 
 SUITE = "30-numerics"
@@ -117,6 +118,21 @@ class Settings:
     #: hypothesis examples per EAGLE tree kernel.
     tree_examples: int = 150
     seed: int = 0
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any]) -> Settings:
+        """The settings of the TOML table (`parse`) or of their JSON form as the runner hands them over
+        (stackfarm.family.to_json: ``tolerances`` by dtype, unset paths as null), so that
+        ``from_mapping(to_json(s)) == s`` (the suite family's contract)."""
+        if "tolerances" not in table:  # the TOML table
+            return parse(table)
+        # The JSON form: every field spelt out; a default is as good as unset (model = "path" beside a
+        # model_path would read as a contradiction the table never had).
+        defaults = to_json(cls())
+        raw = {k: v for k, v in table.items() if v is not None and defaults.get(k) != v}
+        if "tolerances" in raw:
+            raw["tolerance"] = raw.pop("tolerances")
+        return parse(raw)
 
 
 def _number(low: float, high: float, what: str) -> Number:

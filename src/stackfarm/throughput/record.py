@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import attest, qualrecord
 from ..errors import StackfarmError
 from .stats import bootstrap_ci, cv, median
 from .thresholds import higher_is_better, unit
@@ -141,6 +140,11 @@ def load(path: Path) -> dict[str, Any]:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise RecordError(f"{path}: cannot read a throughput record: {exc}") from exc
+    return _checked(doc, path)
+
+
+def _checked(doc: Any, path: Path) -> dict[str, Any]:
+    """`doc` when it is a throughput.json of this schema, with its figures; else RecordError."""
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise RecordError(f"{path}: schema {found!r}, expected {SCHEMA!r}")
@@ -159,7 +163,7 @@ class Baseline:
     origin: str
 
 
-def _qualified_figures(doc: Mapping[str, Any], path: Path) -> Baseline:
+def qualified_figures(doc: Mapping[str, Any], path: Path) -> Baseline:
     """From a qualification record (stackfarm.qualify): 40-throughput's test_figures testcase properties."""
     for suite in doc.get("suites", []):
         if not isinstance(suite, Mapping) or suite.get("suite") != SUITE:
@@ -180,23 +184,22 @@ def _qualified_figures(doc: Mapping[str, Any], path: Path) -> Baseline:
     )
 
 
-def load_baseline(path: Path) -> Baseline:
-    """The last qualified figures from a throughput.json, or from a qualification record
-    (reports/qualifications/<release>.json, which keeps every testcase property of the qualified run)."""
+def read_baseline_doc(path: Path) -> Any:
+    """The JSON of a baseline record (RecordError when it cannot be read)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise RecordError(f"{path}: cannot read a baseline record: {exc}") from exc
-    if attest.is_envelope(doc):
-        # A signed sign-off: its figures count only once its signature verifies under a trusted key.
-        try:
-            predicate = qualrecord.verified_predicate(path, attest.load_trusted_keys())
-        except StackfarmError as exc:  # a bad signature, an untrusted key, no trusted key
-            raise RecordError(f"{path}: not a baseline this run can trust: {exc}") from None
-        return _qualified_figures(predicate, path)
+
+
+def baseline_of(doc: Any, path: Path) -> Baseline:
+    """The last qualified figures of an unsigned baseline record read from `path`: a qualification record
+    (reports/qualifications/<release>.json, which keeps every testcase property of the qualified run) or a
+    throughput.json. A signed sign-off is the sign-off side's to verify first (stackfarm.qualrecord.load_baseline:
+    this library imports no sign-off)."""
     if isinstance(doc, dict) and "release" in doc and isinstance(doc.get("suites"), list):
-        return _qualified_figures(doc, path)
-    record = load(path)
+        return qualified_figures(doc, path)
+    record = _checked(doc, path)
     medians = {
         name: float(fig["median"])
         for name, fig in record["figures"].items()
@@ -212,10 +215,12 @@ __all__ = [
     "SCHEMA",
     "Baseline",
     "RecordError",
+    "baseline_of",
     "document",
     "load",
-    "load_baseline",
     "out_dir",
+    "qualified_figures",
+    "read_baseline_doc",
     "summarise_figure",
     "write",
 ]

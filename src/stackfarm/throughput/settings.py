@@ -100,7 +100,10 @@ class Settings:
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> Settings:
-        """The settings from the raw TOML table, checked against SCHEMA (MeasureError names the key)."""
+        """The settings from the raw TOML table, checked against SCHEMA (MeasureError names the key), or from
+        their JSON form as the runner hands them over (stackfarm.family.to_json: unset keys as null, no planted
+        rates as []), so that ``from_mapping(to_json(s)) == s`` (the suite family's contract)."""
+        raw = {k: v for k, v in raw.items() if v is not None and not (k == "acceptance" and not v)}
         _raise(first_problem(dict(raw), SCHEMA))
         return cls(**_values(raw))
 

@@ -15,7 +15,7 @@ A table holds three sorts of keys:
 - ``max_regression_pct = x``: every throughput figure >= (1 - x/100) x its median in the last qualified
   run on the same runner kind: a qualification record (reports/qualifications/<release>.json) or a
   throughput.json, named by ``$STACKFARM_THROUGHPUT_BASELINE`` or settings.baseline_record
-  (`stackfarm.throughput.record.load_baseline`); without one there is nothing to regress against.
+  (`stackfarm.qualrecord.load_baseline`); without one there is nothing to regress against.
 
 Figure names: ``decode_tok_s``, ``ttft_ms``, ``itl_ms`` (batch 1), ``batch<B>_tok_s``, ``batch<B>_ttft_ms``
 (B > 1); the same with an ``eagle3_`` prefix for the EAGLE-3 configuration; ``eagle3_accept_length`` and
@@ -244,6 +244,19 @@ def _below_100(table: Mapping[str, Any]) -> list[Problem]:
     return []
 
 
+def kind_problem(kind: str, runners: tuple[str, ...]) -> tuple[str, str] | None:
+    """Why [thresholds.<kind>] is refused (message, fix): neither a kind of [runners] (`runners`) nor a
+    <count>x-<gpu> of KNOWN_GPUS; None when it is one."""
+    if kind in runners or is_known_kind(kind):
+        return None
+    hint = did_you_mean(kind, runners)
+    return (
+        f"[thresholds.{kind}]: `{kind}` is not a runner kind" + (f"; {hint}" if hint else ""),
+        f"use a kind of [runners] ({', '.join(runners) or 'none'}) or <count>x-<gpu> with a gpu of "
+        f"{', '.join(KNOWN_GPUS)}, as nvidia-smi names the runner",
+    )
+
+
 def table_schema(measured: Sequence[str]) -> Map:
     """One [thresholds.<kind>] table, declared: figure names (of `measured`) and max_regression_pct, numbers > 0."""
     known = ", ".join([*measured, REGRESSION_KEY])
@@ -408,6 +421,7 @@ __all__ = [
     "is_figure",
     "is_known_kind",
     "key_problem",
+    "kind_problem",
     "resolve",
     "runner_kind",
     "table_schema",
