@@ -12,7 +12,7 @@ statuses).
     @register("throughput", "perf", "bench", title="Throughput", order=40)
     def render(ctx: Context) -> str: ...
 
-The built-in renderers (patches, and still to migrate: eagle3, numerics, throughput) load on the first `render`.
+The built-in renderers (patches, and still to migrate: numerics, throughput) load on the first `render`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # not at run time: the summaries import .grid, and history im
 
 #: The modules of the built-in renderers, imported on first use (they import history, which the summaries'
 #: grid module must not need).
-BUILTIN = ("patches", "eagle3", "numerics", "throughput")
+BUILTIN = ("patches", "numerics", "throughput")
 #: A suite name -> its family (stackfarm.families.load): the sections rendered from records.
 Families = Mapping[str, SuiteFamily[Any, Any]]
 
