@@ -695,6 +695,17 @@ def test_suite_end_to_end_on_a_synthetic_tree(tree: Path, tmp_path: Path) -> Non
     assert runtime
     assert all(c.find("skipped") is not None for c in runtime)
     assert "needs GPU: no NVIDIA GPU" in (runtime[0].find("skipped").get("message") or "")  # type: ignore[union-attr]
+    # The record (family.py's Eagle3Record) says what the properties say, testcase by testcase.
+    record = json.loads((junit.parent / "20-eagle3.json").read_text(encoding="utf-8"))["record"]
+    providers = {n for n in cases if n and n.startswith("test_provider[")}
+    assert {c["testcase"] for c in record["classes"]} == providers
+    for check in record["classes"]:
+        props = {p.get("name"): p.get("value") or "" for p in cases[check["testcase"]].iter("property")}
+        assert {k: check[k] for k in props} == props
+    contract = {p.get("name"): p.get("value") for p in cases["test_contract"].iter("property")}
+    assert [(t["key"], t["version"], t["text"]) for t in record["texts"]] == [
+        ("contract", contract["sglang"], contract["contract"])
+    ]
     report = json.loads((junit.parent / "eagle3-contract.json").read_text(encoding="utf-8"))
     assert {r["name"] for r in report["contract"]["requirements"]} >= {"get_embed_and_head", "set_embed"}
     assert list((tmp_path / "cache" / "eagle3").glob("contract-*.json"))  # the contract was cached on disk
