@@ -750,7 +750,7 @@ def _extras(
     matrix = load_matrix(matrix_file)
     family = families.load_one(SUITE / families.FAMILY_FILE)
     suite = Suite(name=family.name, path=SUITE, parsed_settings=family.parse({"compare_with": compare_with}))
-    return resolve_extras((suite,), Resolver(matrix, Cache()), "3.11")
+    return resolve_extras((suite,), {"sglang": "0.5.9"}, Resolver(matrix, Cache()), "3.11")
 
 
 def test_contract_diff_against_the_wheel_the_runner_resolved(

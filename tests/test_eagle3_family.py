@@ -44,13 +44,16 @@ def test_settings_are_parsed_once_and_read_back_from_their_json() -> None:
     assert EAGLE3.Eagle3Settings().runtime_pairs is None, "no pairs configured: the suite's default pairs"
 
 
-def test_the_compare_with_wheels_are_declared_for_the_runner() -> None:
+def test_the_baseline_wheel_is_declared_for_the_runner() -> None:
+    """Only the nearest older compare_with release than the cell's SGLang: the one the suite reads, the one a
+    host's bundle carries (stackfarm.wheelhouse.comparison)."""
     family = families.load_one(FAMILY_FILE)
-    assert family.needs.wheels(family.parse({"compare_with": ["0.5.9", "0.5.10"]})) == (
-        "sglang==0.5.9",
-        "sglang==0.5.10",
-    )
-    assert family.needs.wheels(family.parse({})) == ()
+    settings = family.parse({"compare_with": ["0.5.9", "0.5.10", "0.5.15"]})
+    assert family.needs.wheels(settings, {"sglang": "0.5.15", "torch": "2.11.0"}) == ("sglang==0.5.10",)
+    assert family.needs.wheels(settings, {"sglang": "0.5.10"}) == ("sglang==0.5.9",)
+    assert family.needs.wheels(settings, {"sglang": "0.5.9"}) == (), "nothing older: nothing to fetch"
+    assert family.needs.wheels(settings, {"torch": "2.11.0"}) == (), "no SGLang in the cell"
+    assert family.needs.wheels(family.parse({}), {"sglang": "0.5.15"}) == ()
 
 
 def _page(folder: Path, records: dict[str, Any]) -> str:

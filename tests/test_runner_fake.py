@@ -736,7 +736,7 @@ FAMILY = SuiteFamily(
     order=50,
     settings_schema=Table({"wants": List(Str("a requirement"), "requirements")}, noun="setting"),
     settings=WantsSettings,
-    needs=Needs(wheels=lambda s: s.wants),
+    needs=Needs(wheels=lambda s, stack: tuple(w.replace("{sglang}", stack["sglang"]) for w in s.wants)),
 )
 """
 
@@ -745,7 +745,7 @@ from pathlib import Path
 
 
 def test_the_runner_handed_the_wheels(cell, settings):
-    assert sorted(cell.extras) == sorted(settings.wants)
+    assert sorted(cell.extras) == sorted(w.replace("{sglang}", "0.5.9") for w in settings.wants)
     for requirement, wheel in cell.extras.items():
         name, version = requirement.split("==")
         assert (wheel.distribution, wheel.version) == (name, version)
@@ -768,7 +768,7 @@ def test_the_wheels_a_family_declares_are_resolved_by_the_runner_and_handed_over
 ) -> None:
     """Needs.wheels (20-eagle3's compare_with): the runner resolves each requirement on the matrix's index,
     unpacks it in the shared cache and hands it in CellSpec.extras; the suite resolves nothing itself."""
-    _wants(fake_project, "sglang==0.5.10")
+    _wants(fake_project, "sglang==0.5.10", "sglang=={sglang}")
     assert fake_project.run() == ExitCode.OK
     assert verdict_status(fake_project) == "passed"
 

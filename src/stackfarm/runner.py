@@ -365,7 +365,8 @@ class Runner:
 
     def _extras(self, cell: Cell) -> dict[str, InstalledComponent]:
         """The wheels the cell's suite families declare, resolved (`resolve_extras`), kept with the run."""
-        found = resolve_extras(self.matrix.suites, self.resolver, cell["python"], self.unreachable)
+        stack = {c.distribution: c.version for c in cell.components}
+        found = resolve_extras(self.matrix.suites, stack, self.resolver, cell["python"], self.unreachable)
         if found:  # the trees the suites read: what `stackfarm cache prune --keep-runs N` keeps
             self.cache.record_use(self.run_id, [Path(c.root) for c in found.values()])
         return found
@@ -541,6 +542,7 @@ class Runner:
 
 def resolve_extras(
     suites: tuple[Suite, ...],
+    stack: Mapping[str, str],
     resolver: Resolver,
     python: str,
     unreachable: Mapping[tuple[str, str], str] | None = None,
@@ -550,7 +552,7 @@ def resolve_extras(
     wheels are. One that cannot be resolved is an ArtifactError of the cell, naming the suite and the
     requirement: never a silent pass."""
     found: dict[str, InstalledComponent] = {}
-    for suite, requirement in suite_wheels(suites):
+    for suite, requirement in suite_wheels(suites, stack):
         if requirement in found:
             continue
         comp = _pinned(suite, requirement, resolver.matrix)
@@ -570,15 +572,15 @@ def resolve_extras(
     return found
 
 
-def suite_wheels(suites: tuple[Suite, ...]) -> list[tuple[str, str]]:
-    """(suite, requirement) for each wheel a suite's family declares beyond the stack (`Needs.wheels` of its
-    parsed settings), in suite order; a suite without a family.py declares none."""
+def suite_wheels(suites: tuple[Suite, ...], stack: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(suite, requirement) for each wheel a suite's family declares beyond the cell's `stack` (distribution ->
+    version): `Needs.wheels` of its parsed settings, in suite order; a suite without a family.py declares none."""
     out: list[tuple[str, str]] = []
     for suite in suites:
         file = suite.path / families.FAMILY_FILE
         if file.is_file():
             family = families.load_one(file)
-            out += [(suite.name, str(r)) for r in family.needs.wheels(suite.parsed_settings)]
+            out += [(suite.name, str(r)) for r in family.needs.wheels(suite.parsed_settings, stack)]
     return out
 
 

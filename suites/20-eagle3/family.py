@@ -6,9 +6,10 @@ one than the cell's is used), `runtime_pairs` ([[target, draft], ...] built on a
 [[models]] pairs), `runtime_timeout` (seconds per pair, default 900: the first run JIT-compiles kernels),
 `attention_backend` (for the runtime build, default "triton").
 
-Needs: each `compare_with` version as a wheel (``sglang==<version>``): the runner resolves it with the matrix's
-[indexes] and [[route]] and hands its unpacked tree in ``CellSpec.extras``, so the suite neither reads
-matrix.toml nor resolves a wheel; a version that cannot be resolved is an error of the cell.
+Needs: the wheel of the nearest older `compare_with` release than the cell's SGLang (``sglang==<version>``,
+`baseline`): the runner resolves it with the matrix's [indexes] and [[route]] and hands its unpacked tree in
+``CellSpec.extras``, so the suite neither reads matrix.toml nor resolves a wheel; a wheel that cannot be
+resolved is an error of the cell.
 
 Record (``20-eagle3.json``): the contract texts (the derived contract with its SGLang version, the contract diff
 and the verdict changes against the version compared with) and every class checked against the contract (role,
@@ -25,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from packaging.version import Version
 
 from stackfarm.family import Needs, SectionContext, SuiteFamily
 from stackfarm.schema import List, Number, Str, Table
@@ -84,8 +87,18 @@ def requirement(version_: str) -> str:
     return f"sglang=={version_}"
 
 
-def _wheels(settings: Eagle3Settings | None) -> tuple[str, ...]:
-    return tuple(requirement(v) for v in settings.compare_with) if settings is not None else ()
+def baseline(settings: Eagle3Settings, current: str) -> str | None:
+    """The SGLang release the contract is diffed against: the nearest older than `current` in compare_with."""
+    older = sorted((Version(v) for v in settings.compare_with if Version(v) < Version(current)), reverse=True)
+    return str(older[0]) if older else None
+
+
+def _wheels(settings: Eagle3Settings | None, stack: Mapping[str, str]) -> tuple[str, ...]:
+    """The wheel of the release the cell's contract is diffed against (`baseline`), for the runner to resolve:
+    only that one, the one a host's bundle carries."""
+    current = stack.get("sglang")
+    found = baseline(settings, current) if settings is not None and current else None
+    return (requirement(found),) if found is not None else ()
 
 
 #: The contract texts, in the order a testcase shows them, with their headings.
@@ -215,6 +228,7 @@ __all__ = [
     "ContractText",
     "Eagle3Record",
     "Eagle3Settings",
+    "baseline",
     "from_junit",
     "render",
     "requirement",

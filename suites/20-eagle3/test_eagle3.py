@@ -235,13 +235,12 @@ def test_contract_diff(
 ) -> None:
     current = Version(cell.component("sglang").version)
     versions = list(settings.compare_with)
-    older = sorted((Version(v) for v in versions if Version(v) < current), reverse=True)
-    if not older:  # nothing configured to compare with: no question to answer
+    previous = FAMILY.baseline(settings, str(current))
+    if previous is None:  # nothing configured to compare with: no question to answer
         not_applicable(
             NA.NOT_CONFIGURED,
             f"no SGLang older than {current} in [suites.{SUITE}.settings] compare_with = {versions}",
         )
-    previous = str(older[0])
     try:
         old_root = _baseline_root(cell, previous)
     except _CannotFetch as exc:  # the question stands, unanswered here
