@@ -18,10 +18,13 @@ import sys
 import textwrap
 import xml.etree.ElementTree as ET
 import zipfile
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
+from stackfarm import families
 from stackfarm.analysis import eagle3
 from stackfarm.analysis.eagle3 import (
     Contract,
@@ -37,7 +40,13 @@ from stackfarm.analysis.eagle3 import (
     parse_file,
 )
 from stackfarm.artifacts import Cache, Source, Target, find_artifact
+from stackfarm.cellspec import InstalledComponent
+from stackfarm.errors import ArtifactError
 from stackfarm.junit import NOT_APPLICABLE
+from stackfarm.matrix import Suite
+from stackfarm.matrix import load as load_matrix
+from stackfarm.resolve import Resolver
+from stackfarm.runner import resolve_extras
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "suites" / "20-eagle3"
@@ -630,7 +639,12 @@ def test_probe_is_import_safe_and_its_tiny_configs_fit_together() -> None:
         probe.tiny_configs("Qwen3MoeForCausalLM", "LlamaForCausalLMEagle3")  # type: ignore[attr-defined]
 
 
-def _cell_json(tmp_path: Path, sglang_root: Path, matrix: str = "", **settings: object) -> Path:
+def _cell_json(
+    tmp_path: Path,
+    sglang_root: Path,
+    extras: Mapping[str, InstalledComponent] | None = None,
+    **settings: object,
+) -> Path:
     cell = {
         "id": "synthetic-sgl0.5.9",
         "values": {"sglang": "0.5.9", "python": "3.11"},
@@ -645,7 +659,7 @@ def _cell_json(tmp_path: Path, sglang_root: Path, matrix: str = "", **settings: 
         "models": [{"name": "kimi", "target": "KimiK25ForConditionalGeneration", "draft": "DraftLM"}],
         "settings": {"20-eagle3": {"extra_targets": ["InheritedLM"], **settings}},
         "no_gpu_reason": "no NVIDIA GPU in the unit tests",
-        "matrix": matrix,
+        "extras": {k: asdict(v) for k, v in (extras or {}).items()},
     }  # fmt: skip
     path = tmp_path / "cell.json"
     path.write_text(json.dumps(cell), encoding="utf-8")
@@ -681,6 +695,17 @@ def test_suite_end_to_end_on_a_synthetic_tree(tree: Path, tmp_path: Path) -> Non
     assert runtime
     assert all(c.find("skipped") is not None for c in runtime)
     assert "needs GPU: no NVIDIA GPU" in (runtime[0].find("skipped").get("message") or "")  # type: ignore[union-attr]
+    # The record (family.py's Eagle3Record) says what the properties say, testcase by testcase.
+    record = json.loads((junit.parent / "20-eagle3.json").read_text(encoding="utf-8"))["record"]
+    providers = {n for n in cases if n and n.startswith("test_provider[")}
+    assert {c["testcase"] for c in record["classes"]} == providers
+    for check in record["classes"]:
+        props = {p.get("name"): p.get("value") or "" for p in cases[check["testcase"]].iter("property")}
+        assert {k: check[k] for k in props} == props
+    contract = {p.get("name"): p.get("value") for p in cases["test_contract"].iter("property")}
+    assert [(t["key"], t["version"], t["text"]) for t in record["texts"]] == [
+        ("contract", contract["sglang"], contract["contract"])
+    ]
     report = json.loads((junit.parent / "eagle3-contract.json").read_text(encoding="utf-8"))
     assert {r["name"] for r in report["contract"]["requirements"]} >= {"get_embed_and_head", "set_embed"}
     assert list((tmp_path / "cache" / "eagle3").glob("contract-*.json"))  # the contract was cached on disk
@@ -710,17 +735,36 @@ def _wheel(folder: Path, tree: Path, version: str) -> Path:
     return path
 
 
-def test_contract_diff_fetches_through_the_matrix_index(tree: Path, tmp_path: Path) -> None:
-    """The older SGLang comes from the index the cell's matrix routes it to (here a local find-links folder)."""
-    older = _sglang_tree(tmp_path / "older", "0.5.8")
-    _wheel(tmp_path / "wheels", older, "0.5.8")
-    matrix = tmp_path / "matrix.toml"
-    matrix.write_text(
+def _extras(
+    tmp_path: Path, compare_with: list[str], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, InstalledComponent]:
+    """What the runner hands the suite: family.py's Needs.wheels resolved on the matrix's index (here a local
+    find-links folder) and unpacked in the shared cache (stackfarm.runner.resolve_extras)."""
+    monkeypatch.setenv("STACKFARM_CACHE", str(tmp_path / "cache"))
+    matrix_file = tmp_path / "matrix.toml"
+    matrix_file.write_text(
         '[axes]\ncuda = ["12.8"]\ntorch = ["2.9.1"]\nsgl_kernel = ["0.3.21"]\nflashinfer = ["0.6.3"]\n'
         'sglang = ["0.5.9"]\npython = ["3.11"]\n\n[indexes.local]\nfind_links = "wheels"\n',
         encoding="utf-8",
     )
-    cell = _cell_json(tmp_path, tree, str(matrix), compare_with=["0.5.8"])
+    matrix = load_matrix(matrix_file)
+    family = families.load_one(SUITE / families.FAMILY_FILE)
+    suite = Suite(name=family.name, path=SUITE, parsed_settings=family.parse({"compare_with": compare_with}))
+    return resolve_extras((suite,), {"sglang": "0.5.9"}, Resolver(matrix, Cache()), "3.11")
+
+
+def test_contract_diff_against_the_wheel_the_runner_resolved(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The older SGLang is the wheel the runner resolved on the index the cell's matrix routes it to, as
+    family.py's Needs.wheels asks: the suite reads CellSpec.extras, never matrix.toml."""
+    older = _sglang_tree(tmp_path / "older", "0.5.8")
+    _wheel(tmp_path / "wheels", older, "0.5.8")
+    extras = _extras(tmp_path, ["0.5.8"], monkeypatch)
+    assert list(extras) == ["sglang==0.5.8"]
+    # unpacked in the shared cache, where every cell's wheels are
+    assert list((tmp_path / "cache" / "trees").glob("*/sglang-0.5.8.dist-info"))
+    cell = _cell_json(tmp_path, tree, extras, compare_with=["0.5.8"])
     diff = _run_suite(tmp_path, cell)["test_contract_diff"]
     assert diff.find("failure") is None
     assert diff.find("error") is None
@@ -728,12 +772,26 @@ def test_contract_diff_fetches_through_the_matrix_index(tree: Path, tmp_path: Pa
     props = {p.get("name"): p.get("value") for p in diff.iter("property")}
     assert props["compared_with"] == "0.5.8"
     assert "sglang 0.5.8 -> 0.5.9" in (props["contract_diff"] or "")
-    # unpacked in the shared cache, where every cell's wheels are
-    assert list((tmp_path / "cache" / "trees").glob("*/sglang-0.5.8.dist-info"))
+    record = json.loads((tmp_path / "reports" / "20-eagle3.json").read_text(encoding="utf-8"))["record"]
+    texts = {t["key"]: t for t in record["texts"]}
+    assert texts["contract_diff"]["version"] == "0.5.8"
+    assert texts["contract_diff"]["text"] == props["contract_diff"]
+    assert texts["verdict_diff"]["text"] == props["verdict_diff"]
+
+
+def test_a_wheel_the_runner_cannot_resolve_is_an_error_naming_the_suite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "wheels").mkdir()
+    with pytest.raises(
+        ArtifactError, match=r"suite 20-eagle3 needs sglang==0\.5\.8, which cannot be resolved"
+    ):
+        _extras(tmp_path, ["0.5.8"], monkeypatch)
 
 
 def test_contract_diff_without_a_baseline(tree: Path, tmp_path: Path) -> None:
-    """Nothing to compare with does not apply; a baseline that cannot be fetched is an unanswered question."""
+    """Nothing to compare with does not apply; a baseline the runner did not hand over is an unanswered
+    question (the runner itself fails the cell when it cannot resolve one)."""
     cases = _run_suite(tmp_path / "a", _cell_json(tmp_path, tree))
     skipped = cases["test_contract_diff"].find("skipped")
     assert skipped is not None
@@ -744,7 +802,7 @@ def test_contract_diff_without_a_baseline(tree: Path, tmp_path: Path) -> None:
     message = skipped.get("message") or ""
     assert not message.startswith(NOT_APPLICABLE)
     assert "cannot fetch sglang 0.5.8" in message
-    assert "the cell names no matrix file" in message
+    assert "the runner handed no sglang==0.5.8" in message
 
 
 # --------------------------------------------------------------------------------------------- real wheels

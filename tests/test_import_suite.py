@@ -14,6 +14,7 @@ from xml.etree import ElementTree
 import pytest
 
 from stackfarm.cellspec import CellSpec, InstalledComponent
+from stackfarm.matrix import load as load_matrix
 from stackfarm.suitekit import NOT_APPLICABLE
 from test_elfsyms import (
     C10_CHECK,
@@ -193,7 +194,7 @@ def _real_cell(
              real_component("sglang", sglang))  # fmt: skip
     return CellSpec(id=f"cu{cuda}-torch{torch}-sk{kernel[1]}-fi{flashinfer[0]}-sgl{sglang}",
                     values={"torch": torch, "cuda": cuda, "sglang": sglang}, backend="local", components=comps,
-                    no_gpu_reason="no GPU in the integration tests", matrix=str(REPO / "matrix.toml"))  # fmt: skip
+                    no_gpu_reason="no GPU in the integration tests", platform=load_matrix(REPO / "matrix.toml").platform)  # fmt: skip
 
 
 @pytest.mark.integration

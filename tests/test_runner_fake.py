@@ -708,3 +708,76 @@ def test_realise_only_runs_a_plans_cell_as_the_buildkite_build_step_does(
     assert "1 of 1 cell(s) realised" in out
     assert not list(fake_project.reports.rglob("verdict.json"))
     assert fake_project.runs() == []
+
+
+# --------------------------------------------------------------------------- wheels a suite family declares
+
+_WANTS_FAMILY = """
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from stackfarm.family import Needs, SuiteFamily
+from stackfarm.schema import List, Str, Table
+
+
+@dataclass(frozen=True, kw_only=True)
+class WantsSettings:
+    wants: tuple[str, ...] = ()
+
+    @classmethod
+    def from_mapping(cls, table: Mapping[str, Any]) -> "WantsSettings":
+        return cls(wants=tuple(str(w) for w in table.get("wants", ())))
+
+
+FAMILY = SuiteFamily(
+    name="50-wants",
+    title="Wants",
+    order=50,
+    settings_schema=Table({"wants": List(Str("a requirement"), "requirements")}, noun="setting"),
+    settings=WantsSettings,
+    needs=Needs(wheels=lambda s, stack: tuple(w.replace("{sglang}", stack["sglang"]) for w in s.wants)),
+)
+"""
+
+_WANTS_TEST = """
+from pathlib import Path
+
+
+def test_the_runner_handed_the_wheels(cell, settings):
+    assert sorted(cell.extras) == sorted(w.replace("{sglang}", "0.5.9") for w in settings.wants)
+    for requirement, wheel in cell.extras.items():
+        name, version = requirement.split("==")
+        assert (wheel.distribution, wheel.version) == (name, version)
+        assert (Path(wheel.root) / f"{name}-{version}.dist-info").is_dir(), wheel.root
+    assert cell.platform == "manylinux_2_39_x86_64"
+"""
+
+
+def _wants(project: FakeProject, *wants: str) -> None:
+    folder = project.suites / "50-wants"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "family.py").write_text(_WANTS_FAMILY.lstrip(), encoding="utf-8")
+    (folder / "test_wants.py").write_text(_WANTS_TEST.lstrip(), encoding="utf-8")
+    project.suite_config["50-wants"] = {}
+    project.write_matrix(extra=f"\n[suites.50-wants.settings]\nwants = {json.dumps(list(wants))}\n")
+
+
+def test_the_wheels_a_family_declares_are_resolved_by_the_runner_and_handed_over(
+    fake_project: FakeProject,
+) -> None:
+    """Needs.wheels (20-eagle3's compare_with): the runner resolves each requirement on the matrix's index,
+    unpacks it in the shared cache and hands it in CellSpec.extras; the suite resolves nothing itself."""
+    _wants(fake_project, "sglang==0.5.10", "sglang=={sglang}")
+    assert fake_project.run() == ExitCode.OK
+    assert verdict_status(fake_project) == "passed"
+
+
+def test_a_declared_wheel_that_cannot_be_resolved_is_an_error_of_the_cell(fake_project: FakeProject) -> None:
+    """Never a silent pass: the cell is an error naming the suite and the requirement, and no suite runs."""
+    _wants(fake_project, "sglang==9.9")
+    assert fake_project.run() != ExitCode.OK
+    stored = verdict.read(fake_project.reports / CELL / "verdict.json").report
+    assert str(stored.status) == "error"
+    assert "suite 50-wants needs sglang==9.9, which cannot be resolved" in stored.reason
+    assert not (fake_project.reports / CELL / "50-wants.xml").exists(), "no suite ran"

@@ -1,5 +1,5 @@
-"""stackfarm.sections: a cell page's sections, each suite family's from its record (suites/NN-name/family.py),
-and the legacy renderers (by suite-name prefix) of the families not migrated yet."""
+"""stackfarm.sections: a cell page's sections, the patch step's and each suite family's from its record
+(suites/NN-name/family.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-
-import pytest
 
 from stackfarm import families, htmlreport, sections
 from stackfarm.family import to_json
@@ -23,30 +21,21 @@ TOOLCHAIN = families.module(REPO / "suites" / "15-toolchain" / "family.py")
 
 
 def test_each_suite_family_has_its_renderer() -> None:
-    assert {s.name for s in sections.load()} == {"patches", "eagle3"}
     registry = families.load(REPO / "suites")
     assert {name: f.section is not None and f.record is not None for name, f in registry.items()} == {
         "10-capability": True,
         "15-toolchain": True,
+        "20-eagle3": True,
         "30-numerics": True,
         "40-throughput": True,
-    }, "the migrated families render from their records"
-    owner = {
-        suite: (found.name if (found := sections.for_suite(suite)) else None)
-        for suite in ("20-eagle3", "30-numerics", "40-throughput", "00-stack", "10-capability")
-    }
-    assert owner == {
-        "20-eagle3": "eagle3",
-        "30-numerics": None,
-        "40-throughput": None,
-        "00-stack": None,
-        "10-capability": None,
-    }, "still to migrate: the legacy renderers, by prefix"
-    for name in ("10-capability", "15-toolchain", "30-numerics", "40-throughput"):
+    }, "every family renders from its records"
+    for name in registry:
         assert sections.claimed(name, registry)
+    assert not sections.claimed("00-stack", registry), "a suite without a family shows its testcases only"
     assert {n for n, f in registry.items() if f.legacy is not None} == {
         "10-capability",
         "15-toolchain",
+        "20-eagle3",
         "30-numerics",
         "40-throughput",
     }, "every family with held runs reads them (format 0)"
@@ -59,30 +48,6 @@ def test_htmlreport_has_no_suite_specific_code() -> None:
                  "decode_tok_s", "patch."):  # fmt: skip
         assert word not in code, word
     assert len(text.splitlines()) <= 600
-
-
-def test_a_registered_section_renders_for_its_suites(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    sections.load()  # the built-in ones first: the copy below is thrown away after the test
-    monkeypatch.setattr(sections, "_REGISTRY", dict(sections._REGISTRY))
-    seen: list[tuple[str, ...]] = []
-
-    @sections.register("stack", name="stack-test", order=5)
-    def render(ctx: sections.Context) -> str:
-        seen.append(tuple(s.result.suite for s in ctx.suites))
-        return "<h2>From the stack suite</h2>"
-
-    write_cell(
-        tmp_path, CELL, {**FAILING, "00-stack": [("test_imports", "passed", "", {})]}, records=FAILING_RECORDS
-    )
-    run = read_run(tmp_path)
-    page = htmlreport.cell_page(run.cells[CELL])
-    assert "<h2>From the stack suite</h2>" in page
-    assert seen == [("00-stack",)], "a renderer gets only the suites its prefix claims"
-    assert (
-        page.index("<h2>Patches</h2>")
-        < page.index("<h2>From the stack suite</h2>")
-        < page.index("<h2>Capability findings</h2>")
-    )
 
 
 def test_findings_carry_their_file_line(tmp_path: Path) -> None:

@@ -51,8 +51,8 @@ class CellSpec:
     no_gpu_reason: str | None = None
     #: sglang files (relative to its root) that the cell's patches changed: they differ from the wheel's RECORD.
     patched_files: tuple[str, ...] = ()
-    #: The matrix file the cell comes from, as the suite sees it ("" when unknown): a suite that fetches more
-    #: wheels (20-eagle3's older SGLang) resolves them with its [indexes] and [[route]] (`stackfarm.resolve`).
+    #: The matrix file the cell comes from, as the suite sees it ("" when unknown). A suite reads what it needs
+    #: from the fields here, not from that file: the wheels beyond the stack come resolved in `extras`.
     matrix: str = ""
     #: Parts of the stack this host deliberately lacks, from matrix.toml's [[deviation]] (Deviation.as_dict():
     #: component, missing globs, absent, reason): 00-stack passes them with a note instead of failing.
@@ -63,6 +63,15 @@ class CellSpec:
     #: The [runners.<kind>] the cell is dispatched to and hashed for (stackfarm.driver.route; a plan's worker
     #: takes the plan's), "" when the matrix declares none: the suites ask what that kind is asked.
     runner: str = ""
+    #: The wheels the suite families declare beyond the cell's stack (`stackfarm.family.Needs.wheels`, e.g.
+    #: 20-eagle3's compare_with -> "sglang==0.5.9"): requirement string -> the wheel the runner resolved with
+    #: the matrix's [indexes] and [[route]] and unpacked in the shared cache (`root`, as the runner sees it). A
+    #: suite reads these and never resolves a wheel itself; a requirement that could not be resolved is an
+    #: error of the cell, never an entry here.
+    extras: dict[str, InstalledComponent] = field(default_factory=dict)
+    #: The wheel platform tag the cell's wheels are resolved for (the matrix's [platform] tag, a host profile's
+    #: when one is layered), "" when unknown: 05-import judges the libraries against it.
+    platform: str = ""
 
     def component(self, distribution: str) -> InstalledComponent:
         for comp in self.components:
@@ -105,6 +114,7 @@ def component_files(component: InstalledComponent) -> frozenset[str]:
 def load(path: Path | str) -> CellSpec:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     data["components"] = tuple(InstalledComponent(**c) for c in data["components"])
+    data["extras"] = {str(k): InstalledComponent(**c) for k, c in data.get("extras", {}).items()}
     for key in ("archs", "models", "patch_sets", "patched_files", "deviations"):
         data[key] = tuple(data.get(key, ()))
     return CellSpec(**data)

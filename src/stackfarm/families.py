@@ -2,8 +2,7 @@
 
 `load(suites_root)` imports each family.py by its path, once (cached by path), and returns suite name -> family.
 The config layer (matrix.load), the runner, the report and the suites' own conftest iterate this registry and
-name no suite; a suite folder without family.py is a legacy suite (its settings still checked by the table in
-stackfarm.legacy_settings until it is migrated).
+name no suite; a suite folder without family.py (00-stack, 05-import) declares no settings, record or section.
 
 Low floor: imports stackfarm.family and importlib only.
 """

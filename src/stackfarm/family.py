@@ -58,7 +58,7 @@ class Settings(Protocol):
     def from_mapping(cls, table: Mapping[str, Any]) -> Any: ...
 
 
-def _no_wheels(_settings: Any) -> tuple[str, ...]:
+def _no_wheels(_settings: Any, _stack: Mapping[str, str]) -> tuple[str, ...]:
     return ()
 
 
@@ -72,9 +72,11 @@ class Needs:
     image_tools: tuple[str, ...] = ()
     #: The stack table's suite-facing flags it reads (stackfarm.stack), e.g. ("cuda_libraries",).
     stack_flags: tuple[str, ...] = ()
-    #: Extra requirement strings from the parsed settings (20-eagle3's compare_with -> "sglang==0.5.10"): the
-    #: runner resolves them and passes their paths in; none by default.
-    wheels: Callable[[Any], tuple[str, ...]] = _no_wheels
+    #: Extra pinned requirement strings from the parsed settings and the cell's stack (distribution -> version):
+    #: 20-eagle3's nearest older compare_with than the cell's sglang -> ("sglang==0.5.10",). The runner resolves
+    #: them and passes them in (CellSpec.extras); a cell only asks for what its run reads, as a host's bundle
+    #: carries only that. None by default.
+    wheels: Callable[[Any, Mapping[str, str]], tuple[str, ...]] = _no_wheels
 
 
 def _any_key(_key: str, _runners: tuple[str, ...]) -> tuple[str, str] | None:

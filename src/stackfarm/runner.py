@@ -14,12 +14,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import patches, proc, provenance, verdict
+from packaging.requirements import InvalidRequirement, Requirement
+
+from . import families, patches, proc, provenance, verdict
 from .artifacts import Artifact, Cache
 from .backends import PATCHED_SGLANG, Backend, groups_file
 from .cachekeep import remove_tree
 from .cellinputs import cell_inputs
-from .cellspec import CellSpec
+from .cellspec import CellSpec, InstalledComponent
 from .errors import ArtifactError, ConfigError, EnvironmentProblem, IndexUnreachableError, StackfarmError
 from .family import record_path, sha256_of, to_json
 from .junit import Step, write_skipped_suite, write_steps
@@ -317,6 +319,7 @@ class Runner:
             report = replace(report, patches=patch_step[1])
         installed = self.backend.realise(cell, artifacts, workdir, lambda text: self.ui.update(cell.id, text))
         report = replace(report, backend_facts=self._facts(cell))
+        extras = self._extras(cell)
         spec = CellSpec(
             id=cell.id,
             values=cell.as_dict(),
@@ -335,6 +338,8 @@ class Runner:
             deviations=tuple(d.as_dict() for d in self.matrix.deviations),
             profile=str(self.matrix.profile.path) if self.matrix.profile is not None else "",
             runner=str(kind.get("name", "")) if isinstance(kind := inputs.get("runner"), dict) else "",
+            extras=extras,
+            platform=self.matrix.platform,
         )
         spec_path = workdir / "cell.json"
         spec.dump(spec_path)
@@ -347,6 +352,14 @@ class Runner:
         narrowed = f"only {report.selection}" if report.selection else ""
         self.ui.done(cell.id, str(report.status), report.first_problem() or narrowed)
         return report
+
+    def _extras(self, cell: Cell) -> dict[str, InstalledComponent]:
+        """The wheels the cell's suite families declare, resolved (`resolve_extras`), kept with the run."""
+        stack = {c.distribution: c.version for c in cell.components}
+        found = resolve_extras(self.matrix.suites, stack, self.resolver, cell["python"], self.unreachable)
+        if found:  # the trees the suites read: what `stackfarm cache prune --keep-runs N` keeps
+            self.cache.record_use(self.run_id, [Path(c.root) for c in found.values()])
+        return found
 
     def _reuse(self, cell: Cell, digest: str) -> CellReport | None:
         """The stored verdict when it may stand for this run (same inputs, its JUnit files intact), else None.
@@ -517,9 +530,68 @@ class Runner:
             tmp.replace(junit)
 
 
+def resolve_extras(
+    suites: tuple[Suite, ...],
+    stack: Mapping[str, str],
+    resolver: Resolver,
+    python: str,
+    unreachable: Mapping[tuple[str, str], str] | None = None,
+) -> dict[str, InstalledComponent]:
+    """Requirement -> the wheel, for every wheel the suites' families declare beyond the stack (`suite_wheels`):
+    resolved with the matrix's [indexes] and [[route]] and unpacked in the shared cache, as the cell's own
+    wheels are. One that cannot be resolved is an ArtifactError of the cell, naming the suite and the
+    requirement: never a silent pass."""
+    found: dict[str, InstalledComponent] = {}
+    for suite, requirement in suite_wheels(suites, stack):
+        if requirement in found:
+            continue
+        comp = _pinned(suite, requirement, resolver.matrix)
+        try:
+            if (comp.distribution, comp.version) in (unreachable or {}):
+                raise IndexUnreachableError((unreachable or {})[(comp.distribution, comp.version)])
+            artifact = resolver.artifact(comp, python)
+            root = resolver.cache.unpack(artifact)
+        except ArtifactError as exc:
+            raise ArtifactError(
+                f"suite {suite} needs {requirement}, which cannot be resolved: {exc}"
+            ) from exc
+        found[requirement] = InstalledComponent(
+            axis=comp.axis, distribution=comp.distribution, version=artifact.version,
+            filename=artifact.filename, sha256=artifact.sha256, source=artifact.source, root=str(root),
+        )  # fmt: skip
+    return found
+
+
+def suite_wheels(suites: tuple[Suite, ...], stack: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(suite, requirement) for each wheel a suite's family declares beyond the cell's `stack` (distribution ->
+    version): `Needs.wheels` of its parsed settings, in suite order; a suite without a family.py declares none."""
+    out: list[tuple[str, str]] = []
+    for suite in suites:
+        file = suite.path / families.FAMILY_FILE
+        if file.is_file():
+            family = families.load_one(file)
+            out += [(suite.name, str(r)) for r in family.needs.wheels(suite.parsed_settings, stack)]
+    return out
+
+
+def _pinned(suite: str, requirement: str, matrix: Matrix) -> Component:
+    """The component a pinned requirement ("sglang==0.5.9") names, on the index the matrix routes it to."""
+    try:
+        parsed = Requirement(requirement)
+    except InvalidRequirement as exc:
+        raise ArtifactError(f"suite {suite} needs {requirement!r}, which is no requirement: {exc}") from None
+    pins = [s.version for s in parsed.specifier if s.operator in ("==", "===") and "*" not in s.version]
+    if len(pins) != 1 or len(parsed.specifier) != 1:
+        raise ArtifactError(
+            f"suite {suite} needs {requirement!r}: a wheel it needs is pinned (name==version)"
+        )
+    name, version = parsed.name, pins[0]
+    return Component(axis=name, distribution=name, version=version, index=matrix.index_for(name, version))
+
+
 def _handed_settings(suite: Suite) -> dict[str, Any]:
     """What the suite finds in CellSpec.settings[<name>]: its family's parsed settings as JSON, or the table as
-    written for a suite without a family (stackfarm.legacy_settings)."""
+    written for a suite without a family."""
     if suite.parsed_settings is not None:
         handed: dict[str, Any] = to_json(suite.parsed_settings)
         return handed

@@ -1,7 +1,7 @@
 """Which schema checks a suite's ``[suites.<NN-name>.settings]`` and what the table parses to: the suite's
-family (its family.py, stackfarm.families) where it has one, else the legacy table still to migrate
-(stackfarm.legacy_settings). matrix.load and the host profiles (stackfarm.profile) ask here; neither names a
-suite.
+family (its family.py, stackfarm.families). A suite without a family, or a family that declares no settings,
+accepts none (`NONE`: any key is an error, like an unknown key). matrix.load and the host profiles
+(stackfarm.profile) ask here; neither names a suite.
 """
 
 from __future__ import annotations
@@ -10,14 +10,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from . import families, legacy_settings
+from . import families
 from .errors import ConfigError, StackfarmError
 from .family import SuiteFamily
 from .schema import Table
 
+#: Accepts no key: the settings of a suite that declares none.
+NONE = Table(
+    {},
+    "remove it: this suite reads no settings (its family.py declares a suite's settings)",
+    noun="setting: this suite declares none",
+)
+
 
 def family_of(suite_dir: Path) -> SuiteFamily[Any, Any] | None:
-    """The family a suite folder declares in its family.py (stackfarm.families), None for a legacy suite."""
+    """The family a suite folder declares in its family.py (stackfarm.families), None for a suite without one."""
     file = suite_dir / families.FAMILY_FILE
     if not file.is_file():
         return None
@@ -30,15 +37,15 @@ def family_of(suite_dir: Path) -> SuiteFamily[Any, Any] | None:
 
 
 def settings_schema(suite_dir: Path) -> Table:
-    """The schema of a suite's [suites.<name>.settings]: its family's, else the legacy table's (still to migrate)."""
+    """The schema of a suite's [suites.<name>.settings]: its family's; `NONE` where it declares none."""
     family = family_of(suite_dir)
-    if family is None:
-        return legacy_settings.schema_for(suite_dir.name)
-    return family.settings_schema or legacy_settings.NONE
+    if family is None or family.settings_schema is None:
+        return NONE
+    return family.settings_schema
 
 
 def parse_settings(doc_path: Path, suite_dir: Path, raw: Mapping[str, Any], line: int | None) -> Any:
-    """The family's settings object of a checked table (None for a legacy suite)."""
+    """The family's settings object of a checked table (None for a suite without a family)."""
     family = family_of(suite_dir)
     if family is None:
         return None
@@ -49,4 +56,4 @@ def parse_settings(doc_path: Path, suite_dir: Path, raw: Mapping[str, Any], line
         raise ConfigError(doc_path, f"{where}: {exc}", line=line, fix="fix the setting") from None
 
 
-__all__ = ["family_of", "parse_settings", "settings_schema"]
+__all__ = ["NONE", "family_of", "parse_settings", "settings_schema"]

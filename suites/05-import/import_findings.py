@@ -28,8 +28,6 @@ from packaging.utils import canonicalize_name
 from stackfarm.analysis.abicheck import CellAbi, LibraryVerdict, Platform, check_cell
 from stackfarm.cellspec import CellSpec, InstalledComponent, load
 from stackfarm.driver import Floor, cell_floor
-from stackfarm.matrix import Matrix
-from stackfarm.matrix import load as load_matrix
 
 SUITE = "05-import"
 
@@ -152,21 +150,11 @@ class Findings:
         return cell_floor(self.cuda or "", self.driver_symbols())
 
 
-def cell_matrix(cell: CellSpec) -> Matrix | None:
-    """The matrix the cell comes from, when the suite can read it."""
-    if not cell.matrix or not Path(cell.matrix).is_file():
-        return None
-    try:
-        return load_matrix(cell.matrix)
-    except Exception:  # an unreadable matrix is not this suite's question: the host platform is used instead
-        return None
-
-
 def cell_platform(cell: CellSpec) -> Platform:
-    """The matrix's [platform] tag; without a readable matrix, the glibc of the machine running the suite."""
-    matrix = cell_matrix(cell)
-    if matrix is not None and matrix.platform:
-        return Platform.from_tag(matrix.platform)
+    """The platform tag the cell's wheels are resolved for (CellSpec.platform, the matrix's [platform] or its
+    host profile's, handed over by the runner); without one, the glibc of the machine running the suite."""
+    if cell.platform:
+        return Platform.from_tag(cell.platform)
     libc, version = platform.libc_ver()
     parts = version.split(".")
     if libc == "glibc" and len(parts) >= 2:

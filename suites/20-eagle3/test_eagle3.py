@@ -7,19 +7,22 @@ tree by `stackfarm.analysis.eagle3`, then:
 
 - test_contract: the derived contract, as the `contract` / `contract_json` properties (and
   eagle3-contract.json next to the JUnit file when pytest writes one);
-- test_contract_diff: the diff against the nearest older SGLang in `compare_with` (its wheel found on the
-  index the cell's matrix routes it to, [indexes] and [[route]], and kept in the shared cache), plus how the
+- test_contract_diff: the diff against the nearest older SGLang in `compare_with` (its wheel resolved by the
+  runner, which family.py's Needs.wheels asks for, and handed over unpacked in CellSpec.extras), plus how the
   configured classes' verdicts change, so an upgrade's interface changes are visible;
 - test_provider[role:Class.name]: one testcase per (class, required name), with the properties model_class,
   method, verdict, provider_file, consumer_site (and role, provider_class, detail);
 - test_runtime[Target+Draft]: on a GPU, the pair built from tiny configs in a child process (eagle3_probe.py).
 
-Settings ([suites.20-eagle3.settings], all optional):
+Settings ([suites.20-eagle3.settings], family.py's Eagle3Settings, the `settings` fixture):
     extra_targets / extra_drafts   classes checked statically besides [[models]]
     compare_with                   SGLang versions to diff against (the nearest older one is used)
     runtime_pairs                  [[target, draft], ...] built on a GPU (default: Llama, [[models]] pairs)
     runtime_timeout                seconds per pair (default 900: the first run JIT-compiles kernels)
     attention_backend              for the runtime build (default "triton")
+
+What the report shows (the contract texts, each class against the contract) goes into the suite's record
+(family.py's Eagle3Record, the `results` fixture); the same facts stay testcase properties for JUnit readers.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from typing import Any
 import pytest
 from packaging.version import Version
 
+from stackfarm import families
 from stackfarm.analysis.eagle3 import (
     ROLES,
     Contract,
@@ -50,17 +54,16 @@ from stackfarm.analysis.eagle3 import (
 )
 from stackfarm.artifacts import Cache
 from stackfarm.cellspec import CellSpec, RecordProperty, load
-from stackfarm.errors import IndexUnreachableError
-from stackfarm.plan import Component
+from stackfarm.family import Results
 from stackfarm.proc import call
-from stackfarm.profile import load_matrix
-from stackfarm.resolve import Resolver
 from stackfarm.suitekit import NA, need_gpu, not_applicable
 
 SUITE = "20-eagle3"
 #: The type of pytest's `record_property` fixture.
 HERE = Path(__file__).resolve().parent
 PROBE = HERE / "eagle3_probe.py"
+#: This folder's family.py (its settings and record classes).
+FAMILY = families.module(HERE / families.FAMILY_FILE)
 _DEFAULT_RUNTIME_PAIRS = (("LlamaForCausalLM", "LlamaForCausalLMEagle3"),)
 #: The seeds' pair, checked when matrix.toml has no [[models]].
 _DEFAULT_MODELS = (
@@ -79,8 +82,9 @@ def _spec() -> CellSpec | None:
     return load(path) if path else None
 
 
-def _settings(cell: CellSpec) -> dict[str, Any]:
-    return dict(cell.settings.get(SUITE, {}))
+def _settings(cell: CellSpec) -> Any:
+    """The suite's settings (family.py's Eagle3Settings), also at collection, where no fixture runs."""
+    return FAMILY.FAMILY.settings_of(cell.settings.get(SUITE, {}))
 
 
 @functools.cache
@@ -118,8 +122,8 @@ def _classes(cell: CellSpec) -> list[tuple[Role, str]]:
     wanted: list[tuple[Role, str]] = []
     for model in cell.models or _DEFAULT_MODELS:
         wanted += [("target", model["target"]), ("draft", model["draft"])]
-    wanted += [("target", name) for name in settings.get("extra_targets", [])]
-    wanted += [("draft", name) for name in settings.get("extra_drafts", [])]
+    wanted += [("target", name) for name in settings.extra_targets]
+    wanted += [("draft", name) for name in settings.extra_drafts]
     return list(dict.fromkeys(wanted))
 
 
@@ -131,9 +135,9 @@ def _findings(cell_path: str) -> tuple[Finding, ...]:
 
 
 def _runtime_pairs(cell: CellSpec) -> list[tuple[str, str]]:
-    configured = _settings(cell).get("runtime_pairs")
+    configured = _settings(cell).runtime_pairs
     if configured is not None:
-        return [(str(t), str(d)) for t, d in configured]
+        return list(configured)
     pairs = [*_DEFAULT_RUNTIME_PAIRS, *((m["target"], m["draft"]) for m in cell.models or _DEFAULT_MODELS)]
     return list(dict.fromkeys(pairs))
 
@@ -179,10 +183,21 @@ def _write_report(config: pytest.Config, key: str, value: object, *, fresh: bool
 # --------------------------------------------------------------------------------------------- the contract
 
 
-def test_contract(cell: CellSpec, record_property: RecordProperty, request: pytest.FixtureRequest) -> None:
+def test_contract(
+    cell: CellSpec, record_property: RecordProperty, results: Results[Any], request: pytest.FixtureRequest
+) -> None:
     contract = _contract(str(_sglang_root(cell)))
     record_property("sglang", contract.version)
     record_property("contract", format_contract(contract))
+    results.add(
+        "texts",
+        FAMILY.ContractText(
+            testcase=request.node.name,
+            key="contract",
+            text=format_contract(contract),
+            version=contract.version,
+        ),
+    )
     record_property("contract_json", json.dumps(contract.to_json(), sort_keys=True))
     _write_report(request.config, "contract", contract.to_json(), fresh=True)
     print(format_contract(contract))
@@ -198,35 +213,34 @@ class _CannotFetch(Exception):
 
 
 def _baseline_root(cell: CellSpec, version: str) -> Path:
-    """The unpacked sglang wheel of `version`, found on the index the cell's matrix routes it to ([indexes] and
-    [[route]]) and kept in the shared sha256 cache, as the farm fetches every wheel (stackfarm.resolve)."""
-    if not cell.matrix or not Path(cell.matrix).is_file():
-        where = f"{cell.matrix} is not readable here" if cell.matrix else "the cell names no matrix file"
-        raise _CannotFetch(f"no [indexes] to look it up on: {where}")
-    matrix = load_matrix(cell.matrix, cell.profile or None)  # the host's profile: its wheelhouse
-    cache = Cache()
-    component = Component(
-        axis="sglang", distribution="sglang", version=version, index=matrix.index_for("sglang", version)
-    )
-    try:
-        artifact = Resolver(matrix, cache).artifact(component, cell.values.get("python", "3.11"))
-    except IndexUnreachableError as exc:
-        raise _CannotFetch(f"(offline?) {exc}") from exc
-    return cache.unpack(artifact)
+    """The unpacked sglang wheel of `version`: the runner resolved it (family.py declares each compare_with
+    version in Needs.wheels) with the matrix's [indexes] and [[route]], and hands it in CellSpec.extras."""
+    wanted = FAMILY.requirement(version)
+    extra = cell.extras.get(wanted)
+    if extra is None:
+        raise _CannotFetch(
+            f"the runner handed no {wanted} in the cell's extras (a cell.json written by hand?)"
+        )
+    if not Path(extra.root).is_dir():  # e.g. a container that does not see the runner's cache
+        raise _CannotFetch(f"its tree {extra.root} is not visible where the suite runs")
+    return Path(extra.root)
 
 
 def test_contract_diff(
-    cell: CellSpec, record_property: RecordProperty, request: pytest.FixtureRequest
+    cell: CellSpec,
+    settings: Any,
+    record_property: RecordProperty,
+    results: Results[Any],
+    request: pytest.FixtureRequest,
 ) -> None:
     current = Version(cell.component("sglang").version)
-    versions = [str(v) for v in _settings(cell).get("compare_with", [])]
-    older = sorted((Version(v) for v in versions if Version(v) < current), reverse=True)
-    if not older:  # nothing configured to compare with: no question to answer
+    versions = list(settings.compare_with)
+    previous = FAMILY.baseline(settings, str(current))
+    if previous is None:  # nothing configured to compare with: no question to answer
         not_applicable(
             NA.NOT_CONFIGURED,
             f"no SGLang older than {current} in [suites.{SUITE}.settings] compare_with = {versions}",
         )
-    previous = str(older[0])
     try:
         old_root = _baseline_root(cell, previous)
     except _CannotFetch as exc:  # the question stands, unanswered here
@@ -247,6 +261,10 @@ def test_contract_diff(
     record_property("compared_with", previous)
     record_property("contract_diff", text)
     record_property("verdict_diff", verdicts)
+    for key, shown in (("contract_diff", text), ("verdict_diff", verdicts)):
+        results.add(
+            "texts", FAMILY.ContractText(testcase=request.node.name, key=key, text=shown, version=previous)
+        )
     _write_report(
         request.config, "diff", {"from": previous, "to": str(current), "contract": text, "verdicts": moved}
     )
@@ -257,18 +275,17 @@ def test_contract_diff(
 # --------------------------------------------------------------------------------------------- providers
 
 
-def test_provider(finding: Finding, record_property: RecordProperty) -> None:
-    for key in (
-        "model_class",
-        "method",
-        "verdict",
-        "provider_file",
-        "consumer_site",
-        "role",
-        "provider_class",
-    ):
+_CHECKED = ("model_class", "method", "verdict", "provider_file", "consumer_site", "role", "provider_class")
+
+
+def test_provider(
+    finding: Finding, record_property: RecordProperty, results: Results[Any], request: pytest.FixtureRequest
+) -> None:
+    for key in _CHECKED:
         record_property(key, getattr(finding, key))
     record_property("detail", finding.detail)
+    facts = {key: str(getattr(finding, key)) for key in _CHECKED}
+    results.add("classes", FAMILY.ClassCheck(testcase=request.node.name, detail=finding.detail, **facts))
     assert finding.ok, (
         f"{finding.role} {finding.model_class}: {finding.verdict} {finding.method}: {finding.detail}"
     )
@@ -304,11 +321,11 @@ def test_runtime(
         "--workdir", str(tmp_path / "models"), "--out", str(out),
         "--target-needs", needs["target"], "--draft-needs", needs["draft"],
         "--target-module", modules["target"], "--draft-module", modules["draft"],
-        "--attention-backend", str(settings.get("attention_backend", "triton")),
+        "--attention-backend", settings.attention_backend,
     ]  # fmt: skip
     # The cell's (patched) SGLang tree first, so the code under test is what the child imports.
     pythonpath = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
-    timeout = float(settings.get("runtime_timeout", 900))
+    timeout = settings.runtime_timeout
     outcome = call(argv, env={"PYTHONPATH": pythonpath}, timeout=timeout, log=tmp_path / "probe.log")
     record_property("probe_log_tail", outcome.output[-3000:])
     assert out.is_file(), (

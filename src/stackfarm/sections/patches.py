@@ -4,14 +4,18 @@ verdict (`CellReport.patch_sets`, `CellReport.patches`), each status judged by t
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..patches.model import fine
-from . import Context, register
 from .html import badge, e, table
 
+if TYPE_CHECKING:
+    from ..history import CellRun
 
-@register(name="patches", order=0)
-def render(ctx: Context) -> str:
-    report = ctx.cell.report
+
+def render(cell: CellRun) -> str:
+    """The patch sets' hashes and each patch's status, judged by the patch rule."""
+    report = cell.report
     sets, statuses = report.patch_sets, report.patches
     out = "<h2>Patches</h2>"
     if not sets and not statuses:
