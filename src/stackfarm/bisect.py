@@ -105,6 +105,26 @@ def differing_axes(good: Mapping[str, str], bad: Mapping[str, str]) -> tuple[str
     return tuple(a for a in stack.AXES if a in good and a in bad and good[a] != bad[a])
 
 
+def _check_ends(finding: Finding) -> None:
+    """Refuse a --good cell that is not good, or a --bad one that did not fail."""
+    if finding.good.judgement != "good":
+        raise StackfarmError(f"--good {finding.good.cell} is {finding.good.status}, not good: "
+                             f"{finding.good.problem or 'nothing failed but it did not run'}")  # fmt: skip
+    if finding.bad.judgement != "bad":
+        raise StackfarmError(f"--bad {finding.bad.cell} is {finding.bad.status}, not failed"
+                             + (f": {finding.bad.problem}" if finding.bad.problem else ""))  # fmt: skip
+
+
+def _between(version: Version, good: Version, bad: Version) -> bool:
+    """Strictly between the ends; a pre-release only when an end is one; a local label only one of the ends'."""
+    low, high = min(good, bad), max(good, bad)
+    if not low < version < high:
+        return False
+    if version.is_prerelease and not (good.is_prerelease or bad.is_prerelease):
+        return False
+    return version.local in {good.local, bad.local}
+
+
 class Bisector:
     def __init__(self, matrix: Matrix, resolver: Resolver, run_cell: RunCell) -> None:
         self.matrix = matrix
@@ -153,30 +173,25 @@ class Bisector:
         lo_v, hi_v = Version(good), Version(bad)
         names = {d for v in (good, bad) for d in stack.distributions(axis, v, values)}
         sources = {self.matrix.index_for(d, v) for d in names for v in (good, bad)}
+        between = []
+        for text, have in self._listed(sources, names).items():
+            try:
+                version = Version(text)
+            except InvalidVersion:
+                continue
+            if _between(version, lo_v, hi_v) and set(stack.distributions(axis, text, values)) <= have:
+                between.append(version)
+        middle = [str(v) for v in sorted(set(between), reverse=lo_v > hi_v)]
+        return (good, *middle, bad)
+
+    def _listed(self, sources: set[str], names: set[str]) -> dict[str, set[str]]:
+        """Every version the indexes list of `names`, with the names listed at it."""
         listed: dict[str, set[str]] = {}
         for source in sorted(sources):
             for name in sorted(names):
                 for text in list_versions(self.matrix.indexes[source], name):
                     listed.setdefault(text, set()).add(name)
-        pre = lo_v.is_prerelease or hi_v.is_prerelease
-        locals_ = {lo_v.local, hi_v.local}
-        low, high = min(lo_v, hi_v), max(lo_v, hi_v)
-        between = []
-        for text, have in listed.items():
-            try:
-                version = Version(text)
-            except InvalidVersion:
-                continue
-            if (
-                not low < version < high
-                or (version.is_prerelease and not pre)
-                or version.local not in locals_
-            ):
-                continue
-            if set(stack.distributions(axis, text, values)) <= have:
-                between.append(version)
-        middle = [str(v) for v in sorted(set(between), reverse=lo_v > hi_v)]
-        return (good, *middle, bad)
+        return listed
 
     # -- the bisect ----------------------------------------------------------------------------------------
 
@@ -186,26 +201,12 @@ class Bisector:
                              fix="give two cells of one matrix (`stackfarm plan` lists them)")  # fmt: skip
         finding = Finding(good=self.probe(good), bad=self.probe(bad))
         finding.probes += [finding.good, finding.bad]
-        if finding.good.judgement != "good":
-            raise StackfarmError(f"--good {finding.good.cell} is {finding.good.status}, not good: "
-                                 f"{finding.good.problem or 'nothing failed but it did not run'}")  # fmt: skip
-        if finding.bad.judgement != "bad":
-            raise StackfarmError(f"--bad {finding.bad.cell} is {finding.bad.status}, not failed"
-                                 + (f": {finding.bad.problem}" if finding.bad.problem else ""))  # fmt: skip
+        _check_ends(finding)
         axes = finding.differing
         if not axes:
             raise UsageError("--good/--bad", "the two cells have the same values",
                              fix="give a --bad cell that differs from --good in one axis or more")  # fmt: skip
-        for axis in axes:
-            if len(axes) == 1:
-                finding.axis = axis  # the bad cell itself is the one-axis change
-                break
-            step = self._step(finding, {**good, axis: bad[axis]})
-            if step.judgement == "bad":
-                finding.axis = axis
-                break
-            if step.judgement == "untestable":
-                finding.notes.append(f"{axis} alone: {step.status} ({step.problem})")
+        finding.axis = self._guilty_axis(finding, good, bad)
         if finding.axis is None:
             finding.notes.append(
                 f"no single axis of {', '.join(axes)} makes the good cell fail: the failure needs several "
@@ -213,6 +214,19 @@ class Bisector:
             )
             return finding
         return self._bisect(finding, good, bad[finding.axis])
+
+    def _guilty_axis(self, finding: Finding, good: Mapping[str, str], bad: Mapping[str, str]) -> str | None:
+        """The first differing axis whose change alone makes the good cell fail (None: no single one does)."""
+        axes = finding.differing
+        for axis in axes:
+            if len(axes) == 1:
+                return axis  # the bad cell itself is the one-axis change
+            step = self._step(finding, {**good, axis: bad[axis]})
+            if step.judgement == "bad":
+                return axis
+            if step.judgement == "untestable":
+                finding.notes.append(f"{axis} alone: {step.status} ({step.problem})")
+        return None
 
     def _step(self, finding: Finding, values: Mapping[str, str]) -> Probe:
         found = self.probe(values)

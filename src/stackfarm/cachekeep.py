@@ -31,7 +31,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING
@@ -169,19 +169,31 @@ def tree_problems(tree: Path) -> list[str]:
     if expected is None:
         return []  # an old tree of a wheel without a RECORD: nothing to check against
     problems = []
-    for rel, (size, digest) in sorted(expected.items()):
-        path = tree / rel
-        if not path.is_file() or path.is_symlink():
-            problems.append(f"{rel} is missing")
-        elif (size >= 0 and path.stat().st_size != size) or sha256_file(path) != digest:
-            problems.append(f"{rel} changed")
-    if strict:
-        for path in sorted(tree.rglob("*")):
-            rel = path.relative_to(tree).as_posix()
-            if path.is_dir() or rel == MARKER or "__pycache__" in PurePosixPath(rel).parts:
-                continue
-            if rel not in expected:
-                problems.append(f"{rel} was added")
+    for rel, want in sorted(expected.items()):
+        if why := _file_problem(tree / rel, want):
+            problems.append(f"{rel} {why}")
+    return problems + (_added(tree, expected) if strict else [])
+
+
+def _file_problem(path: Path, want: tuple[int, str]) -> str | None:
+    """ "is missing" or "changed" (its size, when known (>= 0), or its sha256), or None when it is as listed."""
+    size, digest = want
+    if not path.is_file() or path.is_symlink():
+        return "is missing"
+    if (size >= 0 and path.stat().st_size != size) or sha256_file(path) != digest:
+        return "changed"
+    return None
+
+
+def _added(tree: Path, expected: Mapping[str, object]) -> list[str]:
+    """The files of the tree its manifest does not list (its marker and __pycache__ aside)."""
+    problems = []
+    for path in sorted(tree.rglob("*")):
+        rel = path.relative_to(tree).as_posix()
+        if path.is_dir() or rel == MARKER or "__pycache__" in PurePosixPath(rel).parts:
+            continue
+        if rel not in expected:
+            problems.append(f"{rel} was added")
     return problems
 
 
@@ -232,6 +244,11 @@ def _relative(root: Path, path: Path) -> str:
 
 
 def _damage(root: Path, progress: Callable[[str], None] | None) -> list[Damage]:
+    return [*_blob_damage(root, progress), *_tree_damage(root, progress), *_answer_damage(root)]
+
+
+def _blob_damage(root: Path, progress: Callable[[str], None] | None) -> list[Damage]:
+    """Every blob that is not a file, or whose sha256 is not its name."""
     found: list[Damage] = []
     blobs = root / "blobs" / "sha256"
     for blob in sorted(blobs.iterdir()) if blobs.is_dir() else ():
@@ -242,6 +259,12 @@ def _damage(root: Path, progress: Callable[[str], None] | None) -> list[Damage]:
             found.append(Damage(blob, ("not a file",)))
         elif (actual := sha256_file(blob)) != name:
             found.append(Damage(blob, (f"its sha256 is {actual} ({blob.stat().st_size} bytes)",)))
+    return found
+
+
+def _tree_damage(root: Path, progress: Callable[[str], None] | None) -> list[Damage]:
+    """Every tree that is not a folder, or has `tree_problems`."""
+    found: list[Damage] = []
     trees = root / "trees"
     for tree in sorted(trees.iterdir()) if trees.is_dir() else ():
         if progress:
@@ -250,6 +273,12 @@ def _damage(root: Path, progress: Callable[[str], None] | None) -> list[Damage]:
             found.append(Damage(tree, ("not a folder",)))
         elif problems := tree_problems(tree):
             found.append(Damage(tree, tuple(problems)))
+    return found
+
+
+def _answer_damage(root: Path) -> list[Damage]:
+    """Every remembered index answer that cannot be read as JSON."""
+    found: list[Damage] = []
     answers = root / "resolved"
     for answer in sorted(answers.glob("*.json")) if answers.is_dir() else ():
         try:
@@ -469,9 +498,35 @@ def _prune(root: Path, *, keep_runs: int, dry_run: bool) -> Pruned:
         return Pruned((), 0, (), note="no run has recorded what it used yet: nothing removed")
     kept, dropped = runs[:keep_runs], runs[keep_runs:]
     live = [run for run in runs if _live(root, run)]
-    keep = set().union(*(run.entries for run in [*kept, *live]))
+    removed, busy, freed = _remove(root, _doomed(root, _kept_entries([*kept, *live])), dry_run=dry_run)
+    if not dry_run:
+        _forget_runs(root, [run for run in dropped if run not in live])
+    return Pruned(
+        tuple(removed),
+        freed,
+        tuple(run.path.stem for run in kept),
+        live=_live_counts(root, live),
+        busy=tuple(busy),
+    )
+
+
+def _live_counts(root: Path, live: Sequence[_Run]) -> tuple[tuple[str, int], ...]:
+    """(run id, how many of its entries are in the cache now) of each live run."""
+    present = {e for e in (entry_of(root, p) for p in _entries(root)) if e is not None}
+    return tuple((run.run_id, len(run.entries & present)) for run in live)
+
+
+def _kept_entries(runs: Sequence[_Run]) -> set[str]:
+    """The entries the runs recorded, and the lazy tree of each wheel among them."""
+    keep: set[str] = set().union(*(run.entries for run in runs))
     # A lazy tree (stackfarm.lazytree) stands for the wheel of the same sha256: runs record its blob and tree.
     keep |= {f"lazy/{Path(e).name.removesuffix('.whl')}" for e in keep if e.startswith(("blobs/", "trees/"))}
+    return keep
+
+
+def _doomed(root: Path, keep: set[str]) -> list[Path]:
+    """The entries to remove: tmp/ leftovers no lock covers, and every other entry not in `keep` that was
+    not touched within RECENT seconds."""
     now = time.time()
     doomed: list[Path] = []
     for area in _AREAS:
@@ -482,6 +537,11 @@ def _prune(root: Path, *, keep_runs: int, dry_run: bool) -> Pruned:
                     doomed.append(entry)
             elif entry_of(root, entry) not in keep and now - entry.lstat().st_mtime > RECENT:
                 doomed.append(entry)
+    return doomed
+
+
+def _remove(root: Path, doomed: Sequence[Path], *, dry_run: bool) -> tuple[list[Path], list[Path], int]:
+    """Remove each doomed entry whose locks are free (`dry_run`: only count it): (removed, busy, bytes freed)."""
     removed: list[Path] = []
     busy: list[Path] = []
     freed = 0
@@ -496,19 +556,14 @@ def _prune(root: Path, *, keep_runs: int, dry_run: bool) -> Pruned:
             removed.append(entry)
             if not dry_run:
                 remove_tree(entry)
-    if not dry_run:
-        for run in dropped:
-            if run not in live:
-                run.path.unlink(missing_ok=True)
-                (root / "locks" / "leases" / f"{run.path.stem}.lease").unlink(missing_ok=True)
-    present = {e for e in (entry_of(root, p) for p in _entries(root)) if e is not None}
-    return Pruned(
-        tuple(removed),
-        freed,
-        tuple(run.path.stem for run in kept),
-        live=tuple((run.run_id, len(run.entries & present)) for run in live),
-        busy=tuple(busy),
-    )
+    return removed, busy, freed
+
+
+def _forget_runs(root: Path, runs: Sequence[_Run]) -> None:
+    """Delete the use records (and lease files) of runs no longer kept."""
+    for run in runs:
+        run.path.unlink(missing_ok=True)
+        (root / "locks" / "leases" / f"{run.path.stem}.lease").unlink(missing_ok=True)
 
 
 def _entries(root: Path) -> Iterator[Path]:

@@ -40,6 +40,7 @@ from packaging.version import Version
 from stackfarm.analysis.cache import JsonCache, default_root
 from stackfarm.analysis.eagle3 import (
     VERDICTS,
+    Contract,
     ContractError,
     Role,
     SourceTree,
@@ -136,6 +137,11 @@ def _eagle3(root: Path, targets: Sequence[str], drafts: Sequence[str]) -> dict[s
             verdicts[finding.method] = finding.verdict
             counts[finding.verdict] += 1
         classes[f"{role}:{name}"] = verdicts
+    return {**_contract_names(contract), "counts": dict(sorted(counts.items())), "classes": classes}
+
+
+def _contract_names(contract: Contract) -> dict[str, Any]:
+    """The derived contract as the row keeps it: its workers, and each role's required and optional names."""
     return {
         "workers": list(contract.workers),
         "required": {role: [r.name for r in contract.for_role(role)] for role in ("target", "draft")},
@@ -143,8 +149,6 @@ def _eagle3(root: Path, targets: Sequence[str], drafts: Sequence[str]) -> dict[s
             role: [r.name for r in contract.for_role(role, required_only=False) if not r.required]
             for role in ("target", "draft")
         },
-        "counts": dict(sorted(counts.items())),
-        "classes": classes,
     }
 
 
@@ -234,8 +238,7 @@ def run_corpus(
     """The rows of `versions`, from the cache where the analyses already ran on the same wheel and code."""
     trees = sglang_trees(matrix, versions, echo=echo)
     features = dict(matrix.features)
-    suite = next((x for x in matrix.suites if x.name == SELECTION_SUITE), None)
-    selection = dict(suite.settings) if selection_on and suite is not None else {}
+    selection = _selection_settings(matrix) if selection_on else {}
     pinned = flashinfer_trees(trees, _fetcher(matrix, echo), echo) if selection else {}
     cache = JsonCache(default_root(), "corpus")
     code = _code_digest()
@@ -244,10 +247,8 @@ def run_corpus(
     for version in versions:
         if version not in trees:
             continue
-        fi = pinned.get(version)
-        job: Job = (version, str(trees[version]), features, tuple(archs), selection,
-                    (fi[0], str(fi[1])) if fi else None)  # fmt: skip
-        key = _row_key(trees[version], features, archs, code, [selection, fi[1].name if fi else None])
+        job, key = _job(version, trees[version], pinned.get(version), features=features, archs=archs,
+                        selection=selection, code=code)  # fmt: skip
         cached = cache.get(key)
         if cached is not None:
             rows[version] = cached
@@ -255,14 +256,46 @@ def run_corpus(
             todo.append((job, key))
     if todo:
         echo(f"analysing {len(todo)} release(s) ({len(rows)} from the cache)")
-        workers = jobs or max(1, min(len(todo), os.cpu_count() or 1))
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = pool.map(_analyse_job, [job for job, _ in todo])
-            for (job, key), row in zip(todo, results, strict=True):
-                cache.put(key, row)
-                rows[job[0]] = row
-                echo(f"  sglang {job[0]}: {row['seconds']}s")
+        rows |= _analyse_all(todo, cache, jobs, echo)
     return [rows[v] for v in versions if v in rows]
+
+
+def _selection_settings(matrix: Matrix) -> dict[str, Any]:
+    """15-toolchain's settings in the matrix (its selectors); {} when the matrix has no such suite."""
+    suite = next((x for x in matrix.suites if x.name == SELECTION_SUITE), None)
+    return dict(suite.settings) if suite is not None else {}
+
+
+def _job(
+    version: str,
+    tree: Path,
+    fi: tuple[str, Path] | None,
+    *,
+    features: dict[str, Any],
+    archs: Sequence[str],
+    selection: dict[str, Any],
+    code: str,
+) -> tuple[Job, str]:
+    """One release's job (`fi`: the flashinfer release and tree it pins, when selection is read) and its
+    row's cache key."""
+    job: Job = (version, str(tree), features, tuple(archs), selection,
+                (fi[0], str(fi[1])) if fi else None)  # fmt: skip
+    return job, _row_key(tree, features, archs, code, [selection, fi[1].name if fi else None])
+
+
+def _analyse_all(
+    todo: Sequence[tuple[Job, str]], cache: JsonCache, jobs: int, echo: Any
+) -> dict[str, dict[str, Any]]:
+    """The rows of the jobs, in parallel processes (`jobs`, default one per core), each kept in the cache."""
+    rows: dict[str, dict[str, Any]] = {}
+    workers = jobs or max(1, min(len(todo), os.cpu_count() or 1))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        results = pool.map(_analyse_job, [job for job, _ in todo])
+        for (job, key), row in zip(todo, results, strict=True):
+            cache.put(key, row)
+            rows[job[0]] = row
+            echo(f"  sglang {job[0]}: {row['seconds']}s")
+    return rows
 
 
 # --------------------------------------------------------------------------------------------- the report
@@ -277,14 +310,22 @@ def _columns(rows: Sequence[Mapping[str, Any]], part: str) -> list[str]:
 
 
 def markdown(rows: Sequence[Mapping[str, Any]], archs: Sequence[str] = ARCHS) -> str:
-    eagle = _columns(rows, "eagle3")
-    cap = _columns(rows, "capability")
     lines = [
         "# SGLang corpus: static verdicts per release",
         "",
         f"{len(rows)} releases, unpatched; capability on {', '.join(archs)} (reference {REFERENCE}); EAGLE-3 "
         f"targets {', '.join(TARGETS)}, draft {', '.join(DRAFTS)}.",
         "",
+    ]
+    lines += _md_eagle3(rows) + _md_capability(rows) + _md_selection(rows) + ["## Per release", ""]
+    for r in rows:
+        lines += _md_release(r)
+    return "\n".join(lines) + "\n"
+
+
+def _md_eagle3(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    eagle = _columns(rows, "eagle3")
+    lines = [
         "## EAGLE-3 verdicts (one per class and contract name)",
         "",
         "| sglang | target needs | draft needs | " + " | ".join(eagle) + " |",
@@ -298,11 +339,13 @@ def markdown(rows: Sequence[Mapping[str, Any]], archs: Sequence[str] = ARCHS) ->
             + " | ".join(str(e["counts"].get(c, 0)) for c in eagle)
             + " |"
         )
-    total = Counter[str]()
-    for r in rows:
-        total.update(r["eagle3"]["counts"])
-    lines += ["| **all** | | | " + " | ".join(f"**{total.get(c, 0)}**" for c in eagle) + " |", ""]
-    lines += [
+    total = _total(rows, "eagle3")
+    return [*lines, "| **all** | | | " + " | ".join(f"**{total.get(c, 0)}**" for c in eagle) + " |", ""]
+
+
+def _md_capability(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    cap = _columns(rows, "capability")
+    lines = [
         "## 10-capability findings (outcome:verdict, all archs)",
         "",
         "| sglang | " + " | ".join(cap) + " |",
@@ -313,54 +356,67 @@ def markdown(rows: Sequence[Mapping[str, Any]], archs: Sequence[str] = ARCHS) ->
             f"| {r['sglang']} | " + " | ".join(str(r["capability"]["counts"].get(c, 0)) for c in cap) + " |"
         )
     lines.append("")
+    return lines
+
+
+def _md_selection(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The backend selection table, for the rows that have selection findings (none: no table)."""
     sel_rows = [r for r in rows if "selection" in r]
-    if sel_rows:
-        outcomes = sorted({k for r in sel_rows for k in r["selection"]["counts"]})
-        lines += [
-            "## Backend selection (15-toolchain selectors, all archs and model families)",
-            "",
-            "| sglang | flashinfer | " + " | ".join(outcomes) + " |",
-            "|---" * (len(outcomes) + 2) + "|",
-        ]
-        for r in sel_rows:
-            sel = r["selection"]
-            lines.append(f"| {r['sglang']} | {sel['flashinfer'] or '-'} | "
-                         + " | ".join(str(sel["counts"].get(o, 0)) for o in outcomes) + " |")  # fmt: skip
-        every = Counter[str]()
-        for r in sel_rows:
-            every.update(r["selection"]["counts"])
-        lines.append("| **all** | | " + " | ".join(f"**{every.get(o, 0)}**" for o in outcomes) + " |")
-        lines += ["", f"Toolchain: {sel_rows[0]['selection']['toolchain']}.", ""]
-    lines += ["## Per release", ""]
+    if not sel_rows:
+        return []
+    outcomes = sorted({k for r in sel_rows for k in r["selection"]["counts"]})
+    lines = [
+        "## Backend selection (15-toolchain selectors, all archs and model families)",
+        "",
+        "| sglang | flashinfer | " + " | ".join(outcomes) + " |",
+        "|---" * (len(outcomes) + 2) + "|",
+    ]
+    for r in sel_rows:
+        sel = r["selection"]
+        lines.append(f"| {r['sglang']} | {sel['flashinfer'] or '-'} | "
+                     + " | ".join(str(sel["counts"].get(o, 0)) for o in outcomes) + " |")  # fmt: skip
+    every = _total(sel_rows, "selection")
+    lines.append("| **all** | | " + " | ".join(f"**{every.get(o, 0)}**" for o in outcomes) + " |")
+    return [*lines, "", f"Toolchain: {sel_rows[0]['selection']['toolchain']}.", ""]
+
+
+def _total(rows: Sequence[Mapping[str, Any]], part: str) -> Counter[str]:
+    """The counts of one part of the rows, summed over the rows."""
+    total = Counter[str]()
     for r in rows:
-        e = r["eagle3"]
-        lines += [f"### sglang {r['sglang']}", ""]
-        if "error" in e:
-            lines += [f"**derivation failed**: {e['error']}", ""]
-        else:
-            need = e["required"]
-            lines.append(
-                f"- target needs: {', '.join(need['target'])}; draft needs: {', '.join(need['draft'])}"
-            )
-            opt = e["optional"]
-            if opt["target"] or opt["draft"]:
-                lines.append(
-                    f"- optional: target {', '.join(opt['target']) or '-'}; draft {', '.join(opt['draft']) or '-'}"
-                )
-            lines += ["", "| class | verdicts |", "|---|---|"]
-            for cls, verdicts in e["classes"].items():
-                text = ", ".join(f"{m}: {v}" for m, v in sorted(verdicts.items()))
-                lines.append(f"| {cls} | {text} |")
-        by_arch = r["capability"]["by_arch"]
-        lines += ["", "| arch | capability findings |", "|---|---|"]
-        for arch, counts in by_arch.items():
-            lines.append(f"| {arch} | {', '.join(f'{k} {v}' for k, v in counts.items())} |")
-        for line in r["capability"]["undecidable"][:5]:
-            lines.append(f"- undecidable: {line}")
-        for line in r.get("selection", {}).get("failures", [])[:8]:
-            lines.append(f"- selection fails: {line}")
-        lines.append("")
-    return "\n".join(lines) + "\n"
+        total.update(r[part]["counts"])
+    return total
+
+
+def _md_release(r: Mapping[str, Any]) -> list[str]:
+    lines = [f"### sglang {r['sglang']}", "", *_md_contract(r["eagle3"])]
+    lines += ["", "| arch | capability findings |", "|---|---|"]
+    for arch, counts in r["capability"]["by_arch"].items():
+        lines.append(f"| {arch} | {', '.join(f'{k} {v}' for k, v in counts.items())} |")
+    for line in r["capability"]["undecidable"][:5]:
+        lines.append(f"- undecidable: {line}")
+    for line in r.get("selection", {}).get("failures", [])[:8]:
+        lines.append(f"- selection fails: {line}")
+    lines.append("")
+    return lines
+
+
+def _md_contract(e: Mapping[str, Any]) -> list[str]:
+    """A release's EAGLE-3 contract (what each role needs) and every class's verdicts."""
+    if "error" in e:
+        return [f"**derivation failed**: {e['error']}", ""]
+    need = e["required"]
+    lines = [f"- target needs: {', '.join(need['target'])}; draft needs: {', '.join(need['draft'])}"]
+    opt = e["optional"]
+    if opt["target"] or opt["draft"]:
+        lines.append(
+            f"- optional: target {', '.join(opt['target']) or '-'}; draft {', '.join(opt['draft']) or '-'}"
+        )
+    lines += ["", "| class | verdicts |", "|---|---|"]
+    for cls, verdicts in e["classes"].items():
+        text = ", ".join(f"{m}: {v}" for m, v in sorted(verdicts.items()))
+        lines.append(f"| {cls} | {text} |")
+    return lines
 
 
 def counts_table(rows: Sequence[Mapping[str, Any]]) -> str:

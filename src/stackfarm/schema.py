@@ -191,18 +191,28 @@ class List(Field):
     def problem(self, value: Any) -> Problem | None:
         if not isinstance(value, list | tuple):
             return self._bad(f"must be a list, {_got(value)}", value)
+        found = self._length_problem(value) or self._item_problem(value)
+        if found is not None:
+            return found
+        if self.unique and len(set(map(repr, value))) != len(value):
+            return self._bad("lists a value twice", value)
+        return None
+
+    def _length_problem(self, value: list[Any] | tuple[Any, ...]) -> Problem | None:
         if len(value) < self.min_len:
             return self._bad(f"must be a non-empty list, got {list(value)!r}" if self.min_len == 1 else
                              f"must list at least {self.min_len} items, got {len(value)}", value)  # fmt: skip
         if self.max_len is not None and len(value) > self.max_len:
             return self._bad(f"must list at most {self.max_len} items, got {len(value)}", value)
+        return None
+
+    def _item_problem(self, value: list[Any] | tuple[Any, ...]) -> Problem | None:
+        """The first item's problem, said of the item by its number (1 first)."""
         for number, item in enumerate(value, 1):
             found = self.item.problem(item)
             if found is not None:
                 where = "".join(f".{p}" for p in found.path)
                 return Problem((), f"item {number}{where} {found.message}", self.help or found.fix, value)
-        if self.unique and len(set(map(repr, value))) != len(value):
-            return self._bad("lists a value twice", value)
         return None
 
 
@@ -242,20 +252,26 @@ class Table(Field):
         if not isinstance(value, Mapping):
             return self._bad(f"must be a table, {_got(value)}", value)
         for key, item in value.items():
-            known = self.fields.get(key)
-            if known is None:
-                message = _hinted(
-                    f"is an unknown {self.noun}" if self.noun else "is unknown", key, self.fields
-                )
-                fix = f"use one of: {', '.join(self.fields)}" if self.fields else self.help
-                return Problem((key,), message, fix, item)
-            found = known.problem(item)
+            found = self._key_problem(key, item)
             if found is not None:
-                return found.within(key)
+                return found
         for key in self.required:
             if key not in value:
                 known = self.fields[key]
                 return Problem((), f"needs `{key}`", f"add {key}: {known.help}" if known.help else "")
+        return self._rule_problem(value)
+
+    def _key_problem(self, key: str, item: Any) -> Problem | None:
+        """An unknown key (with the nearest known one), else its value's problem, said of the key."""
+        known = self.fields.get(key)
+        if known is None:
+            message = _hinted(f"is an unknown {self.noun}" if self.noun else "is unknown", key, self.fields)
+            fix = f"use one of: {', '.join(self.fields)}" if self.fields else self.help
+            return Problem((key,), message, fix, item)
+        found = known.problem(item)
+        return found.within(key) if found is not None else None
+
+    def _rule_problem(self, value: Mapping[str, Any]) -> Problem | None:
         for rule in self.rules:
             for found in rule(value):
                 return found

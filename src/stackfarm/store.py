@@ -298,13 +298,7 @@ class Store:
                 claimed = verdict.parse(files[VERDICT], folder / VERDICT)
             except ValueError as exc:
                 raise BrokenEntry(f"{where}: {exc}") from None
-            names = {f"{s.suite}.xml" for s in claimed.report.suites}
-            names |= {f"{s.suite}.json" for s in claimed.report.suites if s.record_sha256}  # stackfarm.family
-            rest = (
-                sorted(set(manifest["files"]) - {VERDICT})
-                if everything
-                else sorted(names & set(manifest["files"]))
-            )
+            rest = _wanted(manifest, claimed, everything)
             files |= self._files(cell, input_hash, manifest, rest)
             for name in [*rest, VERDICT]:
                 write_bytes_atomic(folder / name, files[name])
@@ -384,6 +378,16 @@ class Store:
         return key
 
 
+def _wanted(manifest: Mapping[str, Any], claimed: Stored, everything: bool) -> list[str]:
+    """The entry's files to fetch besides the verdict: all (`everything`), else the JUnit files (and family
+    records) that the verdict binds."""
+    if everything:
+        return sorted(set(manifest["files"]) - {VERDICT})
+    names = {f"{s.suite}.xml" for s in claimed.report.suites}
+    names |= {f"{s.suite}.json" for s in claimed.report.suites if s.record_sha256}  # stackfarm.family
+    return sorted(names & set(manifest["files"]))
+
+
 def _signed_problem(manifest: Mapping[str, Any], stored: Stored) -> str | None:
     """Why the verdict is not the one the runner signed for (another run, another status), or None."""
     if manifest.get("run_id") != stored.report.run_id:
@@ -404,6 +408,11 @@ def _manifest_problem(data: object, cell: str, input_hash: str) -> str | None:
         return "the manifest names no upload folder"
     if not isinstance(files, dict) or VERDICT not in files:
         return f"the manifest lists no {VERDICT}"
+    return _files_problem(files)
+
+
+def _files_problem(files: Mapping[object, object]) -> str | None:
+    """Why a file the manifest lists cannot be taken: a name that leaves the entry or hides, no sha256."""
     for name, meta in files.items():
         parts = str(name).split("/")
         if any(p in ("", ".", "..") or p.startswith(".") for p in parts):

@@ -52,8 +52,9 @@ from .matrix import Matrix
 from .plan import Component, components
 from .resolve import Resolver
 from .sglangtrees import available_versions
+from .upgrade_outcome import recommend, timeline
 from .upgrade_patches import LineageChoice, touched_files
-from .upgrade_plan import Blocker, Candidate, Fixed, Options, Recommendation, Span, Status, UpgradePlan
+from .upgrade_plan import Blocker, Candidate, Fixed, Options, Status, UpgradePlan
 from .upgrade_static import (
     NAMESPACE,
     Job,
@@ -120,7 +121,12 @@ def torch_cuda(torch: str, meta: email.message.Message | None) -> str | None:
         local = ""
     if match := _CUDA_LABEL.match(local):
         return f"{match[1]}.{match[2]}"
-    for raw in (meta.get_all("Requires-Dist") or []) if meta is not None else []:
+    return _runtime_cuda(meta) if meta is not None else None
+
+
+def _runtime_cuda(meta: email.message.Message) -> str | None:
+    """The CUDA of the first CUDA runtime that METADATA pins exactly (``nvidia-cuda-runtime-cu12==12.8.*``)."""
+    for raw in meta.get_all("Requires-Dist") or []:
         try:
             req = Requirement(raw)
         except InvalidRequirement:
@@ -146,6 +152,19 @@ def _listed(matrix: Matrix, distribution: str) -> list[Version]:
     return sorted(found)
 
 
+def _exact_pin(reqs: Sequence[Requirement]) -> str | None:
+    """The one version the requirements pin with ``==`` (no wildcard), if they agree on exactly one."""
+    exact = [c.version for r in reqs for c in r.specifier if c.operator == "==" and "*" not in c.version]
+    return exact[0] if len(set(exact)) == 1 else None
+
+
+def _newest_fitting(matrix: Matrix, reqs: Sequence[Requirement]) -> Version | None:
+    """The newest final release on the index that satisfies every requirement."""
+    listed = [v for v in _listed(matrix, canonicalize_name(reqs[0].name)) if not v.is_prerelease]
+    fits = [v for v in listed if all(r.specifier.contains(v) for r in reqs)]
+    return fits[-1] if fits else None
+
+
 def _pinned(matrix: Matrix, axis: str, current: str, reqs: Sequence[Requirement]) -> tuple[str | None, str]:
     """The axis value the pins want (the current one when it satisfies them), and how it was chosen."""
     if not reqs:
@@ -153,14 +172,18 @@ def _pinned(matrix: Matrix, axis: str, current: str, reqs: Sequence[Requirement]
     text = ", ".join(str(r) for r in reqs)
     if all(r.specifier.contains(current, prereleases=True) for r in reqs):
         return current, f"{axis} {current} ({text})"
-    exact = [c.version for r in reqs for c in r.specifier if c.operator == "==" and "*" not in c.version]
-    if len(set(exact)) == 1:
-        return exact[0], f"{axis} {exact[0]} ({text})"
-    listed = [v for v in _listed(matrix, canonicalize_name(reqs[0].name)) if not v.is_prerelease]
-    fits = [v for v in listed if all(r.specifier.contains(v) for r in reqs)]
-    if not fits:
+    if (exact := _exact_pin(reqs)) is not None:
+        return exact, f"{axis} {exact} ({text})"
+    newest = _newest_fitting(matrix, reqs)
+    if newest is None:
         return None, f"{axis}: nothing on the index satisfies {text}"
-    return str(fits[-1]), f"{axis} {fits[-1]} (the newest on the index for {text})"
+    return str(newest), f"{axis} {newest} (the newest on the index for {text})"
+
+
+def _axis_pins(pins: Sequence[Requirement], axis: str) -> list[Requirement]:
+    """The release's requirements on one axis; flashinfer-cubin only when nothing else pins the axis."""
+    reqs = [r for r in pins if stack.DISTRIBUTION_AXIS.get(canonicalize_name(r.name)) == axis]
+    return [r for r in reqs if canonicalize_name(r.name) != "flashinfer-cubin"] or reqs
 
 
 @dataclass
@@ -238,9 +261,7 @@ class Planner:
         for axis in stack.PINNED_AXES:
             if axis not in start:
                 continue
-            reqs = [r for r in pins if stack.DISTRIBUTION_AXIS.get(canonicalize_name(r.name)) == axis]
-            reqs = [r for r in reqs if canonicalize_name(r.name) != "flashinfer-cubin"] or reqs
-            value, how = _pinned(self.matrix, axis, start[axis], reqs)
+            value, how = _pinned(self.matrix, axis, start[axis], _axis_pins(pins, axis))
             formed.notes.append(how)
             if value is None:
                 self._blocker(formed, "unavailable", f"{axis} for sglang {version}", how, key=f"pin:{axis}")
@@ -445,27 +466,46 @@ class Planner:
             by_set.setdefault(s.set, []).append(f"{s.patch} {s.status}")
         chosen = [c.chosen or c.member for c in row.choices if c.chosen or c.verdict == "partial"]
         blockers = [_finding_blocker(group, touched, by_set, chosen) for group in _grouped(row.patched)]
-        failing = {f.key for f in row.patched}
-        fixed = tuple(
-            Fixed(key=g[0].key, title=g[0].title, sites=_sites(g), feature=g[0].feature,
-                  by=tuple(n for n in chosen if touched.get(n, frozenset()) & set(_files(g))) or tuple(chosen))
-            for g in _grouped(row.pristine) if g[0].key not in failing and g[0].outcome == "fail"
-        )  # fmt: skip
-        pristine = {f.key for f in row.pristine} | {f"feature:{f.feature}" for f in row.pristine if f.feature}
-        choices = []
-        for raw in row.choices:
-            choice, blocker = port_check(raw, base, pristine)
-            choices.append(choice)
-            if blocker is not None:
-                blockers.append(blocker)
-        blockers += [Blocker(key=f"error:{e[:60]}", kind="error", outcome="fail", title="analysis error",
-                             sites=(), message=e) for e in row.errors]  # fmt: skip
-        for name, status in row.applied.items():
-            if status != "applied":
-                blockers.append(Blocker(key=f"patch:{name}:{status}", kind="patch", outcome="fail",
-                                        title=f"{name} {status} when the chosen sets are applied together",
-                                        sites=(), message=f"{name}: {status}"))  # fmt: skip
-        return blockers, fixed, tuple(choices)
+        choices, unported = _port_checks(row, base)
+        blockers += unported
+        blockers += _row_failures(row)
+        return blockers, _fixed(row, touched, chosen), choices
+
+
+def _fixed(row: Row, touched: Mapping[str, frozenset[str]], chosen: Sequence[str]) -> tuple[Fixed, ...]:
+    """What fails on the pristine tree and no longer after the patches, and the chosen sets that fix it
+    (those touching its files, else all of them)."""
+    failing = {f.key for f in row.patched}
+    return tuple(
+        Fixed(key=g[0].key, title=g[0].title, sites=_sites(g), feature=g[0].feature,
+              by=tuple(n for n in chosen if touched.get(n, frozenset()) & set(_files(g))) or tuple(chosen))
+        for g in _grouped(row.pristine) if g[0].key not in failing and g[0].outcome == "fail"
+    )  # fmt: skip
+
+
+def _port_checks(row: Row, base: Candidate | None) -> tuple[tuple[LineageChoice, ...], list[Blocker]]:
+    """Every lineage choice of the row after `port_check`, and the blockers those checks raise."""
+    pristine = {f.key for f in row.pristine} | {f"feature:{f.feature}" for f in row.pristine if f.feature}
+    choices = []
+    blockers = []
+    for raw in row.choices:
+        choice, blocker = port_check(raw, base, pristine)
+        choices.append(choice)
+        if blocker is not None:
+            blockers.append(blocker)
+    return tuple(choices), blockers
+
+
+def _row_failures(row: Row) -> list[Blocker]:
+    """The row's analysis errors, and the patches that do not apply when the chosen sets go on together."""
+    blockers = [Blocker(key=f"error:{e[:60]}", kind="error", outcome="fail", title="analysis error",
+                        sites=(), message=e) for e in row.errors]  # fmt: skip
+    for name, status in row.applied.items():
+        if status != "applied":
+            blockers.append(Blocker(key=f"patch:{name}:{status}", kind="patch", outcome="fail",
+                                    title=f"{name} {status} when the chosen sets are applied together",
+                                    sites=(), message=f"{name}: {status}"))  # fmt: skip
+    return blockers
 
 
 _UI = {"pass": "passed", "open": "incomplete", "fail": "failed", "unavailable": "error"}
@@ -530,9 +570,7 @@ def port_check(
     else a blocker when nothing static shows what it fixes (the findings say it otherwise)."""
     if choice.verdict != "port":
         return choice, None
-    mine = [f for f in base.fixed if choice.lineage in _lineage_of(f.by, base)] if base else []
-    # A finding of the same feature counts as the same need: the gate may have moved (another key).
-    purpose = {f.key for f in mine} | {f"feature:{f.feature}" for f in mine if f.feature}
+    purpose = _purpose(choice, base)
     if purpose and not purpose & pristine:
         note = f"superseded: nothing it fixes on sglang {base.sglang if base else '?'} fails here without it"
         return replace(choice, verdict="retire", note=note), None
@@ -544,69 +582,16 @@ def port_check(
                            "release needs it is not decided here")  # fmt: skip
 
 
+def _purpose(choice: LineageChoice, base: Candidate | None) -> set[str]:
+    """The keys (and features) of what the lineage fixed on the start cell."""
+    mine = [f for f in base.fixed if choice.lineage in _lineage_of(f.by, base)] if base else []
+    # A finding of the same feature counts as the same need: the gate may have moved (another key).
+    return {f.key for f in mine} | {f"feature:{f.feature}" for f in mine if f.feature}
+
+
 def _lineage_of(names: Sequence[str], base: Candidate) -> set[str]:
     of = {c.chosen or c.member: c.lineage for c in base.patches}
     return {of.get(n, n) for n in names}
-
-
-def timeline(cands: Sequence[Candidate]) -> tuple[Span, ...]:
-    """For every blocker of the walk (start first): the release where it first appears, and the first
-    release after that without it."""
-    order = [c.sglang for c in cands]
-    where: dict[str, list[str]] = {}
-    first: dict[str, Blocker] = {}
-    for cand in cands:
-        for b in cand.blockers:
-            where.setdefault(b.key, []).append(cand.sglang)
-            first.setdefault(b.key, b)
-    spans = []
-    for key, present in where.items():
-        appears = present[0]
-        later = order[order.index(appears) + 1 :]
-        gone = next((v for v in later if v not in present), None)
-        b = first[key]
-        spans.append(Span(key=key, kind=b.kind, outcome=b.outcome, title=b.title, appears=appears, gone=gone,
-                          releases=tuple(present), current=appears == order[0]))  # fmt: skip
-    return tuple(sorted(spans, key=lambda s: (order.index(s.appears), s.kind, s.title)))
-
-
-def recommend(start: Candidate, cands: Sequence[Candidate], *, strict: bool = False) -> Recommendation:
-    """The newest candidate that is not unavailable and fails nothing new (`strict`: nothing at all)."""
-
-    def ok(c: Candidate) -> bool:
-        fails = [b for b in c.blockers if b.outcome == "fail"]
-        return c.status != "unavailable" and not (fails if strict else c.new_failures)
-
-    good = [c for c in cands if ok(c)]
-    if not good:
-        if not cands:
-            why = f"no release newer than sglang {start.sglang} on the index"
-        else:
-            blocked = next(c for c in cands if not ok(c))
-            titles = "; ".join(b.title for b in (blocked.new_failures or blocked.blockers)[:3])
-            why = f"no candidate passes: the first, sglang {blocked.sglang}, fails on {titles}"
-        return Recommendation(release=None, cell=None, values={}, reason=why)
-    best = good[-1]
-    carry = tuple(f"{c.chosen or c.member} ({c.verdict}{': ' + c.note if c.note else ''})"
-                  for c in best.patches if c.chosen or c.verdict == "partial")  # fmt: skip
-    carried = {c.lineage for c in start.patches if c.chosen}
-    retire = tuple(f"{c.lineage}: {c.note or 'upstreamed'}" for c in best.patches
-                   if c.verdict == "retire" and c.lineage in carried)  # fmt: skip
-    after = [c for c in cands if Version(c.sglang) > Version(best.sglang)]
-    stop = next((c for c in after if not ok(c)), None)
-    why = f"sglang {best.sglang} is the newest candidate whose static verdicts on {best.cell} " + (
-        "fail nothing" if strict else "fail nothing the current stack does not already fail"
-    )
-    if stop is not None:
-        why += f"; sglang {stop.sglang} is next: " + "; ".join(
-            b.title for b in (stop.new_failures or stop.blockers)[:3]
-        )
-    return Recommendation(
-        release=best.sglang, cell=best.cell, values=dict(best.values), carry=carry, retire=retire,
-        open=tuple(b.title for b in best.blockers if b.outcome == "open"),
-        accepted=tuple(b.title for b in best.blockers if b.outcome == "fail" and b.current),
-        proof=tuple(dict.fromkeys((start.cell, best.cell))), reason=why,
-    )  # fmt: skip
 
 
 def default_arch(matrix: Matrix, cell: str) -> str:

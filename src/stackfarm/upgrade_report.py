@@ -26,11 +26,11 @@ from rich.table import Table
 
 from .errors import StackfarmError
 from .files import write_atomic
-from .matrix import Matrix, load
+from .matrix import Matrix, Runner, load
 from .plan import expand
 from .sections.grid import COLOURS
 from .stack import cell_id
-from .upgrade_plan import Blocker, Candidate, UpgradePlan
+from .upgrade_plan import Blocker, Candidate, Options, Recommendation, Span, UpgradePlan
 
 _BADGE = {"pass": "passed", "open": "incomplete", "fail": "failed", "unavailable": "error"}
 _ICON = {"pass": "✅", "open": "🟡", "fail": "❌", "unavailable": "💥"}
@@ -104,9 +104,20 @@ def _md_blocker(b: Blocker) -> list[str]:
 
 
 def markdown(plan: UpgradePlan) -> str:
+    lines = (
+        _md_head(plan)
+        + _md_recommendation(plan)
+        + _md_releases(plan)
+        + _md_spans(plan)
+        + _md_per_release(plan)
+    )
+    lines.append(f"{plan.computed} static rows computed, {plan.reused} from the cache, {plan.seconds:.1f}s.")
+    return "\n".join(lines) + "\n"
+
+
+def _md_head(plan: UpgradePlan) -> list[str]:
     o = plan.options
-    r = plan.recommendation
-    lines = [
+    return [
         f"# Upgrade plan from `{plan.start.cell}`",
         "",
         f"On {o.arch} (reference {o.reference or '-'}), {o.gpus} GPU(s), driver {o.driver or 'not given'}, "
@@ -117,32 +128,46 @@ def markdown(plan: UpgradePlan) -> str:
         "## Recommendation",
         "",
     ]
+
+
+def _md_recommendation(plan: UpgradePlan) -> list[str]:
+    r = plan.recommendation
     if r.release is None:
-        lines += [f"None: {r.reason}.", ""]
-    else:
-        lines += [f"**sglang {r.release}**: `{r.cell}`. {r.reason}.", ""]
-        lines += [f"- carry: {p}" for p in r.carry] or ["- carry: no patch"]
-        lines += [f"- retire: {p}" for p in r.retire]
-        lines += [f"- fails today too (not new): {t}" for t in r.accepted]
-        lines += [f"- open, for the GPU cells: {t}" for t in r.open]
-        run = f" (`nox -s matrix -- --matrix {plan.matrix}`)" if plan.matrix else ""
-        lines += [f"- proof: {', '.join(f'`{c}`' for c in r.proof)}{run}", ""]
-    lines += ["## Releases", "", "| sglang | stack | status | new blockers | patches | GPU verdict |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
+        return [f"None: {r.reason}.", ""]
+    lines = [f"**sglang {r.release}**: `{r.cell}`. {r.reason}.", ""]
+    lines += [f"- carry: {p}" for p in r.carry] or ["- carry: no patch"]
+    lines += [f"- retire: {p}" for p in r.retire]
+    lines += [f"- fails today too (not new): {t}" for t in r.accepted]
+    lines += [f"- open, for the GPU cells: {t}" for t in r.open]
+    run = f" (`nox -s matrix -- --matrix {plan.matrix}`)" if plan.matrix else ""
+    return [*lines, f"- proof: {', '.join(f'`{c}`' for c in r.proof)}{run}", ""]
+
+
+def _md_releases(plan: UpgradePlan) -> list[str]:
+    lines = ["## Releases", "", "| sglang | stack | status | new blockers | patches | GPU verdict |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for c in (plan.start, *plan.candidates):
         new = _blockers(c, new_only=c is not plan.start)
         text = "; ".join(b.title for b in new) or "-"
         lines.append(f"| {c.sglang}{' (now)' if c is plan.start else ''} | {_stack(c)} | {_status(c, plan.start)} "
                      f"| {text} | {_patches(c)} | {c.stored or '-'} |")  # fmt: skip
-    lines += ["", "## Blockers: where each appears and goes away", "",
-              "| blocker | kind | appears | goes away | present in |", "|---|---|---|---|---|"]  # fmt: skip
+    return lines
+
+
+def _md_spans(plan: UpgradePlan) -> list[str]:
+    lines = ["", "## Blockers: where each appears and goes away", "",
+             "| blocker | kind | appears | goes away | present in |", "|---|---|---|---|---|"]  # fmt: skip
     for s in plan.spans:
         gone = s.gone or "still in the newest looked at"
         now = " (today too)" if s.current else ""
         lines.append(
             f"| {s.title} | {s.kind} {s.outcome} | {s.appears}{now} | {gone} | {', '.join(s.releases)} |"
         )
-    lines += ["", "## Per release", ""]
+    return lines
+
+
+def _md_per_release(plan: UpgradePlan) -> list[str]:
+    lines = ["", "## Per release", ""]
     for c in (plan.start, *plan.candidates):
         lines += [f"### sglang {c.sglang}: {c.status}", "", f"`{c.cell}`; " + "; ".join(c.notes), ""]
         for b in c.blockers:
@@ -151,8 +176,7 @@ def markdown(plan: UpgradePlan) -> str:
         lines += [f"- patch set {p.chosen or p.member}: {p.verdict}" + (f" ({p.note})" if p.note else "")
                   for p in c.patches]  # fmt: skip
         lines.append("")
-    lines.append(f"{plan.computed} static rows computed, {plan.reused} from the cache, {plan.seconds:.1f}s.")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 # --------------------------------------------------------------------------- HTML
@@ -183,38 +207,12 @@ def _html_blocker(b: Blocker) -> str:
 def page(plan: UpgradePlan) -> str:
     """The HTML page: the recommendation, the releases, then the blocker timeline as a strip per blocker."""
     e = html.escape
-    r = plan.recommendation
     order = [plan.start, *plan.candidates]
-    rec = (f"<p><b>sglang {e(r.release)}</b>: <code>{e(r.cell or '')}</code>. {e(r.reason)}.</p><ul>"
-           + "".join(f"<li>carry: {e(p)}</li>" for p in r.carry)
-           + "".join(f"<li>retire: {e(p)}</li>" for p in r.retire)
-           + "".join(f"<li>fails today too: {e(t)}</li>" for t in r.accepted)
-           + "".join(f"<li>open: {e(t)}</li>" for t in r.open)
-           + f"<li>proof: {e(', '.join(r.proof))}</li></ul>") if r.release else f"<p>None: {e(r.reason)}.</p>"  # fmt: skip
-    rows = "".join(
-        f"<tr><td>{e(c.sglang)}</td><td>{e(_stack(c))}</td><td>{_badge(c.status)}</td>"
-        f"<td>{e('; '.join(b.title for b in _blockers(c, new_only=c is not plan.start)) or '-')}</td>"
-        f"<td>{e(_patches(c))}</td><td>{e(c.stored or '-')}</td></tr>"
-        for c in order
-    )
+    rec = _html_recommendation(plan.recommendation)
+    rows = "".join(_html_row(c, plan.start) for c in order)
     head = "".join(f"<th>{e(c.sglang)}</th>" for c in order)
-    strip = ""
-    for s in plan.spans:
-        cells = "".join(
-            f'<td class="bar {("cur" if s.current else "on" if s.outcome == "fail" else "open") if c.sglang in s.releases else ""}"></td>'
-            for c in order
-        )
-        strip += f"<tr><td>{e(s.title)}<br><span class=muted>{e(s.appears)} → {e(s.gone or '…')}</span></td>{cells}</tr>"
-    details = "".join(
-        f"<h3>sglang {e(c.sglang)} {_badge(c.status)}</h3><p class=muted><code>{e(c.cell)}</code>; "
-        f"{e('; '.join(c.notes))}</p><ul>{''.join(_html_blocker(b) for b in c.blockers)}"
-        + "".join(f"<li>fixed by {e(', '.join(f.by))}: {e(f.title)}</li>" for f in c.fixed)
-        + "".join(
-            f"<li>patch set {e(p.chosen or p.member)}: {e(p.verdict)} {e(p.note)}</li>" for p in c.patches
-        )
-        + "</ul>"
-        for c in order
-    )
+    strip = "".join(_html_strip(s, order) for s in plan.spans)
+    details = "".join(_html_details(c) for c in order)
     body = (
         f"<h1>Upgrade plan from <code>{e(plan.start.cell)}</code></h1>"
         f"<p class=muted>{e(plan.options.arch)}, {plan.options.gpus} GPU(s), driver "
@@ -227,6 +225,53 @@ def page(plan: UpgradePlan) -> str:
     )
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>upgrade plan</title>'
             f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n")  # fmt: skip
+
+
+def _html_recommendation(r: Recommendation) -> str:
+    e = html.escape
+    if not r.release:
+        return f"<p>None: {e(r.reason)}.</p>"
+    return (f"<p><b>sglang {e(r.release)}</b>: <code>{e(r.cell or '')}</code>. {e(r.reason)}.</p><ul>"
+            + "".join(f"<li>carry: {e(p)}</li>" for p in r.carry)
+            + "".join(f"<li>retire: {e(p)}</li>" for p in r.retire)
+            + "".join(f"<li>fails today too: {e(t)}</li>" for t in r.accepted)
+            + "".join(f"<li>open: {e(t)}</li>" for t in r.open)
+            + f"<li>proof: {e(', '.join(r.proof))}</li></ul>")  # fmt: skip
+
+
+def _html_row(c: Candidate, start: Candidate) -> str:
+    e = html.escape
+    return (
+        f"<tr><td>{e(c.sglang)}</td><td>{e(_stack(c))}</td><td>{_badge(c.status)}</td>"
+        f"<td>{e('; '.join(b.title for b in _blockers(c, new_only=c is not start)) or '-')}</td>"
+        f"<td>{e(_patches(c))}</td><td>{e(c.stored or '-')}</td></tr>"
+    )
+
+
+def _bar(s: Span, c: Candidate) -> str:
+    """One release's square of a blocker's strip: grey today too, red failing, amber open, blank absent."""
+    if c.sglang not in s.releases:
+        return ""
+    return "cur" if s.current else "on" if s.outcome == "fail" else "open"
+
+
+def _html_strip(s: Span, order: Sequence[Candidate]) -> str:
+    e = html.escape
+    cells = "".join(f'<td class="bar {_bar(s, c)}"></td>' for c in order)
+    return f"<tr><td>{e(s.title)}<br><span class=muted>{e(s.appears)} → {e(s.gone or '…')}</span></td>{cells}</tr>"
+
+
+def _html_details(c: Candidate) -> str:
+    e = html.escape
+    return (
+        f"<h3>sglang {e(c.sglang)} {_badge(c.status)}</h3><p class=muted><code>{e(c.cell)}</code>; "
+        f"{e('; '.join(c.notes))}</p><ul>{''.join(_html_blocker(b) for b in c.blockers)}"
+        + "".join(f"<li>fixed by {e(', '.join(f.by))}: {e(f.title)}</li>" for f in c.fixed)
+        + "".join(
+            f"<li>patch set {e(p.chosen or p.member)}: {e(p.verdict)} {e(p.note)}</li>" for p in c.patches
+        )
+        + "</ul>"
+    )
 
 
 # --------------------------------------------------------------------------- JSON and files
@@ -280,31 +325,12 @@ def proof_matrix(plan: UpgradePlan, matrix: Matrix, path: Path) -> Path:
     for key in ("axes", "couple", "include", "exclude", "patches", "runners", "models", "targets"):
         doc.pop(key, None)
     start, best = plan.start, next(c for c in plan.candidates if c.sglang == r.release)
-    axes = tomlkit.table()
-    for axis, value in start.values.items():
-        axes[axis] = [value]
-    doc["axes"] = axes
-    include = tomlkit.aot()
-    row = tomlkit.table()
-    for axis, value in best.values.items():
-        if axis != "python":
-            row[axis] = value
-    row["reason"] = f"the upgrade planner's recommendation from {start.cell}"
-    include.append(row)
-    doc["include"] = include
-    targets = tomlkit.table()
-    o = plan.options
-    targets["archs"] = list(dict.fromkeys([o.arch, *([o.reference] if o.reference else []), *matrix.archs]))
-    if o.reference:
-        targets["reference"] = o.reference
+    doc["axes"] = _axes_table(start)
+    doc["include"] = _include_table(start, best)
+    targets = _targets_table(plan.options, matrix)
     doc["targets"] = targets
-    models = tomlkit.aot()
-    for m in o.models:
-        entry = tomlkit.table()
-        entry.update({"name": m.name, "target": m.target, "draft": m.draft})
-        models.append(entry)
-    if o.models:
-        doc["models"] = models
+    if plan.options.models:
+        doc["models"] = _models_table(plan.options)
     doc["patches"] = _patch_tables(plan, best)
     doc["runners"] = _runner_table(plan, matrix, (start.cell, best.cell), list(targets["archs"]))
     text = (
@@ -314,6 +340,50 @@ def proof_matrix(plan: UpgradePlan, matrix: Matrix, path: Path) -> Path:
         f"# comments included, is {matrix.path.name}'s.\n\n" + tomlkit.dumps(doc)
     )
     write_atomic(path, text)
+    _check_proof(path, (start.cell, best.cell))
+    return path
+
+
+def _axes_table(start: Candidate) -> Any:
+    """``[axes]``: the start cell, one value per axis."""
+    axes = tomlkit.table()
+    for axis, value in start.values.items():
+        axes[axis] = [value]
+    return axes
+
+
+def _include_table(start: Candidate, best: Candidate) -> Any:
+    """``[[include]]``: the recommended cell (its python is the start cell's)."""
+    include = tomlkit.aot()
+    row = tomlkit.table()
+    for axis, value in best.values.items():
+        if axis != "python":
+            row[axis] = value
+    row["reason"] = f"the upgrade planner's recommendation from {start.cell}"
+    include.append(row)
+    return include
+
+
+def _targets_table(o: Options, matrix: Matrix) -> Any:
+    """``[targets]``: the planner's arch and reference first, then the start matrix's archs."""
+    targets = tomlkit.table()
+    targets["archs"] = list(dict.fromkeys([o.arch, *([o.reference] if o.reference else []), *matrix.archs]))
+    if o.reference:
+        targets["reference"] = o.reference
+    return targets
+
+
+def _models_table(o: Options) -> Any:
+    models = tomlkit.aot()
+    for m in o.models:
+        entry = tomlkit.table()
+        entry.update({"name": m.name, "target": m.target, "draft": m.draft})
+        models.append(entry)
+    return models
+
+
+def _check_proof(path: Path, cells: tuple[str, str]) -> None:
+    """Load and plan the written file; remove it and raise when it does not load or lacks one of `cells`."""
     try:
         written = load(path)
         kept, _, _ = expand(written)
@@ -321,12 +391,11 @@ def proof_matrix(plan: UpgradePlan, matrix: Matrix, path: Path) -> Path:
         path.unlink(missing_ok=True)
         raise
     ids = {cell_id(v, with_python=len(written.axes["python"]) > 1) for v, _ in kept}
-    if not {start.cell, best.cell} <= ids:
+    if not set(cells) <= ids:
         path.unlink(missing_ok=True)
         raise StackfarmError(
-            f"{path}: plans {sorted(ids)}, not {start.cell} and {best.cell} (a bug of the planner)"
+            f"{path}: plans {sorted(ids)}, not {cells[0]} and {cells[1]} (a bug of the planner)"
         )
-    return path
 
 
 def _patch_tables(plan: UpgradePlan, best: Candidate) -> Any:
@@ -356,6 +425,23 @@ def _runner_table(plan: UpgradePlan, matrix: Matrix, cells: Sequence[str], archs
     o = plan.options
     same = next((r for r in matrix.runners.values() if r.arch == o.arch and r.gpus == o.gpus), None)
     kind = same.name if same is not None else f"{o.gpus}x-{o.arch.replace('_', '')}"
+    table = tomlkit.table(is_super_table=True)
+    table[kind] = _server_runner(o, same, cells)
+    for other in matrix.runners.values():
+        if other.name == kind or other.arch not in archs:
+            continue
+        entry = tomlkit.table()
+        entry.update({"arch": other.arch, "gpus": other.gpus, "labels": list(other.labels),
+                      "cells": list(other.cells)})  # fmt: skip
+        if other.driver:
+            entry["driver"] = other.driver
+        table[other.name] = entry
+    return table
+
+
+def _server_runner(o: Options, same: Runner | None, cells: Sequence[str]) -> Any:
+    """The server's runner kind: the planner's arch, GPUs and driver, the labels of the start matrix's kind
+    of that arch and GPU count (`same`) when it has one."""
     runner = tomlkit.table()
     runner["arch"] = o.arch
     runner["gpus"] = o.gpus
@@ -368,18 +454,7 @@ def _runner_table(plan: UpgradePlan, matrix: Matrix, cells: Sequence[str], archs
         runner["driver"] = driver
     if o.forward_compat:
         runner["forward_compat"] = True
-    table = tomlkit.table(is_super_table=True)
-    table[kind] = runner
-    for other in matrix.runners.values():
-        if other.name == kind or other.arch not in archs:
-            continue
-        entry = tomlkit.table()
-        entry.update({"arch": other.arch, "gpus": other.gpus, "labels": list(other.labels),
-                      "cells": list(other.cells)})  # fmt: skip
-        if other.driver:
-            entry["driver"] = other.driver
-        table[other.name] = entry
-    return table
+    return runner
 
 
 __all__ = ["json_text", "markdown", "page", "proof_matrix", "summary_lines", "terminal", "to_json", "write"]

@@ -35,7 +35,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .analysis.eagle3 import ContractError, Role, SourceTree, check_class, derive_contract, locate_class
+from .analysis.eagle3 import (
+    ContractError,
+    Finding,
+    Role,
+    SourceTree,
+    check_class,
+    derive_contract,
+    locate_class,
+)
 from .cellspec import CellSpec, InstalledComponent
 from .errors import StackfarmError
 from .patches import patched_copy, set_hash
@@ -145,11 +153,22 @@ def _provider(package: Path, module: str, name: str, depth: int = 0) -> set[Path
     sub = _module_file(package, f"{module}.{name}")
     if sub is not None:
         return {found, sub}
-    for node in ast.walk(ast.parse(found.read_bytes())):
-        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
-            alias = next(a for a in node.names if (a.asname or a.name) == name)
-            return {found} | _provider(package, _absolute(node, found, package), alias.name, depth + 1)
-    return {found}
+    reexport = _reexport(found, name)
+    if reexport is None:
+        return {found}
+    node, alias = reexport
+    return {found} | _provider(package, _absolute(node, found, package), alias.name, depth + 1)
+
+
+def _reexport(init: Path, name: str) -> tuple[ast.ImportFrom, ast.alias] | None:
+    """The first ``from ... import`` of a package's ``__init__`` that binds `name`, and its alias."""
+    for node in ast.walk(ast.parse(init.read_bytes())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        alias = next((a for a in node.names if (a.asname or a.name) == name), None)
+        if alias is not None:
+            return node, alias
+    return None
 
 
 def _imports(path: Path, package: Path) -> set[Path]:
@@ -236,21 +255,25 @@ def capability(job: Job, sglang: Path) -> list[StaticFinding]:
     )  # fmt: skip
     analysis = _capability_module().analyse(cell)
     wanted = {job.archs[0], "all"}
-    out = []
-    for f in analysis.findings:
-        if f.outcome not in ("fail", "skip") or f.arch not in wanted:
-            continue
-        name = Path(f.file).name if f.file else ""
-        verdict = f.verdict or ("unknown" if f.outcome == "skip" else "error")
-        key = f"capability:{f.kind}:{f.arch}:{f.component}:{f.file}:{f.symbol}:{verdict}"
-        what = {"table": "table", "gate": "gate", "flag": "flag", "auto": "auto-enable"}.get(f.kind, f.kind)
-        title = f"{f.component} {what} {f.symbol} {verdict} on {f.arch}" + (f" ({name})" if name else "")
-        site = f"{f.file}:{f.line}" if f.line else f.file
-        files = tuple(dict.fromkeys([*([f.file] if f.file else []), *_PATH.findall(f.message)]))
-        out.append(StaticFinding(key=key, source="capability", outcome=f.outcome, verdict=verdict,
-                                 arch=f.arch, sites=(site,) if site else (), title=title, message=f.message,
-                                 files=files, feature=f.feature))  # fmt: skip
-    return out
+    return [
+        _capability_finding(f)
+        for f in analysis.findings
+        if f.outcome in ("fail", "skip") and f.arch in wanted
+    ]
+
+
+def _capability_finding(f: Any) -> StaticFinding:
+    """One 10-capability finding (its own record type, from the suite's library) as the planner's."""
+    name = Path(f.file).name if f.file else ""
+    verdict = f.verdict or ("unknown" if f.outcome == "skip" else "error")
+    key = f"capability:{f.kind}:{f.arch}:{f.component}:{f.file}:{f.symbol}:{verdict}"
+    what = {"table": "table", "gate": "gate", "flag": "flag", "auto": "auto-enable"}.get(f.kind, f.kind)
+    title = f"{f.component} {what} {f.symbol} {verdict} on {f.arch}" + (f" ({name})" if name else "")
+    site = f"{f.file}:{f.line}" if f.line else f.file
+    files = tuple(dict.fromkeys([*([f.file] if f.file else []), *_PATH.findall(f.message)]))
+    return StaticFinding(key=key, source="capability", outcome=f.outcome, verdict=verdict,
+                         arch=f.arch, sites=(site,) if site else (), title=title, message=f.message,
+                         files=files, feature=f.feature)  # fmt: skip
 
 
 def eagle3(job: Job, sglang: Path) -> list[StaticFinding]:
@@ -262,21 +285,25 @@ def eagle3(job: Job, sglang: Path) -> list[StaticFinding]:
                               verdict="derivation-failed", arch="all", sites=(), title="EAGLE-3 contract "
                               "not derivable", message=f"undecidable: {exc}", files=())]  # fmt: skip
     tree = SourceTree([sglang])
-    out = []
+    out: list[StaticFinding] = []
     for role, name in job.classes:
         where = locate_class(tree, name)
-        for f in check_class(tree, name, role, contract):
-            if f.ok:
-                continue
-            consumers = tuple(s.strip() for s in f.consumer_site.split(";") if s.strip())
-            sites = tuple(dict.fromkeys([*([where[1]] if where else []), *([f.provider_file] if
-                                          f.provider_file else []), *consumers]))  # fmt: skip
-            files = tuple(dict.fromkeys(s.rpartition(":")[0] or s for s in sites))
-            title = f"EAGLE-3 {role} {name}: {f.method} {f.verdict}"
-            out.append(StaticFinding(key=f"eagle3:{role}:{name}:{f.method}:{f.verdict}", source="eagle3",
-                                     outcome="fail", verdict=f.verdict, arch="all", sites=sites, title=title,
-                                     message=f.detail, files=files))  # fmt: skip
+        out += [
+            _eagle3_finding(f, role, name, where) for f in check_class(tree, name, role, contract) if not f.ok
+        ]
     return out
+
+
+def _eagle3_finding(f: Finding, role: Role, name: str, where: tuple[str, str] | None) -> StaticFinding:
+    """One failing EAGLE-3 method of a model class, its sites the class, the provider and the consumers."""
+    consumers = tuple(s.strip() for s in f.consumer_site.split(";") if s.strip())
+    sites = tuple(dict.fromkeys([*([where[1]] if where else []), *([f.provider_file] if
+                                  f.provider_file else []), *consumers]))  # fmt: skip
+    files = tuple(dict.fromkeys(s.rpartition(":")[0] or s for s in sites))
+    title = f"EAGLE-3 {role} {name}: {f.method} {f.verdict}"
+    return StaticFinding(key=f"eagle3:{role}:{name}:{f.method}:{f.verdict}", source="eagle3",
+                         outcome="fail", verdict=f.verdict, arch="all", sites=sites, title=title,
+                         message=f.detail, files=files)  # fmt: skip
 
 
 def findings(job: Job, sglang: Path) -> tuple[StaticFinding, ...]:

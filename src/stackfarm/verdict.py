@@ -226,19 +226,18 @@ class CellReport:
         props |= {f"patches.{name}.sha256": sha for name, sha in self.patch_sets.items()}
         props |= {f"patch.{name}.status": status for name, status in self.patches.items()}
         props |= self.backend_facts.as_properties()
-        if self.overridden:
-            props["overridden"] = "; ".join(self.overridden)
-        if self.backend:
-            props["stackfarm.backend"] = self.backend
-        if self.input_hash:
-            props["stackfarm.input_hash"] = self.input_hash
-        if self.run_id:
-            props["stackfarm.run_id"] = self.run_id
-        if self.loaded_libraries:
-            props["provenance.loaded_libraries"] = str(len(self.loaded_libraries))
-        if self.selection:
-            props["stackfarm.suites"] = self.selection
-        return props
+        return props | {key: value for key, value in self._run_properties().items() if value}
+
+    def _run_properties(self) -> dict[str, str]:
+        """The run's own properties, written only when set ("" leaves one out)."""
+        return {
+            "overridden": "; ".join(self.overridden),
+            "stackfarm.backend": self.backend,
+            "stackfarm.input_hash": self.input_hash,
+            "stackfarm.run_id": self.run_id,
+            "provenance.loaded_libraries": str(len(self.loaded_libraries)) if self.loaded_libraries else "",
+            "stackfarm.suites": self.selection,
+        }
 
     def status_text(self) -> str:
         """The status as people read it: "passed", or "passed (only 00-*)" for a narrowed run."""
@@ -317,21 +316,28 @@ def exit_code(reports: Iterable[CellReport], *, whole: bool = False) -> ExitCode
 
     `whole`: the cells stand for the matrix as a whole (a merged report's gate), so a verdict of a `--suites`
     run covers too little: its pass counts as incomplete. A `run --suites` itself answers what it was asked."""
-    statuses = [
-        (Status.INCOMPLETE if whole and r.selection and r.status is Status.PASSED else r.status, r.cause)
-        for r in reports
-        if r.status is not Status.EXCLUDED
-    ]
-    if any(
-        s in (Status.FAILED, Status.CONFLICT) or (s is Status.ERROR and c is not Cause.ENVIRONMENT)
-        for s, c in statuses
-    ):
+    statuses = [(_gated(r, whole), r.cause) for r in reports if r.status is not Status.EXCLUDED]
+    if any(_cell_failed(s, c) for s, c in statuses):
         return ExitCode.CELLS_FAILED
     if any(s is Status.ERROR for s, _ in statuses):
         return ExitCode.ENVIRONMENT
     if not statuses or any(s is Status.INCOMPLETE for s, _ in statuses):
         return ExitCode.INCOMPLETE
     return ExitCode.OK
+
+
+def _gated(report: CellReport, whole: bool) -> Status:
+    """The status the exit code counts: a narrowed pass is incomplete for the matrix as a whole."""
+    return (
+        Status.INCOMPLETE if whole and report.selection and report.status is Status.PASSED else report.status
+    )
+
+
+def _cell_failed(status: Status, cause: Cause) -> bool:
+    """Failed, a conflict, or an error that is not the environment's."""
+    return status in (Status.FAILED, Status.CONFLICT) or (
+        status is Status.ERROR and cause is not Cause.ENVIRONMENT
+    )
 
 
 def exit_reasons(reports: Iterable[CellReport], *, whole: bool = False) -> list[str]:
@@ -420,36 +426,41 @@ def _facts(data: Mapping[str, str]) -> BackendFacts:
     return BackendFacts(**data)
 
 
-def _from_format_1(data: Mapping[str, Any], suites: tuple[SuiteResult, ...]) -> CellReport:
-    props: Mapping[str, str] = data["properties"]
+def _named(props: Mapping[str, str], prefix: str, suffix: str = "") -> dict[str, str]:
+    """The properties called ``<prefix><name><suffix>``, by name."""
+    return {
+        k.removeprefix(prefix).removesuffix(suffix): v
+        for k, v in props.items()
+        if k.startswith(prefix) and k.endswith(suffix)
+    }
+
+
+def _format_1_wheels(props: Mapping[str, str]) -> tuple[Wheel, ...]:
+    """Format 1's wheels: every ``<distribution>.sha256`` property that is not a patch's or stackfarm's."""
     dists = sorted(
         k.removesuffix(".sha256")
         for k in props
         if k.endswith(".sha256") and not k.startswith(("patch", "stackfarm."))
     )
-    wheels = tuple(
+    return tuple(
         Wheel(distribution=d, version=props.get(f"{d}.version", ""), sha256=props[f"{d}.sha256"],
               source=props.get(f"{d}.source", ""))
         for d in dists
     )  # fmt: skip
+
+
+def _from_format_1(data: Mapping[str, Any], suites: tuple[SuiteResult, ...]) -> CellReport:
+    props: Mapping[str, str] = data["properties"]
     facts = {k: v for k, v in props.items() if k.split(".")[0] in ("docker", "image", "host")}
     report = CellReport(
         cell=data["cell"],
         status=Status.ERROR if data["status"] not in ("ran", "reused") else Status.PASSED,
         reason=data.get("reason", ""),
         reused=data["status"] == "reused",
-        values={k.removeprefix("axis."): v for k, v in props.items() if k.startswith("axis.")},
-        wheels=wheels,
-        patch_sets={
-            k.removeprefix("patches.").removesuffix(".sha256"): v
-            for k, v in props.items()
-            if k.startswith("patches.") and k.endswith(".sha256")
-        },
-        patches={
-            k.removeprefix("patch.").removesuffix(".status"): v
-            for k, v in props.items()
-            if k.startswith("patch.") and k.endswith(".status")
-        },
+        values=_named(props, "axis."),
+        wheels=_format_1_wheels(props),
+        patch_sets=_named(props, "patches.", ".sha256"),
+        patches=_named(props, "patch.", ".status"),
         backend_facts=BackendFacts.from_properties(facts, lenient=True),
         input_hash=props.get("stackfarm.input_hash", ""),
         suites=suites,
@@ -588,12 +599,8 @@ def _disagreement(stored: Stored, fresh: CellReport) -> str | None:
         if report.suites:
             return f"a cell stored as {report.status} records suite results: a verdict of a cell that ran was edited"
         return None
-    recorded = stored.inputs.get("suites")
-    if isinstance(recorded, Mapping):
-        have = {s.suite for s in report.suites}
-        missing = sorted(str(name) for name in recorded if name != "conftest" and name not in have)
-        if missing:
-            return f"the verdict has no result for suite(s) {', '.join(missing)} of its inputs"
+    if missing := _suites_without_result(stored):
+        return f"the verdict has no result for suite(s) {', '.join(missing)} of its inputs"
     for old, new in zip(report.suites, fresh.suites, strict=True):
         if old.outcome != new.outcome:
             where = _junit_of(stored, old)
@@ -603,6 +610,15 @@ def _disagreement(stored: Stored, fresh: CellReport) -> str | None:
             f" ({fresh.reason})" if fresh.reason else ""
         )
     return None
+
+
+def _suites_without_result(stored: Stored) -> list[str]:
+    """The suites of the recorded inputs (conftest aside) that the verdict has no result for."""
+    recorded = stored.inputs.get("suites")
+    if not isinstance(recorded, Mapping):
+        return []
+    have = {s.suite for s in stored.report.suites}
+    return sorted(str(name) for name in recorded if name != "conftest" and name not in have)
 
 
 def _verdict_files(reports_dir: Path) -> tuple[list[Path], list[str]]:

@@ -78,19 +78,28 @@ class _Checked(WheelFile):
         self.bad = []
         for (path, hash_text, size_text), stream, executable in super().get_contents():
             entry = RecordEntry.from_elements(path, hash_text, size_text)
-            algorithm = entry.hash_.name if entry.hash_ is not None else "sha256"
-            if algorithm not in hashlib.algorithms_guaranteed or algorithm in ("md5", "sha1"):
-                self.bad.append(f"{path} (RECORD hashes it with {algorithm}, not sha256 or stronger)")
-                algorithm = "sha256"
-            hashing = _Hashing(stream, algorithm)
+            hashing = _Hashing(stream, self._algorithm(entry))
             yield (path, hash_text, size_text), hashing, executable  # type: ignore[misc]
             while hashing.read(_CHUNK):  # a member the installer skipped is still checked
                 pass
-            if path.endswith(".dist-info/RECORD") or entry.hash_ is None:
-                continue  # RECORD itself, and the signature files, are listed without a hash
-            ok = base64.urlsafe_b64encode(hashing.digest.digest()).rstrip(b"=").decode() == entry.hash_.value
-            if not ok or (entry.size is not None and entry.size != hashing.size):
+            if not _matches(entry, hashing):
                 self.bad.append(path)
+
+    def _algorithm(self, entry: RecordEntry) -> str:
+        """The hash to check the member with: its RECORD's, sha256 in place of a weak one (which is `bad`)."""
+        algorithm = entry.hash_.name if entry.hash_ is not None else "sha256"
+        if algorithm not in hashlib.algorithms_guaranteed or algorithm in ("md5", "sha1"):
+            self.bad.append(f"{entry.path} (RECORD hashes it with {algorithm}, not sha256 or stronger)")
+            return "sha256"
+        return algorithm
+
+
+def _matches(entry: RecordEntry, hashing: _Hashing) -> bool:
+    """The member as read has its RECORD entry's hash and size."""
+    if entry.path.endswith(".dist-info/RECORD") or entry.hash_ is None:
+        return True  # RECORD itself, and the signature files, are listed without a hash
+    ok = base64.urlsafe_b64encode(hashing.digest.digest()).rstrip(b"=").decode() == entry.hash_.value
+    return ok and (entry.size is None or entry.size == hashing.size)
 
 
 class _Destination(SchemeDictionaryDestination):
@@ -134,26 +143,47 @@ def _plain(zf: zipfile.ZipFile, dest: Path) -> Manifest:
     return files
 
 
-def extract_wheel(blob: Path, dest: Path, filename: str) -> Manifest:
-    """Unpack the wheel ``blob`` into the empty folder ``dest``; returns the manifest of every file written."""
-    with zipfile.ZipFile(blob) as zf:
-        names = zf.namelist()
-        _unsafe(names, filename)
-        infos = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
-        has = {n.split("/", 1)[1] for n in names if n.split("/")[0] in infos and "/" in n}
-        if len(infos) != 1 or not {"WHEEL", "RECORD"} <= has:
-            return _plain(zf, dest)
+def _dist_info(names: list[str]) -> str | None:
+    """The wheel's one ``.dist-info`` folder when it has exactly one, with WHEEL and RECORD (else it is
+    unpacked as a plain zip)."""
+    infos = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
+    has = {n.split("/", 1)[1] for n in names if n.split("/")[0] in infos and "/" in n}
+    if len(infos) != 1 or not {"WHEEL", "RECORD"} <= has:
+        return None
+    return next(iter(infos))
+
+
+def _schemes(dest: Path, info: str) -> dict[str, str]:
+    """Where each install scheme of the wheel goes: the libraries at the root, the rest under PREFIX."""
     python = f"python{sys.version_info[0]}.{sys.version_info[1]}"
-    dist = next(iter(infos)).split("-")[0]
+    dist = info.split("-", maxsplit=1)[0]
     prefix = dest / PREFIX
-    schemes = {
+    return {
         "purelib": str(dest),
         "platlib": str(dest),
         "scripts": str(prefix / "bin"),
         "headers": str(prefix / "include" / "site" / python / dist),
         "data": str(prefix),
     }
-    target = _Destination(schemes, interpreter=sys.executable, script_kind="posix")
+
+
+def _damaged(filename: str, bad: list[str]) -> ArtifactError:
+    shown = ", ".join(bad[:5]) + (f" (and {len(bad) - 5} more)" if len(bad) > 5 else "")
+    return ArtifactError(
+        f"{filename}: {len(bad)} members differ from its RECORD ({shown}); not unpacking it\n"
+        "  fix: the wheel is damaged or was altered: fetch it again (stackfarm cache verify --repair)"
+    )
+
+
+def extract_wheel(blob: Path, dest: Path, filename: str) -> Manifest:
+    """Unpack the wheel ``blob`` into the empty folder ``dest``; returns the manifest of every file written."""
+    with zipfile.ZipFile(blob) as zf:
+        names = zf.namelist()
+        _unsafe(names, filename)
+        info = _dist_info(names)
+        if info is None:
+            return _plain(zf, dest)
+    target = _Destination(_schemes(dest, info), interpreter=sys.executable, script_kind="posix")
     target.manifest, target.root = {}, dest
     try:
         with zipfile.ZipFile(blob) as zf:
@@ -168,13 +198,7 @@ def extract_wheel(blob: Path, dest: Path, filename: str) -> Manifest:
         # ValueError: a path outside its scheme; FileExistsError: a member listed twice; KeyError: no RECORD.
         raise ArtifactError(f"{filename} is not a valid wheel: {exc}") from exc
     if source.bad:
-        shown = ", ".join(source.bad[:5]) + (
-            f" (and {len(source.bad) - 5} more)" if len(source.bad) > 5 else ""
-        )
-        raise ArtifactError(
-            f"{filename}: {len(source.bad)} members differ from its RECORD ({shown}); not unpacking it\n"
-            "  fix: the wheel is damaged or was altered: fetch it again (stackfarm cache verify --repair)"
-        )
+        raise _damaged(filename, source.bad)
     record = next(dest.glob("*.dist-info/RECORD"))
     target.manifest[record.relative_to(dest).as_posix()] = (record.stat().st_size, sha256_file(record))
     return target.manifest

@@ -125,13 +125,17 @@ class Platform:
         nums = tuple(int(x) for x in m.group(2).split(".") if x)
         if m.group(1) == "GLIBC" and nums[:2] > self.glibc:
             return f"needs {version}, the platform {self.tag} has glibc {self.glibc[0]}.{self.glibc[1]}"
+        return self._lacks_libstdcxx(version, m.group(1), nums)
+
+    def _lacks_libstdcxx(self, version: str, kind: str, nums: tuple[int, ...]) -> str | None:
+        """The GLIBCXX_/CXXABI_ half of `lacks`: against the libstdc++ of the distro of the platform's glibc."""
         std = self.libstdcxx()
-        if std is None or m.group(1) not in ("GLIBCXX", "CXXABI"):
+        if std is None or kind not in ("GLIBCXX", "CXXABI"):
             return None
-        limit = (3, 4, std[0]) if m.group(1) == "GLIBCXX" else (1, 3, std[1])
+        limit = (3, 4, std[0]) if kind == "GLIBCXX" else (1, 3, std[1])
         if nums > limit:
             have = ".".join(map(str, limit))
-            return f"needs {version}, newer than the libstdc++ of {std[2]} ({m.group(1)}_{have}), {self.tag}"
+            return f"needs {version}, newer than the libstdc++ of {std[2]} ({kind}_{have}), {self.tag}"
         return None
 
 
@@ -241,28 +245,35 @@ def native_libraries(
         return []
     root = Path(comp.root)
     record = _record(comp)
-    # A RECORD that lists no library means the wheel has none: never fall back to scanning its root, which in
-    # an installed stack (Docker, a host) is the site-packages every component shares.
-    paths = (
-        sorted(p for p in record if looks_like_library(p))
-        if record is not None
-        else sorted(p.relative_to(root).as_posix() for p in root.rglob("*.so*") if looks_like_library(p.name))
-    )
     libs = []
-    for rel in paths:
+    for rel in _library_paths(root, record):
         path = root / rel
         if not path.is_file() or not is_shared_object(path):
             continue
-        sha, size = (record or {}).get(rel, (None, None))
         try:
-            trusted = sha if size is not None and path.stat().st_size == size else None
-            info = read_elf(path, sha256=trusted, cache=cache)
+            info = _read_library(path, (record or {}).get(rel, (None, None)), cache)
         except (ElfError, OSError) as exc:
             if errors is not None:
                 errors.append(f"{comp.distribution}: {exc}")
             continue
         libs.append(NativeLib(comp.distribution, comp.version, rel, path, info))
     return libs
+
+
+def _library_paths(root: Path, record: Mapping[str, object] | None) -> list[str]:
+    """The library paths of a component, relative to its root: its RECORD's, else every ``*.so*`` under it."""
+    # A RECORD that lists no library means the wheel has none: never fall back to scanning its root, which in
+    # an installed stack (Docker, a host) is the site-packages every component shares.
+    if record is not None:
+        return sorted(p for p in record if looks_like_library(p))
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*.so*") if looks_like_library(p.name))
+
+
+def _read_library(path: Path, listed: tuple[str | None, int | None], cache: JsonCache | None) -> ElfInfo:
+    """`read_elf`, trusting the RECORD's sha256 (`listed`: it and the size) while the file keeps its size."""
+    sha, size = listed
+    trusted = sha if size is not None and path.stat().st_size == size else None
+    return read_elf(path, sha256=trusted, cache=cache)
 
 
 def _expand(entry: str, origin: Path) -> Path:
@@ -345,6 +356,36 @@ def _defines(lib: NativeLib, u: Undefined) -> bool:
 # --------------------------------------------------------------------------- judging
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """What the loader searches for one library's undefined symbols: the ids of the cell's libraries in its
+    scope, the system libraries there (by stem), the cell's index, and the platform."""
+
+    providers: set[int]
+    stems: dict[str, str]
+    index: _Index
+    platform: Platform
+
+    def _in_cell(self, u: Undefined) -> bool:
+        return any(id(p) in self.providers and _defines(p, u) for p in self.index.definers.get(u.name, ()))
+
+    def binding(self, u: Undefined) -> tuple[str, str]:
+        """Where `u` binds: ("weak" | "cell" | "python", ""), ("system", the library), or ("left", why the
+        platform lacks its version, "" when nothing defines it)."""
+        if u.weak:
+            return "weak", ""
+        if self._in_cell(u):
+            return "cell", ""
+        if u.name.startswith(("Py", "_Py")):
+            return "python", ""
+        owner = _system_owner(u)
+        if owner is None or not (_stem(owner) in self.stems or u.version):
+            return "left", ""
+        if why := self.platform.lacks(u.version):
+            return "left", why
+        return "system", owner if "." in owner else self.stems[owner]
+
+
 def _judge(
     lib: NativeLib, scope: tuple[list[NativeLib], set[str]], index: _Index, platform: Platform
 ) -> tuple[LibraryVerdict, list[Undefined]]:
@@ -355,34 +396,34 @@ def _judge(
     verdict = LibraryVerdict(lib, missing=missing)
     if m := _CPYTHON_TAG.search(lib.path.name):
         verdict.notes.append(f"built for CPython {m.group(1)}.{m.group(2)} (its file name says so)")
-    providers = {id(p) for p in order if p is not lib}
-    stems = {_stem(name): name for name in system_libs}
+    where = _Scope(providers={id(p) for p in order if p is not lib}, stems={_stem(n): n for n in system_libs},
+                   index=index, platform=platform)  # fmt: skip
+    return verdict, _bind(verdict, where)
+
+
+def _bind(verdict: LibraryVerdict, where: _Scope) -> list[Undefined]:
+    """Count where each undefined symbol of the verdict's library binds; the ones left unresolved (also set as
+    its `unresolved`, with the platform's reason when it lacks their version)."""
     system: Counter[str] = Counter()
     left: list[Undefined] = []
     lacks: dict[str, str] = {}
-    for u in lib.info.undefined:
-        if u.weak:
-            continue
-        if any(id(p) in providers and _defines(p, u) for p in index.definers.get(u.name, ())):
+    for u in verdict.lib.info.undefined:
+        bound, detail = where.binding(u)
+        if bound == "cell":
             verdict.resolved += 1
-            continue
-        if u.name.startswith(("Py", "_Py")):
+        elif bound == "python":
             verdict.python += 1
-            continue
-        owner = _system_owner(u)
-        if owner is not None and (_stem(owner) in stems or u.version):
-            if why := platform.lacks(u.version):
-                lacks[u.name] = why
-                left.append(u)
-                continue
-            system[owner if "." in owner else stems[owner]] += 1
-            if _stem(owner) == "libcuda":
+        elif bound == "system":
+            system[detail] += 1
+            if _stem(detail) == "libcuda":
                 verdict.driver_symbols.append(u.name)
-            continue
-        left.append(u)
+        elif bound == "left":
+            left.append(u)
+            if detail:
+                lacks[u.name] = detail
     verdict.system = dict(sorted(system.items()))
     verdict.unresolved = [Unresolved(u.name, u.name, u.version, lacks.get(u.name, "")) for u in left]
-    return verdict, left
+    return left
 
 
 def _is_extension(lib: NativeLib) -> bool:
@@ -410,14 +451,24 @@ def _torch_trees(cell: CellSpec) -> list[InstalledComponent]:
         roots.add(Path(mine.root).parent)
     found: dict[str, InstalledComponent] = {}
     for root in roots:
-        for info in sorted(root.glob("*/torch-*.dist-info")) if root.is_dir() else ():
-            version = info.name[len("torch-") : -len(".dist-info")]
-            if mine is not None and (version == mine.version or info.parent == Path(mine.root)):
-                continue
-            found.setdefault(version, InstalledComponent(axis="torch", distribution="torch", version=version,
-                                                         filename="", sha256="", source="cache",
-                                                         root=str(info.parent)))  # fmt: skip
+        for comp in _trees_under(root):
+            if not _same_tree(comp, mine):
+                found.setdefault(comp.version, comp)
     return [found[v] for v in sorted(found, key=_version_key)]
+
+
+def _same_tree(comp: InstalledComponent, mine: InstalledComponent | None) -> bool:
+    """The cell's own torch: its release, or its tree."""
+    return mine is not None and (comp.version == mine.version or comp.root == str(Path(mine.root)))
+
+
+def _trees_under(root: Path) -> list[InstalledComponent]:
+    """Every unpacked torch tree one level under `root` (``<tree>/torch-<version>.dist-info``)."""
+    if not root.is_dir():
+        return []
+    return [InstalledComponent(axis="torch", distribution="torch", version=info.name[len("torch-") : -len(".dist-info")],
+                               filename="", sha256="", source="cache", root=str(info.parent))
+            for info in sorted(root.glob("*/torch-*.dist-info"))]  # fmt: skip
 
 
 def _version_key(text: str) -> Version:
@@ -434,17 +485,24 @@ def _neighbours(
     trees the artifact cache happens to hold, labelled so."""
     mine = next((c.version for c in cell.components if c.distribution == "torch"), None)
     trees = _torch_trees(cell) if compare is None else [c for c in compare if c.version != mine]
-    have = []
-    for comp in sorted(trees, key=lambda c: _version_key(c.version)):
-        libs = [lib for lib in native_libraries(comp, cache=cache) if lib.relpath.startswith("torch/lib/")]
-        defined = {name for lib in libs for name in lib.info.defined}
-        if symbols <= defined:
-            have.append(comp.version)
+    have = [comp.version for comp in sorted(trees, key=lambda c: _version_key(c.version))
+            if symbols <= _torch_defines(comp, cache)]  # fmt: skip
     if compare is not None:
-        compared = ", ".join(sorted({c.version for c in trees}, key=_version_key)) or "none"
-        found = f"defined in torch {', '.join(have)}" if have else "defined in none of them"
-        return f"{found} (of the torch releases compared: {compared})"
+        return _compared(have, trees)
     return f"also cached here: defined in torch {', '.join(have)}" if have else ""
+
+
+def _compared(have: Sequence[str], trees: Sequence[InstalledComponent]) -> str:
+    """The hint against a declared comparison set: which of them define the symbols, and which were looked at."""
+    compared = ", ".join(sorted({c.version for c in trees}, key=_version_key)) or "none"
+    found = f"defined in torch {', '.join(have)}" if have else "defined in none of them"
+    return f"{found} (of the torch releases compared: {compared})"
+
+
+def _torch_defines(comp: InstalledComponent, cache: JsonCache | None) -> set[str]:
+    """The symbols the libraries of one torch tree (``torch/lib/``) define."""
+    libs = [lib for lib in native_libraries(comp, cache=cache) if lib.relpath.startswith("torch/lib/")]
+    return {name for lib in libs for name in lib.info.defined}
 
 
 def check_cell(
@@ -462,7 +520,16 @@ def check_cell(
     libs = [lib for comp in cell.components for lib in native_libraries(comp, out.errors, store)]
     out.timings["read"] = round(time.perf_counter() - start, 3)
     index = _Index(libs)
-    torch = next((c.version for c in cell.components if c.distribution == "torch"), "(none)")
+    _explain_all(cell, _judge_all(libs, index, platform, out), store, compare)
+    out.shared = shared_sonames(libs)
+    out.timings["total"] = round(time.perf_counter() - start, 3)
+    return out
+
+
+def _judge_all(
+    libs: Sequence[NativeLib], index: _Index, platform: Platform, out: CellAbi
+) -> list[tuple[LibraryVerdict, list[Undefined]]]:
+    """Judge every library into `out`; the verdicts that left symbols unresolved, with those symbols."""
     pending: list[tuple[LibraryVerdict, list[Undefined]]] = []
     scopes = _scopes(libs, index)
     for lib in libs:
@@ -470,26 +537,49 @@ def check_cell(
         out.libraries.append(verdict)
         if left:
             pending.append((verdict, left))
+    return pending
+
+
+def _explain_all(
+    cell: CellSpec,
+    pending: Sequence[tuple[LibraryVerdict, list[Undefined]]],
+    store: JsonCache,
+    compare: Sequence[InstalledComponent] | None,
+) -> None:
+    """Demangle (in one batch) and explain the unresolved symbols of every verdict that has some; the torch
+    symbols among them get one hint, from the other torch releases that define them."""
+    torch = next((c.version for c in cell.components if c.distribution == "torch"), "(none)")
     names = demangle(u.name for _, left in pending for u in left)
     torch_symbols = {u.name for _, left in pending for u in left if _TORCH_SYMBOL.match(u.name)}
     hint = _neighbours(cell, torch_symbols, store, compare) if torch_symbols else ""
     for verdict, left in pending:
-        verdict.unresolved = [
-            Unresolved(u.name, names.get(u.name, u.name), u.version, v.cause)
-            for u, v in zip(left, verdict.unresolved, strict=True)
-        ]
-        causes = []
-        ours = [u for u in left if u.name in torch_symbols]
-        if ours:
-            causes.append(f"built against another torch than torch {torch}")
-            verdict.hint = hint
-        causes.extend(dict.fromkeys(u.cause for u in verdict.unresolved if u.cause))
-        if len(ours) + sum(1 for u in verdict.unresolved if u.cause) < len(left):
-            causes.append("the rest is defined by no library of the cell nor of the system")
-        verdict.cause = "; ".join(causes)
-    out.shared = shared_sonames(libs)
-    out.timings["total"] = round(time.perf_counter() - start, 3)
-    return out
+        _explain(verdict, left, names, torch_symbols, torch=torch, hint=hint)
+
+
+def _explain(
+    verdict: LibraryVerdict,
+    left: Sequence[Undefined],
+    names: Mapping[str, str],
+    torch_symbols: set[str],
+    *,
+    torch: str,
+    hint: str,
+) -> None:
+    """Give one library's unresolved symbols their demangled `names`, and its `cause` line: built against
+    another torch, a platform that lacks a version, or defined nowhere."""
+    verdict.unresolved = [
+        Unresolved(u.name, names.get(u.name, u.name), u.version, v.cause)
+        for u, v in zip(left, verdict.unresolved, strict=True)
+    ]
+    causes = []
+    ours = [u for u in left if u.name in torch_symbols]
+    if ours:
+        causes.append(f"built against another torch than torch {torch}")
+        verdict.hint = hint
+    causes.extend(dict.fromkeys(u.cause for u in verdict.unresolved if u.cause))
+    if len(ours) + sum(1 for u in verdict.unresolved if u.cause) < len(left):
+        causes.append("the rest is defined by no library of the cell nor of the system")
+    verdict.cause = "; ".join(causes)
 
 
 def loaded_at_import(libs: Sequence[NativeLib], index: _Index | None = None) -> list[NativeLib]:

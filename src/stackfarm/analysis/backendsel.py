@@ -30,10 +30,10 @@ from stackfarm.analysis import cxxgate, fatbin
 from stackfarm.analysis.arch import Arch, ArchError, parse_target
 from stackfarm.analysis.capgates import evaluate_gate
 from stackfarm.analysis.jitfindings import Outcome, ToolFinding
-from stackfarm.analysis.pysource import UNKNOWN
+from stackfarm.analysis.pyvalues import End
 from stackfarm.analysis.selrun import Pick, SelectionRun, literals_at
 from stackfarm.analysis.sourcetree import SourceError, SourceTree
-from stackfarm.cellspec import CellSpec
+from stackfarm.cellspec import CellSpec, InstalledComponent
 
 
 @dataclass(frozen=True)
@@ -99,20 +99,27 @@ def _run(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, family:
     unknown: list[str] = [
         f"{step} was not evaluated to its end (the evaluator's budget)" for step in run.exhausted
     ]
-    for end in ends:
-        if selector.calls or selector.sets or end.kind != "return" or end.value is None:
-            # a selector that chooses by assignment or by call returns something else (a dict, a tensor)
-            continue
-        if isinstance(end.value, str):
-            picks.append(Pick(end.value, end.module, end.line, "returns"))
-        elif end.value is UNKNOWN or not isinstance(end.value, str):
-            names = literals_at(tree, end.module, end.line)
-            if names is None:
-                unknown.append(
-                    f"a value known only at run time is returned at {_where(tree, end.module, end.line)}"
-                )
-            picks += [Pick(n, end.module, end.line, "returns") for n in sorted(names or ())]
+    if not (selector.calls or selector.sets):
+        # a selector that chooses by assignment or by call returns something else (a dict, a tensor)
+        for end in ends:
+            returned, undecided = _returned(tree, end)
+            picks += returned
+            unknown += undecided
     return picks, unknown, missing, bool(ends) and not run.exhausted
+
+
+def _returned(tree: SourceTree, end: End) -> tuple[list[Pick], list[str]]:
+    """The backends one end of a run returns (a string, else the literals the returning line can give), and
+    the site when what it returns is known only at run time."""
+    if end.kind != "return" or end.value is None:
+        return [], []
+    if isinstance(end.value, str):
+        return [Pick(end.value, end.module, end.line, "returns")], []
+    names = literals_at(tree, end.module, end.line)
+    unknown = []
+    if names is None:
+        unknown.append(f"a value known only at run time is returned at {_where(tree, end.module, end.line)}")
+    return [Pick(n, end.module, end.line, "returns") for n in sorted(names or ())], unknown
 
 
 def choices(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, families: Sequence[str] = (),
@@ -122,51 +129,80 @@ def choices(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, fami
     judged by its declared gate; `roots` maps a distribution to its unpacked wheel (for C++ gates);
     `instances` pins run-time globals to a class (`platform_instances`)."""
     runs = families if selector.per_family and families else [None]
-    picked: dict[str, _Picked] = {}
-    unknown: list[str] = []
-    missing: list[str] = list(selector.functions)
-    reached = False
-    for family in runs:
-        try:
-            picks, unresolved, absent, ended = _run(
-                tree, selector, arch, cuda, family=family, instances=instances or {}
-            )
-        except SourceError as exc:
-            return [
-                _choice(
-                    selector.name, arch, ("", "", 0), "skip", f"cannot evaluate {selector.function}: {exc}"
-                )
-            ]
-        missing = [m for m in missing if m.replace(":", ".", 1) in absent]
-        reached = reached or ended
-        unknown += [u for u in unresolved if u not in unknown]
-        for pick in picks:
-            entry = picked.setdefault(pick.backend, _Picked(pick, []))
-            if family and family not in entry.families:
-                entry.families.append(family)
-    if len(missing) == len(selector.functions):
+    try:
+        found = _run_all(tree, selector, arch, cuda, runs, instances=instances or {})
+    except SourceError as exc:
+        return [
+            _choice(selector.name, arch, ("", "", 0), "skip", f"cannot evaluate {selector.function}: {exc}")
+        ]
+    if len(found.missing) == len(selector.functions):
         return [_choice(selector.name, arch, ("", "", 0), "skip",
                         f"the release has none of {', '.join(selector.functions)}: its selection is not where "
                         "this selector looks (unanswered, never a pass)")]  # fmt: skip
-    present = [f for f in selector.functions if f not in missing]
+    present = [f for f in selector.functions if f not in found.missing]
     selector = replace(selector, functions=tuple(present))
+    judged = _judged(tree, selector, arch, cuda, found, families=families, runs=len(runs), roots=roots or {})
+    return judged + _unpicked(selector, arch, found)
+
+
+def _judged(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, found: _Found, *,
+            families: Sequence[str], runs: int, roots: Mapping[str, Path]) -> list[ToolFinding]:  # fmt: skip
+    """Each pick judged by its gate; one picked in only some of the `runs` (one per family) says for which."""
     for_all = not selector.per_family or not families
-    out = [_judge(tree, selector, arch, cuda, p, families="" if for_all or len(p.families) == len(runs) else
-                  f" for {', '.join(p.families)}", roots=roots or {}) for _, p in sorted(picked.items())]  # fmt: skip
-    if unknown:
+    return [_judge(tree, selector, arch, cuda, p, families="" if for_all or len(p.families) == runs else
+                   f" for {', '.join(p.families)}", roots=roots) for _, p in sorted(found.picked.items())]  # fmt: skip
+
+
+@dataclass
+class _Found:
+    """What the runs of one selector (one per family, or one) found together."""
+
+    missing: list[str]
+    picked: dict[str, _Picked] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
+    #: Some run was followed to its end.
+    reached: bool = False
+
+    def add(self, family: str | None, picks: Sequence[Pick]) -> None:
+        """Each pick by its backend, with the families it was picked for."""
+        for pick in picks:
+            entry = self.picked.setdefault(pick.backend, _Picked(pick, []))
+            if family and family not in entry.families:
+                entry.families.append(family)
+
+
+def _run_all(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, runs: Sequence[str | None], *,
+             instances: Mapping[tuple[str, str], str]) -> _Found:  # fmt: skip
+    """`_run` for each family (or once), merged; a step counts as missing when no run found it."""
+    found = _Found(missing=list(selector.functions))
+    for family in runs:
+        picks, unresolved, absent, ended = _run(
+            tree, selector, arch, cuda, family=family, instances=instances
+        )
+        found.missing = [m for m in found.missing if m.replace(":", ".", 1) in absent]
+        found.reached = found.reached or ended
+        found.unknown += [u for u in unresolved if u not in found.unknown]
+        found.add(family, picks)
+    return found
+
+
+def _unpicked(selector: Selector, arch: Arch, found: _Found) -> list[ToolFinding]:
+    """What the picks leave to say: the undecidable choices, the call routes no path takes, or that nothing
+    could be followed."""
+    out = []
+    if found.unknown:
         out.append(_choice(f"{selector.name}-unresolved", arch, ("", "", 0), "skip",
-                           f"{selector.function} on {arch}: {'; '.join(unknown)}: that choice is undecidable "
+                           f"{selector.function} on {arch}: {'; '.join(found.unknown)}: that choice is undecidable "
                            "here (unanswered, never a pass)"))  # fmt: skip
-    if selector.calls and not picked and not unknown and reached:
-        for dotted, backend in sorted(selector.calls.items()):
-            out.append(_choice(f"{selector.name}-{backend}", arch, (backend, "", 0), "pass",
-                               f"{selector.function} on {arch}: no path the arch allows calls {dotted} (the "
-                               f"route to {backend!r} is not taken there)"))  # fmt: skip
+    if found.picked or found.unknown:
         return out
-    if not picked and not unknown:
-        out.append(_choice(selector.name, arch, ("", "", 0), "skip",
-                           f"no choice of {selector.function} could be followed on {arch}"))  # fmt: skip
-    return out
+    if selector.calls and found.reached:
+        return [_choice(f"{selector.name}-{backend}", arch, (backend, "", 0), "pass",
+                        f"{selector.function} on {arch}: no path the arch allows calls {dotted} (the "
+                        f"route to {backend!r} is not taken there)")
+                for dotted, backend in sorted(selector.calls.items())]  # fmt: skip
+    return [_choice(selector.name, arch, ("", "", 0), "skip",
+                    f"no choice of {selector.function} could be followed on {arch}")]  # fmt: skip
 
 
 def _gate(
@@ -177,18 +213,23 @@ def _gate(
         return _library(gate, arch, roots)
     parts = gate.split(":")
     if len(parts) == 3 and parts[1].endswith((".h", ".cuh", ".hpp", ".cu")):
-        dist, rel, symbol = parts
-        root = roots.get(dist)
-        if root is None:
-            return "unknown", gate, f"the cell has no {dist} wheel to read {rel} from"
-        header = root / rel
-        include = next((p for p in header.parents if p.name == "include"), header.parent)
-        cxx = cxxgate.check(header, symbol, arch, include)
-        return cxx.state, f"{rel}:{cxx.line}" if cxx.line else rel, cxx.reason
+        return _cxx_gate(gate, parts, arch, roots)
     result = evaluate_gate(tree, gate, arch, cuda)
     site = f"{result.path}:{result.line}" if result.path else gate
     reason = str(result.unresolved or result.reason) if result.state == "unknown" else result.reason
     return result.state, site, reason
+
+
+def _cxx_gate(gate: str, parts: Sequence[str], arch: Arch, roots: Mapping[str, Path]) -> tuple[str, str, str]:
+    """``<distribution>:<header>:<symbol>``: a C++ arch check in a header of an unpacked wheel."""
+    dist, rel, symbol = parts
+    root = roots.get(dist)
+    if root is None:
+        return "unknown", gate, f"the cell has no {dist} wheel to read {rel} from"
+    header = root / rel
+    include = next((p for p in header.parents if p.name == "include"), header.parent)
+    cxx = cxxgate.check(header, symbol, arch, include)
+    return cxx.state, f"{rel}:{cxx.line}" if cxx.line else rel, cxx.reason
 
 
 def _library(gate: str, arch: Arch, roots: Mapping[str, Path]) -> tuple[str, str, str]:
@@ -209,6 +250,11 @@ def _library(gate: str, arch: Arch, roots: Mapping[str, Path]) -> tuple[str, str
             judged.append((str(path.relative_to(root)), fatbin.coverage(binary, arch).verdict))
     if not judged:
         return "unknown", pattern, f"no {dist} binary with device code matches {pattern}"
+    return _coverage_state(judged, arch)
+
+
+def _coverage_state(judged: Sequence[tuple[str, str]], arch: Arch) -> tuple[str, str, str]:
+    """`_library`'s state from each binary's coverage verdict: all covered, none, or they disagree."""
     site = ", ".join(rel for rel, _ in judged)
     verdicts = {v for _, v in judged}
     if verdicts <= {"ok", "ptx-jit"}:
@@ -301,24 +347,45 @@ def cell_choices(
     selectors = parse_selectors(raw)
     if not selectors:
         return []
-    comps = [c for c in cell.components if c.root and c.distribution in _PYTHON_COMPONENTS]
+    comps = _python_trees(cell)
     if not comps:
-        return [_choice(s.name, parse_target(a), ("", "", 0), "n/a", "the cell has no sglang or flashinfer tree")
-                for s in selectors for a in cell.archs]  # fmt: skip
+        return _without_tree(cell, selectors)
     tree = SourceTree([c.root for c in comps])
-    roots = {c.distribution: Path(c.root) for c in cell.components if c.root}
+    roots = _roots(cell)
     instances, why = platform_instances(cell, platform or {}, environ or {})
     cuda = cell.values.get("cuda", "")
     out = []
-    for name in cell.archs:
-        try:
-            arch = parse_target(name)
-        except ArchError:
-            continue  # jitfindings reports a bad [targets] arch once
+    for arch in _target_archs(cell):
         for selector in selectors:
             found = choices(tree, selector, arch, cuda, families=families, roots=roots, instances=instances)
-            out += [replace(f, note=why) if why else f for f in found]
+            out += [replace(f, note=why) for f in found] if why else found
     return out
+
+
+def _without_tree(cell: CellSpec, selectors: Sequence[Selector]) -> list[ToolFinding]:
+    return [_choice(s.name, parse_target(a), ("", "", 0), "n/a", "the cell has no sglang or flashinfer tree")
+            for s in selectors for a in cell.archs]  # fmt: skip
+
+
+def _roots(cell: CellSpec) -> dict[str, Path]:
+    """Each unpacked component of the cell by its distribution (for the C++ and library gates)."""
+    return {c.distribution: Path(c.root) for c in cell.components if c.root}
+
+
+def _python_trees(cell: CellSpec) -> list[InstalledComponent]:
+    """The cell's Python components whose sources selection is read from."""
+    return [c for c in cell.components if c.root and c.distribution in _PYTHON_COMPONENTS]
+
+
+def _target_archs(cell: CellSpec) -> list[Arch]:
+    """The cell's target archs that parse (jitfindings reports a bad [targets] arch once)."""
+    archs = []
+    for name in cell.archs:
+        try:
+            archs.append(parse_target(name))
+        except ArchError:
+            continue
+    return archs
 
 
 _PYTHON_COMPONENTS = ("sglang", "flashinfer-python")

@@ -238,15 +238,7 @@ class _Tables:
         for tag, val in struct.iter_unpack(fmt, self.r.read(dyn.offset, dyn.size - dyn.size % width)):
             if tag == 0:
                 break
-            if tag == _DT_NEEDED:
-                info["needed"].append(_cstr(strings, val))
-            elif tag == _DT_SONAME:
-                info["soname"] = _cstr(strings, val)
-            elif tag in (_DT_RPATH, _DT_RUNPATH):
-                key = "rpath" if tag == _DT_RPATH else "runpath"
-                info[key].extend(p for p in _cstr(strings, val).split(":") if p)
-            elif (tag == _DT_FLAGS and val & _DF_BIND_NOW) or (tag == _DT_FLAGS_1 and val & _DF_1_NOW):
-                info["bind_now"] = True
+            _dynamic_entry(info, tag, val, strings)
         return info
 
     def build_id(self) -> str:
@@ -313,6 +305,24 @@ class _Tables:
             pos += nxt
         return names, versions
 
+    def _dynsym_rows(self, ds: _Section) -> list[tuple[int, int, int, int]]:
+        """Each .dynsym entry's (st_name, st_info, st_other, st_shndx), in table order."""
+        is64 = self.r.is64
+        fmt = self.r.end + ("IBBHQQ" if is64 else "IIIBBH")
+        width = struct.calcsize(fmt)
+        count = ds.size // width
+        return [
+            (row[0], row[1], row[2], row[3]) if is64 else (row[0], row[3], row[4], row[5])
+            for row in struct.iter_unpack(fmt, self.r.read(ds.offset, count * width))
+        ]
+
+    def _versym(self, count: int) -> tuple[int, ...]:
+        """The version index of each of the `count` dynamic symbols (() when the file has no usable .gnu.version)."""
+        vs = self.first(_SHT_VERSYM)
+        if vs is None or vs.size < 2 * count:
+            return ()
+        return struct.unpack(self.r.end + f"{count}H", self.r.read(vs.offset, 2 * count))
+
     def symbols(
         self, need_names: Mapping[int, tuple[str, str]], def_names: Mapping[int, str]
     ) -> tuple[list[Undefined], dict[str, list[str]]]:
@@ -322,20 +332,11 @@ class _Tables:
         if ds is None:
             return undefined, defined
         strings = self.strtab(ds)
-        is64 = self.r.is64
-        fmt = self.r.end + ("IBBHQQ" if is64 else "IIIBBH")
-        width = struct.calcsize(fmt)
-        count = ds.size // width
-        vs = self.first(_SHT_VERSYM)
-        versym: tuple[int, ...] = ()
-        if vs is not None and vs.size >= 2 * count:
-            versym = struct.unpack(self.r.end + f"{count}H", self.r.read(vs.offset, 2 * count))
-        for i, row in enumerate(struct.iter_unpack(fmt, self.r.read(ds.offset, count * width))):
-            st_name, st_info, st_other, shndx = (
-                (row[0], row[1], row[2], row[3]) if is64 else row[:1] + row[3:]
-            )
-            bind, stype = st_info >> 4, st_info & 0xF
-            if i == 0 or bind not in _EXPORTED or stype in (_STT_SECTION, _STT_FILE):
+        rows = self._dynsym_rows(ds)
+        versym = self._versym(len(rows))
+        for i, (st_name, st_info, st_other, shndx) in enumerate(rows):
+            bind = st_info >> 4
+            if i == 0 or not _linkable(st_info):
                 continue
             name = _cstr(strings, st_name)
             if not name:
@@ -347,6 +348,29 @@ class _Tables:
             elif st_other & 0x3 in (0, 3):  # default or protected visibility: exported
                 defined.setdefault(name, []).append(def_names.get(ver, "") if ver > 1 else "")
         return undefined, defined
+
+
+def _dynamic_entry(info: dict[str, Any], tag: int, val: int, strings: bytes) -> None:
+    """Take one DT_* entry of the dynamic section into `info` (the others are not read)."""
+    if tag == _DT_NEEDED:
+        info["needed"].append(_cstr(strings, val))
+    elif tag == _DT_SONAME:
+        info["soname"] = _cstr(strings, val)
+    elif tag in (_DT_RPATH, _DT_RUNPATH):
+        key = "rpath" if tag == _DT_RPATH else "runpath"
+        info[key].extend(p for p in _cstr(strings, val).split(":") if p)
+    elif _binds_now(tag, val):
+        info["bind_now"] = True
+
+
+def _binds_now(tag: int, val: int) -> bool:
+    """DF_BIND_NOW in DT_FLAGS, or DF_1_NOW in DT_FLAGS_1 (``-z now``)."""
+    return bool((tag == _DT_FLAGS and val & _DF_BIND_NOW) or (tag == _DT_FLAGS_1 and val & _DF_1_NOW))
+
+
+def _linkable(st_info: int) -> bool:
+    """A global or weak symbol (per _EXPORTED) that is not a section or file symbol."""
+    return st_info >> 4 in _EXPORTED and st_info & 0xF not in (_STT_SECTION, _STT_FILE)
 
 
 def is_shared_object(path: Path) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from packaging.requirements import Requirement
 from rich.console import Console
 from rich.markup import escape
 
@@ -282,14 +283,19 @@ def only_suites(matrix: Matrix, pattern: str | None) -> Matrix:
     globs = [g.strip() for g in pattern.split(",") if g.strip()]
     chosen = tuple(s for s in matrix.suites if any(fnmatch.fnmatchcase(s.name, g) for g in globs))
     if not chosen:
-        known = [s.name for s in matrix.suites]
-        hint = did_you_mean(globs[0], known) if globs else ""
-        raise UsageError(
-            f"--suites {pattern!r}",
-            f"no suite of {matrix.path} matches{f' ({hint})' if hint else ''}; its suites are: {', '.join(known)}",
-            fix="give suite names or globs, comma-separated (e.g. --suites '00-*,10-capability')",
-        )
+        raise _no_suite(matrix, pattern, globs)
     return dataclasses.replace(matrix, suites=chosen)
+
+
+def _no_suite(matrix: Matrix, pattern: str, globs: Sequence[str]) -> UsageError:
+    """--suites matched nothing: the suites there are, and the nearest name."""
+    known = [s.name for s in matrix.suites]
+    hint = did_you_mean(globs[0], known) if globs else ""
+    return UsageError(
+        f"--suites {pattern!r}",
+        f"no suite of {matrix.path} matches{f' ({hint})' if hint else ''}; its suites are: {', '.join(known)}",
+        fix="give suite names or globs, comma-separated (e.g. --suites '00-*,10-capability')",
+    )
 
 
 def selected(full: Plan, pattern: str | None, matrix: Matrix, *, to_run: bool = False) -> Plan:
@@ -298,20 +304,23 @@ def selected(full: Plan, pattern: str | None, matrix: Matrix, *, to_run: bool = 
     p = select(full, pattern)
     if not pattern or p.cells or p.conflicts or (p.excluded and not to_run):
         return p
-    if p.excluded:
-        what = (
-            f"matches only excluded cells ({', '.join(e.cell.id for e in p.excluded[:3])}): nothing would run"
-        )
-    else:
-        ids = [c.id for c in (*full.cells, *(c.cell for c in full.conflicts))][:5000]
-        hint = did_you_mean(pattern.split(",")[0].strip(), ids)
-        what = f"no cell of {matrix.path} matches" + (f" ({hint})" if hint else "")
     raise UsageError(
         f"--cells {pattern!r}",
-        what,
+        _why_none_selected(full, p, pattern, matrix),
         fix="`stackfarm plan` lists the cell ids; --cells takes exact ids or globs, comma-separated "
         "(e.g. --cells 'cu128-*')",
     )
+
+
+def _why_none_selected(full: Plan, p: Plan, pattern: str, matrix: Matrix) -> str:
+    """Why --cells selects nothing to run: only excluded cells, or no cell at all (with the nearest id)."""
+    if p.excluded:
+        return (
+            f"matches only excluded cells ({', '.join(e.cell.id for e in p.excluded[:3])}): nothing would run"
+        )
+    ids = [c.id for c in (*full.cells, *(c.cell for c in full.conflicts))][:5000]
+    hint = did_you_mean(pattern.split(",", maxsplit=1)[0].strip(), ids)
+    return f"no cell of {matrix.path} matches" + (f" ({hint})" if hint else "")
 
 
 def from_plan(args: argparse.Namespace, console: Console) -> Adopted:
@@ -346,10 +355,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     args.matrix = args.matrix or DEFAULT_MATRIX
     matrix = only_suites(load_matrix(args.matrix, args.profile), args.suites)
     python = host_python(args.backend, args.python)
-    # A realise-only run neither reuses nor pushes a verdict: it needs no store (nor a key to sign with).
-    store = None if args.realise_only else opened_store(
-        args.store, create=True, signs=True, trusted=matrix.trusted_runner_keys
-    )  # fmt: skip
+    store = _run_store(args, matrix)
     cache = Cache()
     resolver = Resolver(matrix, cache, refresh=args.refresh)
     backend = get_backend(
@@ -362,25 +368,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if isinstance(backend, LocalBackend):
         backend.check_suites([s.name for s in matrix.suites])
-    installed = backend.installed_pins()
-    if installed is not None:
-        # The stack is already installed (and the host may have no network): its own sglang gives the pins.
-        full, unreachable = plan(matrix, installed), dict[tuple[str, str], str]()
-    else:
-        full, unreachable = plan_matrix(matrix, resolver, None)
+    full, unreachable = _full_plan(matrix, resolver, backend.installed_pins())
     p = selected(full, args.cells, matrix, to_run=True)
     writable(args.reports)
     proc.STOP.clear()  # a stop belongs to one run (a process may run several, e.g. the tests)
-    options = RunOptions(
-        reports=args.reports,
-        jobs=args.jobs,
-        force=args.force,
-        store=store,
-        selection=args.suites or "",
-        kinds=terms.kinds if terms else {},
-        planned=terms.planned if terms else {},
-        realise_only=args.realise_only,
-    )
+    options = _run_options(args, store, terms)
     no_gpu = (terms.no_gpu if terms else None) or gpu_unavailable_reason()
     # `with cache`: the run's lease on what it uses (cache prune keeps it) ends with the run.
     with (
@@ -395,14 +387,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             reports = runner.run(p)
         except KeyboardInterrupt:
-            if args.realise_only:
-                return ExitCode.INTERRUPTED
-            done = [runner.finished[k] for k in sorted(runner.finished)]
-            write_reports(args.reports, done, matrix=args.matrix)
-            console.print(
-                f"interrupted: kept {len(done)} finished cells in {args.reports}/; a re-run resumes"
-            )
-            return ExitCode.INTERRUPTED
+            return _interrupted(args, runner, console)
+    return _ran(args, reports, runner, console)
+
+
+def _ran(args: argparse.Namespace, reports: Sequence[CellReport], runner: Runner, console: Console) -> int:
+    """After the run: the reports and summary (a realise-only run: what each cell was realised as), and the
+    exit code; a verdict the store did not take makes an otherwise clean run an environment error."""
     if args.realise_only:
         return realised_summary(reports, console)
     write_reports(args.reports, reports, matrix=args.matrix)
@@ -416,31 +407,77 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
+def _run_store(args: argparse.Namespace, matrix: Matrix) -> Store | None:
+    """The store a run reuses verdicts from and pushes them to, opened (and checked) before any work."""
+    if (
+        args.realise_only
+    ):  # it neither reuses nor pushes a verdict: it needs no store (nor a key to sign with)
+        return None
+    return opened_store(args.store, create=True, signs=True, trusted=matrix.trusted_runner_keys)
+
+
+def _full_plan(
+    matrix: Matrix, resolver: Resolver, installed: Mapping[str, list[Requirement]] | None
+) -> tuple[Plan, dict[tuple[str, str], str]]:
+    """Every cell of the matrix, and the pins that could not be reached."""
+    if installed is not None:
+        # The stack is already installed (and the host may have no network): its own sglang gives the pins.
+        return plan(matrix, installed), {}
+    return plan_matrix(matrix, resolver, None)
+
+
+def _run_options(args: argparse.Namespace, store: Store | None, terms: Adopted | None) -> RunOptions:
+    """The runner's options from the command line (and a fan-out worker's plan terms)."""
+    return RunOptions(
+        reports=args.reports,
+        jobs=args.jobs,
+        force=args.force,
+        store=store,
+        selection=args.suites or "",
+        kinds=terms.kinds if terms else {},
+        planned=terms.planned if terms else {},
+        realise_only=args.realise_only,
+    )
+
+
+def _interrupted(args: argparse.Namespace, runner: Runner, console: Console) -> int:
+    """Ctrl-C (or SIGTERM): the finished cells keep their reports, so a re-run resumes."""
+    if args.realise_only:
+        return ExitCode.INTERRUPTED
+    done = [runner.finished[k] for k in sorted(runner.finished)]
+    write_reports(args.reports, done, matrix=args.matrix)
+    console.print(f"interrupted: kept {len(done)} finished cells in {args.reports}/; a re-run resumes")
+    return ExitCode.INTERRUPTED
+
+
 def realised_summary(reports: Sequence[CellReport], console: Console) -> int:
     """`run --realise-only`: one line per cell, what it was realised as (the image's tag, content id and
     registry digest for docker); exit 0 when every cell was realised, else 4 (the environment), naming each
     cell that was not. Nothing is judged: no cell's status is a verdict here."""
     broken = [r for r in reports if r.status is Status.ERROR]
     for report in reports:
-        if report.status is Status.ERROR:
-            continue
-        facts = report.backend_facts
-        pushed = facts.docker_repo_digest
-        where = f"; in the registry as {pushed}" if pushed else ""
-        if report.backend == "docker" and not pushed:
-            where = "; in this engine only (no registry: [docker] registry or STACKFARM_REGISTRY)"
-        image = facts.docker_image
-        digest = "?" if facts.docker_image_digest is None else facts.docker_image_digest
-        what = f"image {image} ({digest}){where}" if image else ""
-        shown = ", ".join(f"{k} {v}" for k, v in facts.as_properties().items())
-        what = what or f"backend {report.backend} ({shown})"
-        console.print(f"realised {escape(report.cell)}: {escape(what)}")
+        if report.status is not Status.ERROR:
+            console.print(f"realised {escape(report.cell)}: {escape(_realised_as(report))}")
     for report in broken:
         console.print(f"not realised {escape(report.cell)}: {escape(report.reason.splitlines()[0])}")
     console.print(
         f"{len(reports) - len(broken)} of {len(reports)} cell(s) realised, no suite run, no verdict kept"
     )
     return ExitCode.ENVIRONMENT if broken or not reports else ExitCode.OK
+
+
+def _realised_as(report: CellReport) -> str:
+    """What a cell was realised as: its image (content id, and where it lives), else the backend's facts."""
+    facts = report.backend_facts
+    pushed = facts.docker_repo_digest
+    where = f"; in the registry as {pushed}" if pushed else ""
+    if report.backend == "docker" and not pushed:
+        where = "; in this engine only (no registry: [docker] registry or STACKFARM_REGISTRY)"
+    if image := facts.docker_image:
+        digest = "?" if facts.docker_image_digest is None else facts.docker_image_digest
+        return f"image {image} ({digest}){where}"
+    shown = ", ".join(f"{k} {v}" for k, v in facts.as_properties().items())
+    return f"backend {report.backend} ({shown})"
 
 
 def writable(folder: Path) -> None:
@@ -648,32 +685,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     # The merge step trusts the runner keys the repository's matrix names ([store] trusted_keys), when it has one.
     matrix = load(args.matrix) if args.source and args.matrix.is_file() else None
     store = opened_store(args.source, trusted=matrix.trusted_runner_keys if matrix else ())
-    if store is not None:
-        missing = merge_from(store, args.reports, console, args, matrix)
-    elif args.plan is not None:  # the plan is read with or without a store: a planned cell without a verdict
-        missing = check_planned(args.reports, console, args)
-    else:
-        missing = []
+    missing = _unmerged(args, store, console, matrix)
     stored, problems = verdict.read_all(args.reports, shown=True)
-    if not stored and problems:  # every verdict there unreadable: say which and why, never "run first"
-        raise EnvironmentProblem(
-            f"no usable verdict under {args.reports}/:\n  " + "\n  ".join(problems),
-            fix="make these files readable, or run their cells again (`stackfarm run --cells ID`)",
-        )
-    if not stored and missing:  # the store held nothing this reader may use: nothing is green
-        if args.gate:
-            gate_lines(
-                console,
-                ExitCode.INCOMPLETE,
-                [f"{len(missing)} planned cell(s) have no verdict (listed above)"],
-            )
-        return ExitCode.INCOMPLETE if args.gate else 0
     if not stored:
-        raise UsageError(
-            f"--reports {args.reports}",
-            "holds no verdict (no <cell>/verdict.json)",
-            fix="run `stackfarm run` first, or give --reports the folder a run wrote",
-        )
+        return _nothing_stored(args, problems, missing, console)
     if args.history is not None:
         htmlreport.write_history(history.write(args.history, args.reports), args.reports)
     reports = write_reports(args.reports)
@@ -688,6 +703,43 @@ def cmd_report(args: argparse.Namespace) -> int:
     code = ExitCode.INCOMPLETE if missing and code == ExitCode.OK else code
     gate_lines(console, code, why)
     return code
+
+
+def _unmerged(
+    args: argparse.Namespace, store: Store | None, console: Console, matrix: Matrix | None
+) -> list[str]:
+    """Merge the store's verdicts of the plan into reports/ (or check the plan against reports/ without a
+    store); one line per planned cell without a verdict."""
+    if store is not None:
+        return merge_from(store, args.reports, console, args, matrix)
+    if args.plan is not None:  # the plan is read with or without a store: a planned cell without a verdict
+        return check_planned(args.reports, console, args)
+    return []
+
+
+def _nothing_stored(
+    args: argparse.Namespace, problems: Sequence[str], missing: Sequence[str], console: Console
+) -> int:
+    """`report` over a folder without a usable verdict: an environment problem when every verdict there is
+    unreadable, incomplete when planned cells have none, else a usage error."""
+    if problems:  # every verdict there unreadable: say which and why, never "run first"
+        raise EnvironmentProblem(
+            f"no usable verdict under {args.reports}/:\n  " + "\n  ".join(problems),
+            fix="make these files readable, or run their cells again (`stackfarm run --cells ID`)",
+        )
+    if missing:  # the store held nothing this reader may use: nothing is green
+        if args.gate:
+            gate_lines(
+                console,
+                ExitCode.INCOMPLETE,
+                [f"{len(missing)} planned cell(s) have no verdict (listed above)"],
+            )
+        return ExitCode.INCOMPLETE if args.gate else 0
+    raise UsageError(
+        f"--reports {args.reports}",
+        "holds no verdict (no <cell>/verdict.json)",
+        fix="run `stackfarm run` first, or give --reports the folder a run wrote",
+    )
 
 
 #: What each exit code means, as the gate says it (the README's table).

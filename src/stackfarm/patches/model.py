@@ -42,6 +42,17 @@ _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 _DIFF_GIT = re.compile(r"^diff --git (\S+) (\S+)$")
 _FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$")
 _SERIES_LINE = re.compile(r"^(\S+)(?:\s+(-p\d))?\s*$")
+#: Header lines of a diff section that stackfarm refuses: their prefixes, the message, the fix.
+_UNSUPPORTED = (
+    (("GIT binary patch", "Binary files "), "binary patch", "binary files cannot be patched; ship them another way"),
+    (("new file mode 120000", "new mode 120000", "deleted file mode 120000"), "the patch creates or changes a symlink",
+     "patch regular files only"),
+    (("rename ", "copy ", "similarity index", "dissimilarity index"), "renames and copies are not supported",
+     "express it as a delete and an add"),
+)  # fmt: skip
+#: What one hunk body line takes from the hunk's (old, new) line counts, by its first character; any other
+#: line ends the body. "" is an empty context line (some editors strip its space).
+_TAKES = {" ": (1, 1), "": (1, 1), "-": (1, 0), "+": (0, 1), "\\": (0, 0)}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -196,11 +207,7 @@ def _parse_headers(text_lines: list[str], path: Path) -> dict[str, str]:
             headers[key] = match[2].strip()
         else:
             key = None
-    missing = [
-        name
-        for name in REQUIRED_HEADERS
-        if name not in headers and not (name == "Description" and "Subject" in headers)
-    ]
+    missing = _missing_headers(headers)
     if missing:
         raise _error(
             path,
@@ -209,6 +216,15 @@ def _parse_headers(text_lines: list[str], path: Path) -> dict[str, str]:
             fix="start it with Description:, Origin:, Forwarded: (Applied-Upstream: once upstream has it)",
         )
     return headers
+
+
+def _missing_headers(headers: Mapping[str, str]) -> list[str]:
+    """The required DEP-3 fields the headers lack (Subject stands in for Description)."""
+    return [
+        name
+        for name in REQUIRED_HEADERS
+        if name not in headers and not (name == "Description" and "Subject" in headers)
+    ]
 
 
 def parse_patch(path: Path, set_name: str = "") -> Patch:
@@ -278,24 +294,26 @@ def _parse_file(lines: list[str], i: int, path: Path) -> tuple[FilePatch, int]:
     assert match is not None
     _clean_path(match[1], "a/", path, header_line)
     _clean_path(match[2], "b/", path, header_line)
+    old, new, i = _file_paths(lines, i + 1, path, header_line)
+    if old is None and new is None:
+        raise _error(path, "both sides of a diff are /dev/null", header_line, fix="regenerate the patch")
+    if old is not None and new is not None and old != new:
+        raise _error(path, f"--- {old} and +++ {new} differ", header_line, fix="one diff section per file")
+    hunks, i = _parse_hunks(lines, i, path, header_line)
+    return FilePatch(old_path=old, new_path=new, line=header_line, hunks=hunks), i
+
+
+def _file_paths(lines: list[str], i: int, path: Path, header_line: int) -> tuple[str | None, str | None, int]:
+    """The ---/+++ paths of the header lines from ``lines[i]`` to the section's first hunk (None: /dev/null),
+    and the index after them; a header line stackfarm cannot patch is refused."""
     old: str | None = None
     new: str | None = None
     saw_minus = saw_plus = False
-    i += 1
     while i < len(lines) and not lines[i].startswith("@@") and not lines[i].startswith("diff --git "):
         line = lines[i]
-        if line.startswith("GIT binary patch") or line.startswith("Binary files "):
-            raise _error(
-                path, "binary patch", i + 1, fix="binary files cannot be patched; ship them another way"
-            )
-        if line.startswith(("new file mode 120000", "new mode 120000", "deleted file mode 120000")):
-            raise _error(
-                path, "the patch creates or changes a symlink", i + 1, fix="patch regular files only"
-            )
-        if line.startswith(("rename ", "copy ", "similarity index", "dissimilarity index")):
-            raise _error(
-                path, "renames and copies are not supported", i + 1, fix="express it as a delete and an add"
-            )
+        for prefixes, message, fix in _UNSUPPORTED:
+            if line.startswith(prefixes):
+                raise _error(path, message, i + 1, fix=fix)
         if line.startswith("--- "):
             old, saw_minus = _clean_path(line[4:].split("\t")[0], "a/", path, i + 1), True
         elif line.startswith("+++ "):
@@ -308,10 +326,11 @@ def _parse_file(lines: list[str], i: int, path: Path) -> tuple[FilePatch, int]:
             header_line,
             fix="remove the section or regenerate the patch",
         )
-    if old is None and new is None:
-        raise _error(path, "both sides of a diff are /dev/null", header_line, fix="regenerate the patch")
-    if old is not None and new is not None and old != new:
-        raise _error(path, f"--- {old} and +++ {new} differ", header_line, fix="one diff section per file")
+    return old, new, i
+
+
+def _parse_hunks(lines: list[str], i: int, path: Path, header_line: int) -> tuple[tuple[Hunk, ...], int]:
+    """The hunks of a section from ``lines[i]``, and the index after them (the next section or the end)."""
     hunks: list[Hunk] = []
     while i < len(lines) and lines[i].startswith("@@"):
         hunk, i = _parse_hunk(lines, i, path)
@@ -324,7 +343,7 @@ def _parse_file(lines: list[str], i: int, path: Path) -> tuple[FilePatch, int]:
         raise _error(
             path, "a diff section with no hunks", header_line, fix="remove it or regenerate the patch"
         )
-    return FilePatch(old_path=old, new_path=new, line=header_line, hunks=tuple(hunks)), i
+    return tuple(hunks), i
 
 
 def _parse_hunk(lines: list[str], i: int, path: Path) -> tuple[Hunk, int]:
@@ -335,37 +354,7 @@ def _parse_hunk(lines: list[str], i: int, path: Path) -> tuple[Hunk, int]:
     old_count = int(match[2]) if match[2] is not None else 1
     new_count = int(match[4]) if match[4] is not None else 1
     start = i
-    i += 1
-    body: list[str] = []
-    want_old, want_new = old_count, new_count
-    while (want_old > 0 or want_new > 0) and i < len(lines):
-        text = lines[i]
-        kind = text[:1]
-        if kind == " " or text == "":
-            want_old, want_new = want_old - 1, want_new - 1
-            text = text or " "  # some editors strip the space of an empty context line
-        elif kind == "-":
-            want_old -= 1
-        elif kind == "+":
-            want_new -= 1
-        elif kind == "\\":
-            body.append(text)
-            i += 1
-            continue
-        else:
-            break
-        body.append(text)
-        i += 1
-    if want_old != 0 or want_new != 0:
-        raise _error(
-            path,
-            f"hunk {lines[start]!r} is truncated or its line counts are wrong",
-            start + 1,
-            fix="regenerate the patch (hand edits must keep the @@ counts right)",
-        )
-    while i < len(lines) and lines[i].startswith("\\"):
-        body.append(lines[i])
-        i += 1
+    body, i = _hunk_body(lines, i, (old_count, new_count), path)
     if not any(text[:1] in "+-" for text in body):
         raise _error(path, f"hunk {lines[start]!r} changes nothing", start + 1, fix="remove the hunk")
     hunk = Hunk(
@@ -379,6 +368,32 @@ def _parse_hunk(lines: list[str], i: int, path: Path) -> tuple[Hunk, int]:
         body=tuple(body),
     )
     return hunk, i
+
+
+def _hunk_body(lines: list[str], start: int, counts: tuple[int, int], path: Path) -> tuple[list[str], int]:
+    """The body of the hunk whose header is ``lines[start]``, as many lines as its @@ (old, new) counts take
+    (``\\ No newline`` notes included), and the index after it."""
+    i = start + 1
+    body: list[str] = []
+    want_old, want_new = counts
+    while (want_old > 0 or want_new > 0) and i < len(lines):
+        takes = _TAKES.get(lines[i][:1])
+        if takes is None:
+            break
+        want_old, want_new = want_old - takes[0], want_new - takes[1]
+        body.append(lines[i] or " ")  # some editors strip the space of an empty context line
+        i += 1
+    if want_old != 0 or want_new != 0:
+        raise _error(
+            path,
+            f"hunk {lines[start]!r} is truncated or its line counts are wrong",
+            start + 1,
+            fix="regenerate the patch (hand edits must keep the @@ counts right)",
+        )
+    while i < len(lines) and lines[i].startswith("\\"):
+        body.append(lines[i])
+        i += 1
+    return body, i
 
 
 def read_series(ps: PatchSet) -> tuple[Path, ...]:
@@ -395,32 +410,39 @@ def read_series(ps: PatchSet) -> tuple[Path, ...]:
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        match = _SERIES_LINE.match(line)
-        if not match or (match[2] not in (None, "-p1")):
-            raise _error(
-                series, f"cannot read series entry {raw!r}", number, fix="one patch file name per line (-p1)"
-            )
-        name = match[1]
-        if "/" in name or name in (".", ".."):
-            raise _error(
-                series, f"series entry `{name}` is not a file in {ps.path}", number, fix="name files only"
-            )
-        path = ps.path / name
-        if not path.is_file():
-            raise _error(
-                series,
-                f"series names `{name}`, which does not exist in {ps.path}",
-                number,
-                fix=f"create {path} or remove the line",
-            )
+        path = _series_entry(ps, raw, line, number)
         if path in paths:
-            raise _error(series, f"series names `{name}` twice", number, fix="remove the repeat")
+            raise _error(series, f"series names `{path.name}` twice", number, fix="remove the repeat")
         paths.append(path)
     if not paths:
         raise _error(
             series, f"the series of `{ps.name}` lists no patch", fix="list its patches, one per line"
         )
     return tuple(paths)
+
+
+def _series_entry(ps: PatchSet, raw: str, line: str, number: int) -> Path:
+    """The patch file one series line names (`line`: it without its comment), checked to be a file of the set."""
+    series = ps.path / "series"
+    match = _SERIES_LINE.match(line)
+    if not match or (match[2] not in (None, "-p1")):
+        raise _error(
+            series, f"cannot read series entry {raw!r}", number, fix="one patch file name per line (-p1)"
+        )
+    name = match[1]
+    if "/" in name or name in (".", ".."):
+        raise _error(
+            series, f"series entry `{name}` is not a file in {ps.path}", number, fix="name files only"
+        )
+    path = ps.path / name
+    if not path.is_file():
+        raise _error(
+            series,
+            f"series names `{name}`, which does not exist in {ps.path}",
+            number,
+            fix=f"create {path} or remove the line",
+        )
+    return path
 
 
 def load_series(ps: PatchSet) -> tuple[Patch, ...]:

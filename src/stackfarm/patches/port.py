@@ -99,13 +99,15 @@ def _hunks_for(fp: FilePatch, base: Sequence[str], patched: Sequence[str]) -> tu
     """The hunks a conflict block comes from: those whose removed, added or context lines it holds."""
     base_set = {t.strip() for t in base if t.strip()}
     patched_set = {t.strip() for t in patched if t.strip()}
-    names = []
-    for hunk in fp.hunks:
-        removed = {t[1:].strip() for t in hunk.body if t[:1] == "-" and t[1:].strip()}
-        added = {t[1:].strip() for t in hunk.body if t[:1] == "+" and t[1:].strip()}
-        if removed & base_set or added & patched_set:
-            names.append(hunk.header)
+    names = [
+        h.header for h in fp.hunks if _changed(h.body, "-") & base_set or _changed(h.body, "+") & patched_set
+    ]
     return tuple(names) or tuple(h.header for h in fp.hunks)
+
+
+def _changed(body: Sequence[str], sign: str) -> set[str]:
+    """The stripped, non-blank lines of a hunk body that `sign` ("-" or "+") marks."""
+    return {t[1:].strip() for t in body if t[:1] == sign and t[1:].strip()}
 
 
 def _merge_file(work: Path, current: str, base: str, other: str) -> tuple[str, int]:
@@ -164,13 +166,7 @@ def _port_one(
         **patch.headers,
         "Stackfarm-Ported": f"from sglang {versions[0]} to {versions[1]} (three-way merge)",
     }
-    bases: dict[str, str] = {}
-    for fp in patch.files:
-        base = _read(old[0], fp.path, old[1])
-        if base is None:
-            raise StackfarmError(f"{patch.path}: {fp.path} is not in sglang {versions[0]}; is --from right?")
-        bases[fp.path] = base
-        old[1][fp.path] = _apply_text(patch, fp, base, work)
+    bases = _bases(patch, old, work, versions[0])
     evidence = upstream_evidence(patch, lambda rel: _read(new[0], rel, new[1]))
     if evidence is not None:
         # Upstream wrote the same definitions its own way: merging ours would only conflict with them.
@@ -189,33 +185,57 @@ def _port_one(
             continue
         merged, count = _merge_file(work, theirs, bases[fp.path], old[1][fp.path])
         files.append((fp.path, theirs, merged))
-        for first, last, base_part, ours_part in _conflict_blocks(merged) if count else ():
-            conflicts.append(
-                Conflict(
-                    patch=patch.name,
-                    path=fp.path,
-                    hunks=_hunks_for(fp, base_part, ours_part),
-                    lines=(first, last),
-                    reason=f"sglang {versions[1]} changed the lines this hunk changes",
-                )
-            )
+        conflicts += _conflicts_in(patch, fp, merged, versions[1]) if count else []
         if not count:
             new[1][fp.path] = merged
             if merged == theirs:
                 notes.append(f"{fp.path}: sglang {versions[1]} already has this change")
-    status: Literal["ported", "upstreamed", "conflict"] = "ported"
-    if conflicts:
-        status = "conflict"
-    elif all(merged == theirs for _, theirs, merged in files):
-        status = "upstreamed"
     return PortedPatch(
         name=patch.name,
-        status=status,
+        status=_port_status(conflicts, files),
         headers=headers,
         files=tuple(files),
         conflicts=tuple(conflicts),
         notes=tuple(notes),
     )
+
+
+def _bases(patch: Patch, old: tuple[Path, dict[str, str]], work: Path, version: str) -> dict[str, str]:
+    """Each file of the patch in the old release as the patches before it left it (the merge base); the
+    patch applied to it goes into the old state ("patched")."""
+    bases: dict[str, str] = {}
+    for fp in patch.files:
+        base = _read(old[0], fp.path, old[1])
+        if base is None:
+            raise StackfarmError(f"{patch.path}: {fp.path} is not in sglang {version}; is --from right?")
+        bases[fp.path] = base
+        old[1][fp.path] = _apply_text(patch, fp, base, work)
+    return bases
+
+
+def _port_status(
+    conflicts: Sequence[Conflict], files: Sequence[tuple[str, str, str]]
+) -> Literal["ported", "upstreamed", "conflict"]:
+    """Conflicting, else upstreamed when every merged file is the new release's as it is, else ported."""
+    if conflicts:
+        return "conflict"
+    if all(merged == theirs for _, theirs, merged in files):
+        return "upstreamed"
+    return "ported"
+
+
+def _conflicts_in(patch: Patch, fp: FilePatch, merged: str, version: str) -> list[Conflict]:
+    """One conflict per diff3 block of the merged file, with the hunks it comes from."""
+    return [
+        Conflict(
+            patch=patch.name,
+            path=fp.path,
+            hunks=_hunks_for(fp, base_part, ours_part),
+            lines=(first, last),
+            reason=f"sglang {version} changed the lines this hunk changes",
+        )
+        for first, last, base_part, ours_part in _conflict_blocks(merged)
+    ]
 
 
 _CONFLICTS = "conflicts"
@@ -269,38 +289,54 @@ def resolve_conflicts(folder: Path, new_tree: Path) -> list[str]:
         headers = _headers_from((patch_dir / _HEADERS).read_text(encoding="utf-8"), patch_dir / _HEADERS)
         if "Stackfarm-Ported" in headers:
             headers["Stackfarm-Ported"] += "; its conflicts resolved by hand"
-        diffs = []
-        for file in sorted(p for p in patch_dir.rglob("*") if p.is_file() and p.name != _HEADERS):
-            rel = file.relative_to(patch_dir).as_posix()
-            text = file.read_text(encoding="utf-8")
-            for number, line in enumerate(text.splitlines(), 1):
-                if line.startswith((_MARKERS[0], _MARKERS[1], _MARKERS[3])) or line == _MARKERS[2]:
-                    raise ConfigError(
-                        file, "a conflict marker is still there", line=number, fix="resolve the block"
-                    )
-            upstream = new_tree / rel
-            if not upstream.is_file():
-                raise ConfigError(
-                    file, f"{rel} is not in the new release", fix="drop the file or move the change"
-                )
-            theirs = upstream.read_text(encoding="utf-8")
-            if text != theirs:
-                diffs.append(make_patch(rel, theirs, text))
+        diffs = _resolved_diffs(patch_dir, new_tree)
         name = patch_dir.name
         if diffs:
             (folder / name).write_text(_format_headers(headers) + "".join(diffs), encoding="utf-8")
-        series = [
-            (name if diffs else f"# {name}  (retired: resolved to no change)")
-            if _commented(line, name)
-            else line
-            for line in series
-        ]
+        series = _series_after(series, name, resolved=bool(diffs))
         shutil.rmtree(patch_dir)
         done.append(name)
     if conflicts.is_dir() and not any(conflicts.iterdir()):
         conflicts.rmdir()
     series_path.write_text("\n".join(series) + "\n", encoding="utf-8")
     return done
+
+
+def _series_after(series: Sequence[str], name: str, *, resolved: bool) -> list[str]:
+    """The series with the patch's commented-out line back on (`resolved`: it still changes something), or
+    marked retired."""
+    return [
+        (name if resolved else f"# {name}  (retired: resolved to no change)")
+        if _commented(line, name)
+        else line
+        for line in series
+    ]
+
+
+def _resolved_diffs(patch_dir: Path, new_tree: Path) -> list[str]:
+    """The diff of every resolved file of one ``conflicts/<patch>/`` against the new release (none for a
+    file left as upstream has it)."""
+    diffs = []
+    for file in sorted(p for p in patch_dir.rglob("*") if p.is_file() and p.name != _HEADERS):
+        rel = file.relative_to(patch_dir).as_posix()
+        text = file.read_text(encoding="utf-8")
+        _no_marker_left(file, text)
+        upstream = new_tree / rel
+        if not upstream.is_file():
+            raise ConfigError(
+                file, f"{rel} is not in the new release", fix="drop the file or move the change"
+            )
+        theirs = upstream.read_text(encoding="utf-8")
+        if text != theirs:
+            diffs.append(make_patch(rel, theirs, text))
+    return diffs
+
+
+def _no_marker_left(file: Path, text: str) -> None:
+    """Raise ConfigError at the first diff3 conflict marker line of `text`."""
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith((_MARKERS[0], _MARKERS[1], _MARKERS[3])) or line == _MARKERS[2]:
+            raise ConfigError(file, "a conflict marker is still there", line=number, fix="resolve the block")
 
 
 def _commented(line: str, name: str) -> bool:
@@ -350,24 +386,36 @@ def _toml_key(name: str) -> str:
 def format_port(result: PortResult) -> str:
     lines = [f"port {result.set}: sglang {result.from_version} -> {result.to_version}"]
     for p in result.patches:
-        lines.append(f"  {p.name}: {p.status}")
-        lines.extend(f"    {note}" for note in p.notes)
-        for c in p.conflicts:
-            where = f"merged lines {c.lines[0]}-{c.lines[1]}" if c.lines != (0, 0) else "file gone"
-            lines.append(f"    CONFLICT {c.path} ({where}): {c.reason}")
-            lines.extend(f"      from hunk {h}" for h in c.hunks)
+        lines += _ported_lines(p)
     if result.out is not None:
         count = sum(p.status == "ported" for p in result.patches)
         lines.append(f"wrote {result.out}/ (series and {count} patch(es))")
     lines.extend(f"  verify on sglang {result.to_version}: {r.patch} {r.status}" for r in result.verify)
+    lines += _next_step(result)
+    return "\n".join(lines)
+
+
+def _ported_lines(p: PortedPatch) -> list[str]:
+    """One patch of `format_port`: its status, notes and conflicts (each with the hunks it comes from)."""
+    lines = [f"  {p.name}: {p.status}"]
+    lines.extend(f"    {note}" for note in p.notes)
+    for c in p.conflicts:
+        where = f"merged lines {c.lines[0]}-{c.lines[1]}" if c.lines != (0, 0) else "file gone"
+        lines.append(f"    CONFLICT {c.path} ({where}): {c.reason}")
+        lines.extend(f"      from hunk {h}" for h in c.hunks)
+    return lines
+
+
+def _next_step(result: PortResult) -> list[str]:
+    """What to do next: resolve the conflicts, or add the ported set to matrix.toml."""
     if result.conflicts and result.out is not None:
-        lines.append(
+        return [
             f"resolve: edit the files under {result.out}/{_CONFLICTS}/, then run\n"
             f"  stackfarm patches resolve {result.out} --to {result.to_version}"
-        )
-    elif result.out is not None and result.verify:
-        lines.append(
+        ]
+    if result.out is not None and result.verify:
+        return [
             f"add to matrix.toml:\n  [patches.{_toml_key(result.out.name)}]\n"
             f'  applies_to = "sglang>={result.to_version}"'
-        )
-    return "\n".join(lines)
+        ]
+    return []
