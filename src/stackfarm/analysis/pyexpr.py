@@ -41,8 +41,8 @@ from stackfarm.analysis.pyvalues import (
     Unresolved,
     apply_op,
     call_pure,
+    call_result,
     decorated,
-    exception_name,
     freeze,
     item_of,
     join,
@@ -309,11 +309,14 @@ class ExpressionEvaluator:
         self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, frame: Frame
     ) -> object:
         """A comprehension over known, short sequences; unknown as soon as an item or a condition is."""
-        rows: list[dict[str, object]] | None = [dict(frame.env)]
+        rows: list[dict[str, object]] = [dict(frame.env)]
         for gen in node.generators:
-            rows = None if gen.is_async or rows is None else self._generator_rows(gen, rows, frame)
-        if rows is None:
-            return UNKNOWN
+            if gen.is_async:
+                return UNKNOWN
+            found = self._generator_rows(gen, rows, frame)
+            if found is None:
+                return UNKNOWN
+            rows = found
         return self._comprehension_value(node, rows, frame)
 
     def _generator_rows(
@@ -571,21 +574,24 @@ class ExpressionEvaluator:
             and (container is UNKNOWN or (isinstance(container, dict) and not isinstance(container, Environ)))
         )
 
-    def _assumed_get(self, node: ast.Call, frame: Frame) -> bool:
-        """``args.get("flag", ...)`` of a server-args dict whose flag `assume` sets (see `_assumed_key`)."""
+    def _assumed_flag(self, node: ast.Call, frame: Frame) -> str | None:
+        """The flag of ``args.get("flag", ...)`` on a server-args dict where `assume` sets it (`_assumed_key`)."""
         func_node = node.func
-        return (
-            isinstance(func_node, ast.Attribute)
-            and func_node.attr == "get"
-            and bool(node.args)
-            and isinstance(node.args[0], ast.Constant)
-            and node.args[0].value in self.assume
-            and self._assumed_key(self._eval(func_node.value, frame), node.args[0].value)
-        )
+        if not (isinstance(func_node, ast.Attribute) and func_node.attr == "get" and node.args):
+            return None
+        flag = node.args[0].value if isinstance(node.args[0], ast.Constant) else None
+        if (
+            isinstance(flag, str)
+            and flag in self.assume
+            and self._assumed_key(self._eval(func_node.value, frame), flag)
+        ):
+            return flag
+        return None
 
     def _call_node(self, node: ast.Call, frame: Frame) -> object:
-        if self._assumed_get(node, frame):
-            return self.assume[node.args[0].value]  # type: ignore[attr-defined]  # a Constant, checked above
+        flag = self._assumed_flag(node, frame)
+        if flag is not None:
+            return self.assume[flag]
         func = self._deref(self._eval(node.func, frame))
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             return UNKNOWN
@@ -604,7 +610,7 @@ class ExpressionEvaluator:
             if isinstance(func.node, ast.Lambda):
                 return UNKNOWN
             ends = self._run_function(func, args, kwargs, self_obj=None, at_top=False)
-            return self._call_result(ends)
+            return call_result(ends)
         if isinstance(func, ClassValue):
             return self._instantiate(func, args, kwargs)
         return UNKNOWN
@@ -623,34 +629,11 @@ class ExpressionEvaluator:
         init = self._class_attr(cls, "__init__")
         if isinstance(init, Function) and not isinstance(init.node, ast.Lambda):
             ends = self._run_function(init, args, kwargs, self_obj=instance, at_top=False)
-            self._call_result(ends)  # raises when every path through __init__ fails
+            call_result(ends)  # raises when every path through __init__ fails
             # what another method reassigns is run-time state (a context object's server args): unknown
             for attr in reassigned_attrs(cls.node) & set(instance.attrs):
                 instance.attrs[attr] = UNKNOWN
         return instance
-
-    @staticmethod
-    def _call_result(ends: Sequence[End]) -> object:
-        values = [e.value if e.kind == "return" else None for e in ends if e.kind in ("return", "fall")]
-        if not values:
-            failing = [e for e in ends if e.kind in ("crash", "raise")]
-            if failing:
-                first = failing[0]
-                kind, _, detail = first.detail.partition(": ")
-                crash = (
-                    Crash(exception_name(first.detail), first.detail, first.module, first.line, first.detail,
-                          deliberate=True)
-                    if first.kind == "raise"
-                    else Crash(kind, detail, first.module, first.line, first.detail)
-                )  # fmt: skip
-                crash.decision = first.decision
-                crash.via = first.via
-                raise crash
-            return UNKNOWN
-        merged = values[0]
-        for v in values[1:]:
-            merged = join(merged, v)
-        return merged
 
     def _run_function(
         self,

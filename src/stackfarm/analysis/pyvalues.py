@@ -380,6 +380,31 @@ def _attempt(op: Callable[[object, object], object], left: object, right: object
         return UNKNOWN
 
 
+def call_result(ends: Sequence[End]) -> object:
+    """A call's value from how the paths through the function end: their returns joined; raises the first
+    failure when no path returns or falls through."""
+    values = [e.value if e.kind == "return" else None for e in ends if e.kind in ("return", "fall")]
+    if not values:
+        failing = [e for e in ends if e.kind in ("crash", "raise")]
+        if failing:
+            first = failing[0]
+            kind, _, detail = first.detail.partition(": ")
+            crash = (
+                Crash(exception_name(first.detail), first.detail, first.module, first.line, first.detail,
+                      deliberate=True)
+                if first.kind == "raise"
+                else Crash(kind, detail, first.module, first.line, first.detail)
+            )  # fmt: skip
+            crash.decision = first.decision
+            crash.via = first.via
+            raise crash
+        return UNKNOWN
+    merged = values[0]
+    for v in values[1:]:
+        merged = join(merged, v)
+    return merged
+
+
 def item_of(container: object, key: object, module: str, node: ast.Subscript) -> object:
     """``container[key]`` of known values: Python's KeyError / IndexError become a `Crash` at `node`."""
     if isinstance(container, dict):
@@ -442,3 +467,55 @@ def function_locals(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, 
         elif isinstance(sub, ast.alias):
             names.append((sub.asname or sub.name).split(".")[0])
     return tuple(dict.fromkeys(names))
+
+
+__all__ = [
+    "BIN_OPS",
+    "CAUGHT_BY",
+    "CMP_OPS",
+    "MAX_DEPTH",
+    "MAX_STEPS",
+    "MAX_UNROLL",
+    "MUTATORS",
+    "PURE_METHODS",
+    "STARS",
+    "UNKNOWN",
+    "UNRESOLVED",
+    "BoundMethod",
+    "Budget",
+    "ClassValue",
+    "Crash",
+    "Decision",
+    "DeviceProperties",
+    "End",
+    "EndKind",
+    "Environ",
+    "External",
+    "Frame",
+    "Function",
+    "Identity",
+    "ImportRef",
+    "Instance",
+    "ModuleRef",
+    "PathValue",
+    "Unknown",
+    "Unresolved",
+    "apply_op",
+    "call_pure",
+    "call_result",
+    "copy_value",
+    "decorated",
+    "exception_name",
+    "freeze",
+    "function_locals",
+    "item_of",
+    "join",
+    "join_all",
+    "jumps",
+    "known",
+    "memo_key",
+    "node_text",
+    "reassigned_attrs",
+    "truth",
+    "value_attr",
+]
