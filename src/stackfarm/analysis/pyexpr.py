@@ -10,7 +10,6 @@ from __future__ import annotations
 import ast
 import builtins
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import PurePosixPath
 from typing import Any
 
 from stackfarm.analysis.arch import Arch
@@ -21,7 +20,6 @@ from stackfarm.analysis.pyvalues import (
     MAX_DEPTH,
     MAX_STEPS,
     MAX_UNROLL,
-    PURE_METHODS,
     STARS,
     UNKNOWN,
     UNRESOLVED,
@@ -30,7 +28,6 @@ from stackfarm.analysis.pyvalues import (
     ClassValue,
     Crash,
     Decision,
-    DeviceProperties,
     End,
     Environ,
     External,
@@ -43,14 +40,17 @@ from stackfarm.analysis.pyvalues import (
     PathValue,
     Unresolved,
     apply_op,
+    call_pure,
+    call_result,
     decorated,
-    exception_name,
     freeze,
+    item_of,
     join,
     memo_key,
     node_text,
     reassigned_attrs,
     truth,
+    value_attr,
 )
 from stackfarm.analysis.sourcetree import SourceTree
 
@@ -198,10 +198,7 @@ class ExpressionEvaluator:
         elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
             obj = frame.env.get(target.value.id)
             if isinstance(obj, Instance):
-                if event is not None:
-                    obj.unresolved[target.attr] = event
-                else:
-                    obj.unresolved.pop(target.attr, None)
+                _taint_attr(obj, target.attr, event)
 
     def _in_tree(self, module: str) -> bool:
         if any(module == o or module.startswith(f"{o}.") for o in self.opaque):
@@ -316,40 +313,71 @@ class ExpressionEvaluator:
         for gen in node.generators:
             if gen.is_async:
                 return UNKNOWN
-            next_rows: list[dict[str, object]] = []
-            for env in rows:
-                items = self._eval(gen.iter, Frame(frame.module, env, frame.decision, frame.self_obj))
-                if not isinstance(items, list | tuple | set | frozenset | range | str | dict):
-                    return UNKNOWN
-                if len(items) > MAX_UNROLL:
-                    return UNKNOWN
-                for item in list(items):
-                    inner = Frame(frame.module, dict(env), frame.decision, frame.self_obj)
-                    self._bind(gen.target, item, inner)
-                    keep = True
-                    for cond in gen.ifs:
-                        t = truth(self._eval(cond, inner))
-                        if t is UNKNOWN:
-                            return UNKNOWN
-                        keep = keep and bool(t)
-                    if keep:
-                        next_rows.append(inner.env)
-            rows = next_rows
-        values: list[object] = []
-        pairs: list[tuple[object, object]] = []
+            found = self._generator_rows(gen, rows, frame)
+            if found is None:
+                return UNKNOWN
+            rows = found
+        return self._comprehension_value(node, rows, frame)
+
+    def _generator_rows(
+        self, gen: ast.comprehension, rows: list[dict[str, object]], frame: Frame
+    ) -> list[dict[str, object]] | None:
+        """The environments one `for ... in ... if ...` clause yields from each row; None where one is unknown."""
+        next_rows: list[dict[str, object]] = []
         for env in rows:
-            inner = Frame(frame.module, env, frame.decision, frame.self_obj)
-            if isinstance(node, ast.DictComp):
-                pairs.append((self._eval(node.key, inner), self._eval(node.value, inner)))
-            else:
-                values.append(self._eval(node.elt, inner))
-        if any(v is UNKNOWN for pair in pairs for v in pair) or any(v is UNKNOWN for v in values):
+            items = self._eval(gen.iter, Frame(frame.module, env, frame.decision, frame.self_obj))
+            if not isinstance(items, list | tuple | set | frozenset | range | str | dict):
+                return None
+            if len(items) > MAX_UNROLL:
+                return None
+            for item in list(items):
+                inner = Frame(frame.module, dict(env), frame.decision, frame.self_obj)
+                self._bind(gen.target, item, inner)
+                keep = self._conditions_hold(gen.ifs, inner)
+                if keep is UNKNOWN:
+                    return None
+                if keep:
+                    next_rows.append(inner.env)
+        return next_rows
+
+    def _conditions_hold(self, conditions: Sequence[ast.expr], frame: Frame) -> object:
+        """Whether every `if` of a comprehension clause holds: True, False or UNKNOWN (each is evaluated)."""
+        keep = True
+        for cond in conditions:
+            t = truth(self._eval(cond, frame))
+            if t is UNKNOWN:
+                return UNKNOWN
+            keep = keep and bool(t)
+        return keep
+
+    def _comprehension_value(
+        self,
+        node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp,
+        rows: list[dict[str, object]],
+        frame: Frame,
+    ) -> object:
+        """The comprehension's value from the environments its clauses yielded."""
+        inners = [Frame(frame.module, env, frame.decision, frame.self_obj) for env in rows]
+        if isinstance(node, ast.DictComp):
+            return self._dict_comprehension(node, inners)
+        values = [self._eval(node.elt, inner) for inner in inners]
+        if any(v is UNKNOWN for v in values):
+            return UNKNOWN
+        if not isinstance(node, ast.SetComp):
+            return values
+        try:
+            return set(values)
+        except TypeError:  # an unhashable item
+            return UNKNOWN
+
+    def _dict_comprehension(self, node: ast.DictComp, inners: Sequence[Frame]) -> object:
+        """``{k: v for ...}``: unknown where a key or a value is, or a key is unhashable."""
+        pairs = [(self._eval(node.key, inner), self._eval(node.value, inner)) for inner in inners]
+        if any(v is UNKNOWN for pair in pairs for v in pair):
             return UNKNOWN
         try:
-            if isinstance(node, ast.DictComp):
-                return dict(pairs)  # unhashable keys raise TypeError, handled below
-            return set(values) if isinstance(node, ast.SetComp) else values
-        except TypeError:
+            return dict(pairs)
+        except TypeError:  # an unhashable key
             return UNKNOWN
 
     def _boolop(self, node: ast.BoolOp, frame: Frame) -> object:
@@ -403,34 +431,24 @@ class ExpressionEvaluator:
     def _subscript(self, node: ast.Subscript, frame: Frame) -> object:
         container = self._eval(node.value, frame)
         if isinstance(node.slice, ast.Slice):
-            lo = self._eval(node.slice.lower, frame) if node.slice.lower else None
-            hi = self._eval(node.slice.upper, frame) if node.slice.upper else None
-            if (
-                isinstance(container, tuple | list | str)
-                and isinstance(lo, int | None)
-                and isinstance(hi, int | None)
-            ):
-                return container[lo:hi]
-            return UNKNOWN
+            return self._slice(container, node.slice, frame)
         key = self._eval(node.slice, frame)
         if self._assumed_key(container, key):
             return self.assume[key]  # type: ignore[index]  # a str, checked by _assumed_key
         if key is UNKNOWN or container is UNKNOWN:
             return UNKNOWN
-        if isinstance(container, dict):
-            try:
-                if key in container:
-                    return container[key]
-            except TypeError:
-                return UNKNOWN
-            if isinstance(container, Environ):
-                return UNKNOWN  # the deployment may set it: only .get() and `in` read "unset"
-            raise Crash("KeyError", repr(key), frame.module, node.lineno, node_text(node))
-        if isinstance(container, tuple | list | str) and isinstance(key, int):
-            try:
-                return container[key]
-            except IndexError:
-                raise Crash("IndexError", repr(key), frame.module, node.lineno, node_text(node)) from None
+        return item_of(container, key, frame.module, node)
+
+    def _slice(self, container: object, piece: ast.Slice, frame: Frame) -> object:
+        """``container[lo:hi]`` of a known sequence with known (or absent) bounds; the step is not read."""
+        lo = self._eval(piece.lower, frame) if piece.lower else None
+        hi = self._eval(piece.upper, frame) if piece.upper else None
+        if (
+            isinstance(container, tuple | list | str)
+            and isinstance(lo, int | None)
+            and isinstance(hi, int | None)
+        ):
+            return container[lo:hi]
         return UNKNOWN
 
     # ----------------------------------------------------------------------- attributes and calls
@@ -440,16 +458,20 @@ class ExpressionEvaluator:
         if attr in self.assume and (obj is UNKNOWN or (isinstance(obj, Instance) and attr not in obj.attrs)):
             return self.assume[attr]
         if isinstance(obj, ModuleRef):
-            if self.tree.path_of(f"{obj.name}.{attr}") and attr not in self.namespace(obj.name):
-                return ModuleRef(f"{obj.name}.{attr}")
-            return self._deref(self._global(obj.name, attr))
+            return self._module_attr(obj, attr)
         if isinstance(obj, External):
             return self.platform.attr(obj.dotted, attr)
         if isinstance(obj, Instance):
             return self._instance_attr(obj, attr)
         if isinstance(obj, ClassValue):
             return self._class_attr(obj, attr)
-        return _value_attr(obj, attr)
+        return value_attr(obj, attr)
+
+    def _module_attr(self, obj: ModuleRef, attr: str) -> object:
+        """``package.name``: a submodule where the package's namespace does not bind the name, else a global."""
+        if self.tree.path_of(f"{obj.name}.{attr}") and attr not in self.namespace(obj.name):
+            return ModuleRef(f"{obj.name}.{attr}")
+        return self._deref(self._global(obj.name, attr))
 
     def _instance_attr(self, obj: Instance, attr: str) -> object:
         if attr in obj.attrs:
@@ -458,21 +480,32 @@ class ExpressionEvaluator:
             return obj.attrs[attr]
         value = self._class_attr(obj.cls, attr) if obj.cls else UNKNOWN
         if value is UNKNOWN and obj.cls is not None and attr != "__getattr__":
-            where = self._where
-            hook = self._class_attr(obj.cls, "__getattr__")
-            if isinstance(hook, Function) and not isinstance(hook.node, ast.Lambda):
-                value = self._hooked(obj, hook, attr)
-            self._where = where
-            if isinstance(hook, Function) and value is UNKNOWN:
-                self._unresolvable(f"{obj.cls.qualname}.__getattr__ answers {attr!r} at run time")
+            value = self._getattr_hook(obj, obj.cls, attr)
         if isinstance(value, Function) and not isinstance(value.node, ast.Lambda):
-            if decorated(value.node, "staticmethod"):
-                return value
-            bound = Function(value.module, value.node, value.qualname, (obj, *value.args), value.kwargs)
-            if decorated(value.node, "property"):
-                return self._call(bound, (), {})
-            return bound
+            return self._method_of(obj, value)
         return value
+
+    def _getattr_hook(self, obj: Instance, cls: ClassValue, attr: str) -> object:
+        """An attribute the class does not define: what its ``__getattr__`` answers, unresolved where unknown."""
+        where = self._where
+        hook = self._class_attr(cls, "__getattr__")
+        value: object = UNKNOWN
+        if isinstance(hook, Function) and not isinstance(hook.node, ast.Lambda):
+            value = self._hooked(obj, hook, attr)
+        self._where = where
+        if isinstance(hook, Function) and value is UNKNOWN:
+            self._unresolvable(f"{cls.qualname}.__getattr__ answers {attr!r} at run time")
+        return value
+
+    def _method_of(self, obj: Instance, func: Function) -> object:
+        """A function found on the class, read through an instance: static, bound, or a property's value."""
+        assert not isinstance(func.node, ast.Lambda)
+        if decorated(func.node, "staticmethod"):
+            return func
+        bound = Function(func.module, func.node, func.qualname, (obj, *func.args), func.kwargs)
+        if decorated(func.node, "property"):
+            return self._call(bound, (), {})
+        return bound
 
     def _hooked(self, obj: Instance, hook: Function, attr: str) -> object:
         """What the class's ``__getattr__`` answers for `attr` (SGLang 0.5.19+'s PlatformContext maps a fact to
@@ -489,19 +522,21 @@ class ExpressionEvaluator:
             return _NOT_OURS
         obj, name = args[0], args[1]
         if dotted in ("builtins.setattr", "builtins.object.__setattr__") and len(args) == 3:
-            if isinstance(obj, Instance):
-                obj.attrs[name] = args[2]
-                return None
-            return _NOT_OURS
+            return _set_attr(obj, name, args[2])
         if dotted == "builtins.object.__getattribute__" and len(args) == 2 and isinstance(obj, Instance):
-            if name in obj.attrs:
-                return obj.attrs[name]
-            return self._class_attr(obj.cls, name) if obj.cls else UNKNOWN
+            return self._own_attr(obj, name)
         if dotted == "builtins.getattr" and len(args) == 2:
             return self._getattr(obj, name)
         return _NOT_OURS
 
-    def _class_attr(self, cls: ClassValue, attr: str) -> object:
+    def _own_attr(self, obj: Instance, name: str) -> object:
+        """``object.__getattribute__(obj, name)``: the instance's own attribute or its class's, no hook."""
+        if name in obj.attrs:
+            return obj.attrs[name]
+        return self._class_attr(obj.cls, name) if obj.cls else UNKNOWN
+
+    def _class_namespace(self, cls: ClassValue) -> dict[str, object]:
+        """The class body's names (its functions and assignments), run once; other statements are skipped."""
         if cls.namespace is None:
             cls.namespace = {}
             frame = Frame(cls.module, cls.namespace)
@@ -514,8 +549,12 @@ class ExpressionEvaluator:
                         self._exec(stmt, frame)
                     except Crash:
                         continue
-        if attr in cls.namespace:
-            return cls.namespace[attr]
+        return cls.namespace
+
+    def _class_attr(self, cls: ClassValue, attr: str) -> object:
+        namespace = self._class_namespace(cls)
+        if attr in namespace:
+            return namespace[attr]
         for base in cls.node.bases:
             base_value = self._deref(self._eval(base, Frame(cls.module, {})))
             if isinstance(base_value, ClassValue) and base_value is not cls:
@@ -535,17 +574,24 @@ class ExpressionEvaluator:
             and (container is UNKNOWN or (isinstance(container, dict) and not isinstance(container, Environ)))
         )
 
-    def _call_node(self, node: ast.Call, frame: Frame) -> object:
+    def _assumed_flag(self, node: ast.Call, frame: Frame) -> str | None:
+        """The flag of ``args.get("flag", ...)`` on a server-args dict where `assume` sets it (`_assumed_key`)."""
         func_node = node.func
+        if not (isinstance(func_node, ast.Attribute) and func_node.attr == "get" and node.args):
+            return None
+        flag = node.args[0].value if isinstance(node.args[0], ast.Constant) else None
         if (
-            isinstance(func_node, ast.Attribute)
-            and func_node.attr == "get"
-            and node.args
-            and isinstance(node.args[0], ast.Constant)
-            and node.args[0].value in self.assume
-            and self._assumed_key(self._eval(func_node.value, frame), node.args[0].value)
+            isinstance(flag, str)
+            and flag in self.assume
+            and self._assumed_key(self._eval(func_node.value, frame), flag)
         ):
-            return self.assume[node.args[0].value]
+            return flag
+        return None
+
+    def _call_node(self, node: ast.Call, frame: Frame) -> object:
+        flag = self._assumed_flag(node, frame)
+        if flag is not None:
+            return self.assume[flag]
         func = self._deref(self._eval(node.func, frame))
         if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
             return UNKNOWN
@@ -555,59 +601,39 @@ class ExpressionEvaluator:
 
     def _call(self, func: object, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
         if isinstance(func, BoundMethod):
-            if any(a is UNKNOWN for a in args):
-                return UNKNOWN
-            try:
-                return getattr(func.obj, func.name)(*args, **kwargs)
-            except Exception:
-                return UNKNOWN
+            return call_pure(func, args, kwargs)
         if isinstance(func, External):
-            if func.dotted in _OBJECT_BUILTINS and not kwargs:
-                answer = self._object_builtin(func.dotted, args)
-                if answer is not _NOT_OURS:
-                    return answer
-            return self.platform.call(func.dotted, args, kwargs)
+            return self._call_external(func, args, kwargs)
         if isinstance(func, Identity):
             return args[0] if args else UNKNOWN
         if isinstance(func, Function):
             if isinstance(func.node, ast.Lambda):
                 return UNKNOWN
             ends = self._run_function(func, args, kwargs, self_obj=None, at_top=False)
-            return self._call_result(ends)
+            return call_result(ends)
         if isinstance(func, ClassValue):
-            instance = Instance(func)
-            init = self._class_attr(func, "__init__")
-            if isinstance(init, Function) and not isinstance(init.node, ast.Lambda):
-                ends = self._run_function(init, args, kwargs, self_obj=instance, at_top=False)
-                self._call_result(ends)  # raises when every path through __init__ fails
-                # what another method reassigns is run-time state (a context object's server args): unknown
-                for attr in reassigned_attrs(func.node) & set(instance.attrs):
-                    instance.attrs[attr] = UNKNOWN
-            return instance
+            return self._instantiate(func, args, kwargs)
         return UNKNOWN
 
-    @staticmethod
-    def _call_result(ends: Sequence[End]) -> object:
-        values = [e.value if e.kind == "return" else None for e in ends if e.kind in ("return", "fall")]
-        if not values:
-            failing = [e for e in ends if e.kind in ("crash", "raise")]
-            if failing:
-                first = failing[0]
-                kind, _, detail = first.detail.partition(": ")
-                crash = (
-                    Crash(exception_name(first.detail), first.detail, first.module, first.line, first.detail,
-                          deliberate=True)
-                    if first.kind == "raise"
-                    else Crash(kind, detail, first.module, first.line, first.detail)
-                )  # fmt: skip
-                crash.decision = first.decision
-                crash.via = first.via
-                raise crash
-            return UNKNOWN
-        merged = values[0]
-        for v in values[1:]:
-            merged = join(merged, v)
-        return merged
+    def _call_external(self, func: External, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
+        """A call outside the tree: the attribute builtins on our own values, else the platform's answer."""
+        if func.dotted in _OBJECT_BUILTINS and not kwargs:
+            answer = self._object_builtin(func.dotted, args)
+            if answer is not _NOT_OURS:
+                return answer
+        return self.platform.call(func.dotted, args, kwargs)
+
+    def _instantiate(self, cls: ClassValue, args: tuple[object, ...], kwargs: dict[str, object]) -> Instance:
+        """``cls(...)``: a new instance, with its ``__init__`` run on it."""
+        instance = Instance(cls)
+        init = self._class_attr(cls, "__init__")
+        if isinstance(init, Function) and not isinstance(init.node, ast.Lambda):
+            ends = self._run_function(init, args, kwargs, self_obj=instance, at_top=False)
+            call_result(ends)  # raises when every path through __init__ fails
+            # what another method reassigns is run-time state (a context object's server args): unknown
+            for attr in reassigned_attrs(cls.node) & set(instance.attrs):
+                instance.attrs[attr] = UNKNOWN
+        return instance
 
     def _run_function(
         self,
@@ -623,11 +649,46 @@ class ExpressionEvaluator:
         # the instance a constructor or method runs on is part of the key: its effects on that object count
         key = (id(node), *memo_key((self_obj, *func.args, *args)), *memo_key((*func.kwargs, *kwargs.items())))
         if not at_top and key in self._memo:
-            cached = self._memo[key]
-            self.unresolved.extend(self._memo_unresolved.get(key, ()))  # what the first run depended on
-            return cached if isinstance(cached, list) else []
+            return self._recalled(key)
         if id(node) in self._active or self._depth >= MAX_DEPTH:
             return [End("return", func.module, node.lineno, UNKNOWN)]
+        frame = self._function_frame(func, args, kwargs, self_obj)
+        self._active.add(id(node))
+        self._depth += 1
+        mark = len(self.unresolved)
+        try:
+            ends = self._exec_block(node.body, frame)
+        finally:
+            self._depth -= 1
+            self._active.discard(id(node))
+        self._taint_by_paths(ends, mark)
+        if not at_top:
+            self._memo[key] = ends
+            self._memo_unresolved[key] = tuple(self.unresolved[mark : mark + 1])
+        return ends
+
+    def _taint_by_paths(self, ends: Sequence[End], mark: int) -> None:
+        """A path through a function that depends on an unresolved value taints its result (once)."""
+        tainted = [e.unresolved for e in ends if e.unresolved is not None]
+        if tainted and len(self.unresolved) == mark:
+            self.unresolved.append(tainted[0])  # a path through it depends on one: so does its result
+
+    def _recalled(self, key: tuple[object, ...]) -> list[End]:
+        """A memoised call's ends; what its first run depended on taints this one too."""
+        cached = self._memo[key]
+        self.unresolved.extend(self._memo_unresolved.get(key, ()))  # what the first run depended on
+        return cached if isinstance(cached, list) else []
+
+    def _function_frame(
+        self,
+        func: Function,
+        args: tuple[object, ...],
+        kwargs: Mapping[str, object],
+        self_obj: Instance | None,
+    ) -> Frame:
+        """The frame a function's body runs in: closure, bound parameters, and the instance its first one is."""
+        node = func.node
+        assert not isinstance(node, ast.Lambda)
         env: dict[str, object] = dict(func.closure or {})
         all_args = (*func.args, *args)
         if self_obj is not None:
@@ -637,21 +698,7 @@ class ExpressionEvaluator:
         first = node.args.posonlyargs + node.args.args
         if first and isinstance(env.get(first[0].arg), Instance):
             frame.self_obj = env[first[0].arg]  # type: ignore[assignment]  # checked just above
-        self._active.add(id(node))
-        self._depth += 1
-        mark = len(self.unresolved)
-        try:
-            ends = self._exec_block(node.body, frame)
-        finally:
-            self._depth -= 1
-            self._active.discard(id(node))
-        tainted = [e.unresolved for e in ends if e.unresolved is not None]
-        if tainted and len(self.unresolved) == mark:
-            self.unresolved.append(tainted[0])  # a path through it depends on one: so does its result
-        if not at_top:
-            self._memo[key] = ends
-            self._memo_unresolved[key] = tuple(self.unresolved[mark : mark + 1])
-        return ends
+        return frame
 
     def _bind_params(
         self,
@@ -699,19 +746,20 @@ _OBJECT_BUILTINS = frozenset(
 _NOT_OURS = object()
 
 
-def _value_attr(obj: object, attr: str) -> object:
-    """An attribute of a known value: device properties, a path's parent / name, a pure str / tuple method."""
-    if isinstance(obj, DeviceProperties) and attr in ("major", "minor"):
-        return getattr(obj, attr)
-    if isinstance(obj, PathValue):
-        if attr == "parent":
-            return PathValue(str(PurePosixPath(obj.text).parent))
-        if attr == "name":
-            return PurePosixPath(obj.text).name
-        return UNKNOWN
-    if isinstance(obj, str | tuple | list | dict) and attr in PURE_METHODS:
-        return BoundMethod(obj, attr)
-    return UNKNOWN
+def _set_attr(obj: object, name: str, value: object) -> object:
+    """``setattr(obj, name, value)`` on an instance the evaluator holds; `_NOT_OURS` for anything else."""
+    if isinstance(obj, Instance):
+        obj.attrs[name] = value
+        return None
+    return _NOT_OURS
+
+
+def _taint_attr(obj: Instance, attr: str, event: Unresolved | None) -> None:
+    """After ``obj.attr = <value>``: remember (or forget) that the value bound is unresolved."""
+    if event is not None:
+        obj.unresolved[attr] = event
+    else:
+        obj.unresolved.pop(attr, None)
 
 
 #: One method per expression node type; any other node (await, yield, a slice outside a subscript ...) is unknown.

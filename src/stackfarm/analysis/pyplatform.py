@@ -103,62 +103,84 @@ class Platform:
             return (self.gpu.major, self.gpu.minor)
         if tail == "get_device_properties" and "cuda" in dotted:
             return DeviceProperties(self.gpu.major, self.gpu.minor)
-        if dotted == "torch.cuda.is_available":
-            return True
-        if dotted == "torch.cuda.is_initialized":
-            # code that asks only picks one of two ways to read the same device facts (NVML before torch.cuda
-            # initialises, torch after: SGLang 0.5.2x's get_device_sm): the torch one is the modelled one
-            return True
-        if tail == "is_available" and dotted.split(".")[:1] == ["torch"] and dotted.count(".") == 2:
-            return False  # torch.xpu / torch.hpu / torch.npu ...: the platform is CUDA
-        if dotted in ("torch.cuda.current_device", "torch.cuda.device_count"):
-            # one GPU of the target arch (a node of several identical GPUs decides the same way)
-            return 0 if tail == "current_device" else 1
-        return _NOT_MINE
+        return _presence(dotted, tail)
 
     def _library(self, dotted: str, tail: str, args: Args, kwargs: Kwargs) -> object:
         """os.getenv, functools' decorators and partial, pathlib.Path / os.path.dirname on known strings."""
         if dotted == "os.getenv" and args and isinstance(args[0], str):
             return self.environ.get(args[0], args[1] if len(args) > 1 else kwargs.get("default"))
-        if dotted in ("functools.lru_cache", "functools.cache", "functools.wraps"):
-            if args and isinstance(args[0], Function):
-                return args[0]
-            return Identity()
-        if dotted == "functools.partial" and args and isinstance(args[0], Function):
-            fn = args[0]
-            return Function(
-                fn.module, fn.node, fn.qualname, (*fn.args, *args[1:]), (*fn.kwargs, *kwargs.items())
-            )
-        if (
-            dotted in ("pathlib.Path", "os.path.dirname")
-            and len(args) == 1
-            and isinstance(args[0], str | PathValue)
-        ):
-            text = args[0].text if isinstance(args[0], PathValue) else args[0]
-            return PathValue(text) if tail == "Path" else str(PurePosixPath(text).parent)
+        if dotted.startswith("functools."):
+            return _functools(dotted, args, kwargs)
+        if dotted in ("pathlib.Path", "os.path.dirname"):
+            return _path(tail, args)
         return _NOT_MINE
 
     def _builtin(self, dotted: str, tail: str, args: Args, kwargs: Kwargs) -> object:
         if not dotted.startswith("builtins."):
             return _NOT_MINE
-        if dotted == "builtins.hasattr" and len(args) == 2 and isinstance(args[1], str):
-            return _platform_hasattr(args[0], args[1])
-        if dotted == "builtins.str" and len(args) == 1 and isinstance(args[0], PathValue):
-            return args[0].text
-        if dotted == "builtins.isinstance":
-            return UNKNOWN
         if dotted == "builtins.map" and len(args) == 2:
-            mapper, items = args
-            if (
-                isinstance(mapper, External)
-                and mapper.dotted.startswith("builtins.")
-                and isinstance(items, list | tuple)
-            ):
-                return [self.call(mapper.dotted, (i,), {}) for i in items]
-            return UNKNOWN
-        if tail in _PURE_BUILTINS:
+            return self._map(*args)
+        found = _modelled_builtin(dotted, args)
+        if found is _NOT_MINE and tail in _PURE_BUILTINS:
             return _pure_builtin(tail, args, kwargs)
-        return _NOT_MINE
+        return found
+
+    def _map(self, mapper: object, items: object) -> object:
+        """``map(builtin, known_items)``: each item through the builtin; any other map is unknown."""
+        if (
+            isinstance(mapper, External)
+            and mapper.dotted.startswith("builtins.")
+            and isinstance(items, list | tuple)
+        ):
+            return [self.call(mapper.dotted, (i,), {}) for i in items]
+        return UNKNOWN
+
+
+def _modelled_builtin(dotted: str, args: Args) -> object:
+    """hasattr on torch's modules, str of a path, isinstance (unknown: the evaluator has no types)."""
+    if dotted == "builtins.hasattr" and len(args) == 2 and isinstance(args[1], str):
+        return _platform_hasattr(args[0], args[1])
+    if dotted == "builtins.str" and len(args) == 1 and isinstance(args[0], PathValue):
+        return args[0].text
+    if dotted == "builtins.isinstance":
+        return UNKNOWN
+    return _NOT_MINE
+
+
+def _presence(dotted: str, tail: str) -> object:
+    """Which devices there are: CUDA is available and initialised, with one GPU; no other accelerator."""
+    if dotted == "torch.cuda.is_available":
+        return True
+    if dotted == "torch.cuda.is_initialized":
+        # code that asks only picks one of two ways to read the same device facts (NVML before torch.cuda
+        # initialises, torch after: SGLang 0.5.2x's get_device_sm): the torch one is the modelled one
+        return True
+    if tail == "is_available" and dotted.split(".")[:1] == ["torch"] and dotted.count(".") == 2:
+        return False  # torch.xpu / torch.hpu / torch.npu ...: the platform is CUDA
+    if dotted in ("torch.cuda.current_device", "torch.cuda.device_count"):
+        # one GPU of the target arch (a node of several identical GPUs decides the same way)
+        return 0 if tail == "current_device" else 1
+    return _NOT_MINE
+
+
+def _functools(dotted: str, args: Args, kwargs: Kwargs) -> object:
+    """lru_cache / cache / wraps leave the function as it is; partial binds its leading arguments."""
+    if dotted in ("functools.lru_cache", "functools.cache", "functools.wraps"):
+        if args and isinstance(args[0], Function):
+            return args[0]
+        return Identity()
+    if dotted == "functools.partial" and args and isinstance(args[0], Function):
+        fn = args[0]
+        return Function(fn.module, fn.node, fn.qualname, (*fn.args, *args[1:]), (*fn.kwargs, *kwargs.items()))
+    return _NOT_MINE
+
+
+def _path(tail: str, args: Args) -> object:
+    """``pathlib.Path(text)`` / ``os.path.dirname(text)`` of one known string or path."""
+    if len(args) == 1 and isinstance(args[0], str | PathValue):
+        text = args[0].text if isinstance(args[0], PathValue) else args[0]
+        return PathValue(text) if tail == "Path" else str(PurePosixPath(text).parent)
+    return _NOT_MINE
 
 
 def _pure_builtin(name: str, args: Args, kwargs: Kwargs) -> object:

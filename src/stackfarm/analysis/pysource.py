@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from stackfarm.analysis.pyexpr import ExpressionEvaluator
@@ -128,16 +129,7 @@ class Evaluator(ExpressionEvaluator):
             try:
                 new_ends = self._exec(stmt, frame)
             except Crash as crash:
-                kind: EndKind = "raise" if crash.deliberate else "crash"
-                decision = crash.decision or frame.decision
-                via = crash.via
-                inside = crash.module == frame.module and stmt.lineno <= crash.line <= (stmt.end_lineno or 0)
-                if not inside:  # raised in a called function: remember where we called it
-                    via = (*via, (frame.module, stmt.lineno))
-                ends.append(
-                    End(kind, crash.module, crash.line, detail=str(crash), decision=decision, via=via,
-                        unresolved=frame.unresolved)
-                )  # fmt: skip
+                ends.append(_crash_end(crash, stmt, frame))
                 return ends
             falls = [e for e in new_ends if e.kind == "fall"]
             ends.extend(e for e in new_ends if e.kind != "fall")
@@ -178,28 +170,14 @@ class Evaluator(ExpressionEvaluator):
         for key in keys:
             if key == UNRESOLVED:
                 continue
-            values = [s.env.get(key, UNKNOWN) for s in subs]
-            if frame.self_obj is not None and all(v is s.self_obj for v, s in zip(values, subs, strict=True)):
-                frame.env[key] = frame.self_obj  # each branch's own copy of self: merged below
-                continue
-            if key == STARS:  # `from m import *` in either branch: look names up in all of them
-                frame.env[key] = tuple(dict.fromkeys(m for v in values if isinstance(v, tuple) for m in v))
-                continue
-            frame.env[key] = join_all(values)
-            if unresolved is not None and frame.env[key] is UNKNOWN and any(v is not UNKNOWN for v in values):
+            joined = _merged_name(frame, key, subs)
+            frame.env[key] = joined.value
+            if unresolved is not None and joined.disagree:
                 taints.setdefault(key, unresolved)
         if taints:
             frame.env[UNRESOLVED] = taints
         if frame.self_obj is not None:
-            attrs = set().union(*(s.self_obj.attrs for s in subs if s.self_obj))
-            for attr in attrs:
-                vals = [s.self_obj.attrs.get(attr, UNKNOWN) if s.self_obj else UNKNOWN for s in subs]
-                frame.self_obj.attrs[attr] = join_all(vals)
-                for sub in subs:
-                    if sub.self_obj is not None and attr in sub.self_obj.unresolved:
-                        frame.self_obj.unresolved.setdefault(attr, sub.self_obj.unresolved[attr])
-                if unresolved is not None and frame.self_obj.attrs[attr] is UNKNOWN:
-                    frame.self_obj.unresolved.setdefault(attr, unresolved)
+            _merge_self(frame.self_obj, subs, unresolved)
 
     def _decide(self, frame: Frame, node: ast.expr) -> bool | Unknown:
         value = truth(self._eval(node, frame))
@@ -224,6 +202,10 @@ class Evaluator(ExpressionEvaluator):
             return self._exec_block(stmt.orelse, frame) if stmt.orelse else self._fall(stmt, frame)
         # an unknown test: both branches run; if it is unknown because of an unresolved value, so are they
         cause = self.unresolved[mark] if len(self.unresolved) > mark else None
+        return self._both_branches(stmt, frame, cause)
+
+    def _both_branches(self, stmt: ast.If, frame: Frame, cause: Unresolved | None) -> list[End]:
+        """An ``if`` on an unknown test: run each branch on its own copy, then join the ones that fall through."""
         ends_a, sub_a = self._branch(stmt.body, frame, cause)
         ends_b, sub_b = self._branch(stmt.orelse, frame, cause)
         live = [s for s, e in ((sub_a, ends_a), (sub_b, ends_b)) if any(x.kind == "fall" for x in e)]
@@ -327,14 +309,18 @@ class Evaluator(ExpressionEvaluator):
         receiver = self._eval(node.func.value, frame)
         if not isinstance(receiver, list | set | dict) or isinstance(receiver, Environ):
             return
+        self._mutate(receiver, node, node.func, frame)
+
+    def _mutate(self, receiver: object, node: ast.Call, method: ast.Attribute, frame: Frame) -> None:
+        """Run ``receiver.method(*args)`` for real on known arguments; otherwise the receiver becomes unknown."""
         args = [self._eval(a, frame) for a in node.args]
         if all(known(a) for a in args) and not any(isinstance(a, ast.Starred) for a in node.args):
             try:
-                getattr(receiver, node.func.attr)(*args)
+                getattr(receiver, method.attr)(*args)
             except Exception:  # e.g. list.remove of a missing item: leave the container unknown
-                self._bind(node.func.value, UNKNOWN, frame)
+                self._bind(method.value, UNKNOWN, frame)
             return
-        self._bind(node.func.value, UNKNOWN, frame)
+        self._bind(method.value, UNKNOWN, frame)
 
     def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, frame: Frame) -> list[End]:
         # A for loop over a short known sequence, without break / continue / return inside, is unrolled;
@@ -345,14 +331,22 @@ class Evaluator(ExpressionEvaluator):
                 isinstance(items, list | tuple | set | frozenset | range | str | dict)
                 and len(items) <= MAX_UNROLL
             ):
-                failing: list[End] = []
-                for item in list(items):
-                    self._bind(stmt.target, item, frame)
-                    step = self._exec_block(stmt.body, frame)
-                    failing += [e for e in step if e.kind != "fall"]
-                    if not any(e.kind == "fall" for e in step):
-                        return failing
-                return [*failing, End("fall", frame.module, stmt.lineno)]
+                return self._unroll(stmt, list(items), frame)
+        return self._forget_loop(stmt, frame)
+
+    def _unroll(self, stmt: ast.For, items: list[object], frame: Frame) -> list[End]:
+        """Run the loop's body once per item; stop at the first pass on which no path falls through."""
+        failing: list[End] = []
+        for item in items:
+            self._bind(stmt.target, item, frame)
+            step = self._exec_block(stmt.body, frame)
+            failing += [e for e in step if e.kind != "fall"]
+            if not any(e.kind == "fall" for e in step):
+                return failing
+        return [*failing, End("fall", frame.module, stmt.lineno)]
+
+    def _forget_loop(self, stmt: ast.For | ast.AsyncFor | ast.While, frame: Frame) -> list[End]:
+        """A loop not unrolled: what it binds or changes is unknown after it, and each return is a possible end."""
         ends: list[End] = []
         for node in ast.walk(stmt):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -366,13 +360,8 @@ class Evaluator(ExpressionEvaluator):
             elif isinstance(node, ast.Return):
                 ends.append(End("return", frame.module, node.lineno, UNKNOWN, decision=frame.decision,
                                 unresolved=frame.unresolved))  # fmt: skip
-        for node in ast.walk(stmt):  # containers changed in the loop are unknown after it
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in MUTATORS
-            ):
-                self._bind(node.func.value, UNKNOWN, frame)
+        for changed in _mutated(stmt):  # containers changed in the loop are unknown after it
+            self._bind(changed, UNKNOWN, frame)
         return [*ends, End("fall", frame.module, stmt.lineno)]
 
     def _try(self, stmt: ast.Try, frame: Frame) -> list[End]:
@@ -380,25 +369,37 @@ class Evaluator(ExpressionEvaluator):
         ends = self._exec_block(stmt.body, frame)
         out: list[End] = []
         for end in ends:
-            kind = exception_name(end.detail) if end.kind in ("crash", "raise") else None
-            handler = self._handler(stmt, kind) if kind else None
+            handler = self._catcher(stmt, end)
             if handler is None:
                 out.append(end)
-                continue
-            sub = Frame(frame.module, {**before, **{k: UNKNOWN for k in frame.env if k not in before}})
-            sub.self_obj = frame.self_obj
-            sub.unresolved = frame.unresolved
-            if handler.name:
-                sub.env[handler.name] = UNKNOWN
-            out.extend(self._exec_block(handler.body, sub))
-            if any(e.kind == "fall" for e in out):
-                for key, value in sub.env.items():
-                    frame.env[key] = join(frame.env.get(key, UNKNOWN), value)
+            else:
+                self._run_handler(handler, before, frame, out)
         if any(e.kind == "fall" for e in out) and stmt.orelse:
             out = [e for e in out if e.kind != "fall"] + self._exec_block(stmt.orelse, frame)
         if stmt.finalbody:
             self._exec_block(stmt.finalbody, frame)
         return out
+
+    def _run_handler(
+        self, handler: ast.ExceptHandler, before: Mapping[str, object], frame: Frame, out: list[End]
+    ) -> None:
+        """Run an ``except`` body from the names as they were before the ``try`` (what the body bound since is
+        unknown); its ends join `out`, and while some path falls through, what it binds joins the frame."""
+        sub = Frame(frame.module, {**before, **{k: UNKNOWN for k in frame.env if k not in before}})
+        sub.self_obj = frame.self_obj
+        sub.unresolved = frame.unresolved
+        if handler.name:
+            sub.env[handler.name] = UNKNOWN
+        out.extend(self._exec_block(handler.body, sub))
+        if any(e.kind == "fall" for e in out):
+            for key, value in sub.env.items():
+                frame.env[key] = join(frame.env.get(key, UNKNOWN), value)
+
+    @classmethod
+    def _catcher(cls, stmt: ast.Try, end: End) -> ast.ExceptHandler | None:
+        """The ``except`` clause that catches the error a path ends on; None for a path that ends otherwise."""
+        kind = exception_name(end.detail) if end.kind in ("crash", "raise") else None
+        return cls._handler(stmt, kind) if kind else None
 
     @staticmethod
     def _handler(stmt: ast.Try, kind: str) -> ast.ExceptHandler | None:
@@ -418,6 +419,10 @@ class Evaluator(ExpressionEvaluator):
                     top = alias.name.split(".")[0]
                     frame.env[top] = self._module_value(top)
             return
+        self._import_from(stmt, frame)
+
+    def _import_from(self, stmt: ast.ImportFrom, frame: Frame) -> None:
+        """``from m import a, *``: lazy references into the tree, external names outside it."""
         target = resolve_relative(frame.module, self.tree.is_package(frame.module), stmt.level, stmt.module)
         for alias in stmt.names:
             if alias.name == "*":
@@ -459,6 +464,69 @@ _STATEMENTS: dict[type[ast.stmt], Callable[[Evaluator, Any, Frame], list[End]]] 
         (ast.Pass, ast.Global, ast.Nonlocal, ast.Break, ast.Continue, ast.Delete), Evaluator._exec_nothing
     ),
 }
+
+
+def _crash_end(crash: Crash, stmt: ast.stmt, frame: Frame) -> End:
+    """How a path ends on an error raised while running `stmt`: where it was raised, and by which calls."""
+    kind: EndKind = "raise" if crash.deliberate else "crash"
+    decision = crash.decision or frame.decision
+    via = crash.via
+    inside = crash.module == frame.module and stmt.lineno <= crash.line <= (stmt.end_lineno or 0)
+    if not inside:  # raised in a called function: remember where we called it
+        via = (*via, (frame.module, stmt.lineno))
+    return End(kind, crash.module, crash.line, detail=str(crash), decision=decision, via=via,
+               unresolved=frame.unresolved)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Joined:
+    """A name's value after the branches join, and whether it is unknown only because they disagree."""
+
+    value: object
+    disagree: bool
+
+
+def _merged_name(frame: Frame, key: str, subs: Sequence[Frame]) -> _Joined:
+    """The value of `key` after the branches `subs` join into `frame`."""
+    values = [s.env.get(key, UNKNOWN) for s in subs]
+    if frame.self_obj is not None and all(v is s.self_obj for v, s in zip(values, subs, strict=True)):
+        return _Joined(frame.self_obj, False)  # each branch's own copy of self: merged by _merge_self
+    if key == STARS:  # `from m import *` in either branch: look names up in all of them
+        return _Joined(_star_union(values), False)
+    value = join_all(values)
+    return _Joined(value, value is UNKNOWN and any(v is not UNKNOWN for v in values))
+
+
+def _merge_self(self_obj: Instance, subs: Sequence[Frame], unresolved: Unresolved | None) -> None:
+    """Join the attributes each branch's copy of ``self`` holds; an unknown one depends on `unresolved`."""
+    attrs = set().union(*(s.self_obj.attrs for s in subs if s.self_obj))
+    for attr in attrs:
+        vals = [s.self_obj.attrs.get(attr, UNKNOWN) if s.self_obj else UNKNOWN for s in subs]
+        self_obj.attrs[attr] = join_all(vals)
+        _inherit_taint(self_obj, attr, subs)
+        if unresolved is not None and self_obj.attrs[attr] is UNKNOWN:
+            self_obj.unresolved.setdefault(attr, unresolved)
+
+
+def _star_union(values: Sequence[object]) -> tuple[object, ...]:
+    """The modules any branch's ``from m import *`` named, each once, in order."""
+    return tuple(dict.fromkeys(m for v in values if isinstance(v, tuple) for m in v))
+
+
+def _inherit_taint(self_obj: Instance, attr: str, subs: Sequence[Frame]) -> None:
+    """``self.attr`` after the join depends on what it depended on in any branch (the first such wins)."""
+    for sub in subs:
+        if sub.self_obj is not None and attr in sub.self_obj.unresolved:
+            self_obj.unresolved.setdefault(attr, sub.self_obj.unresolved[attr])
+
+
+def _mutated(stmt: ast.stmt) -> list[ast.expr]:
+    """The receivers of ``x.append(v)`` / ``x.add(v)`` ... calls inside `stmt`, in walk order."""
+    return [
+        node.func.value
+        for node in ast.walk(stmt)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS
+    ]
 
 
 def _sets_attribute(func: ast.expr) -> bool:

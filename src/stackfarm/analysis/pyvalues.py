@@ -15,6 +15,7 @@ import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from stackfarm.analysis.sourcetree import source_text
@@ -347,21 +348,105 @@ def apply_op(op: Callable[[object, object], object] | None, left: object, right:
     if op is None or left is UNKNOWN or right is UNKNOWN:
         return UNKNOWN
     if isinstance(right, list | tuple | frozenset | set) and UNKNOWN in right:
-        try:
-            if op(left, right):  # `x in [9, UNKNOWN]` is True when 9 matches, unknown otherwise
-                return True
-        except Exception:
-            return UNKNOWN
-        return UNKNOWN
-    if not all(isinstance(v, int | float | str | tuple | list | dict | frozenset | set | bytes) or v is None
-               for v in (left, right)):  # fmt: skip
+        # `x in [9, UNKNOWN]` is True when 9 matches, unknown otherwise
+        return True if _holds(op, left, right) else UNKNOWN
+    if not (_plain(left) and _plain(right)):
         if op in (operator.is_, operator.is_not):
             return op(left, right)
         return UNKNOWN
+    return _attempt(op, left, right)
+
+
+def _plain(value: object) -> bool:
+    """A value Python's operators may run on for real: a builtin scalar or container, or None."""
+    return (
+        isinstance(value, int | float | str | tuple | list | dict | frozenset | set | bytes) or value is None
+    )
+
+
+def _holds(op: Callable[[object, object], object], left: object, right: object) -> bool:
+    """Whether ``op(left, right)`` runs and is truthy."""
+    try:
+        return bool(op(left, right))
+    except Exception:
+        return False
+
+
+def _attempt(op: Callable[[object, object], object], left: object, right: object) -> object:
+    """``op(left, right)``, unknown where it raises."""
     try:
         return op(left, right)
     except Exception:
         return UNKNOWN
+
+
+def call_result(ends: Sequence[End]) -> object:
+    """A call's value from how the paths through the function end: their returns joined; raises the first
+    failure when no path returns or falls through."""
+    values = [e.value if e.kind == "return" else None for e in ends if e.kind in ("return", "fall")]
+    if not values:
+        failing = [e for e in ends if e.kind in ("crash", "raise")]
+        if failing:
+            first = failing[0]
+            kind, _, detail = first.detail.partition(": ")
+            crash = (
+                Crash(exception_name(first.detail), first.detail, first.module, first.line, first.detail,
+                      deliberate=True)
+                if first.kind == "raise"
+                else Crash(kind, detail, first.module, first.line, first.detail)
+            )  # fmt: skip
+            crash.decision = first.decision
+            crash.via = first.via
+            raise crash
+        return UNKNOWN
+    merged = values[0]
+    for v in values[1:]:
+        merged = join(merged, v)
+    return merged
+
+
+def item_of(container: object, key: object, module: str, node: ast.Subscript) -> object:
+    """``container[key]`` of known values: Python's KeyError / IndexError become a `Crash` at `node`."""
+    if isinstance(container, dict):
+        try:
+            if key in container:
+                return container[key]
+        except TypeError:
+            return UNKNOWN
+        if isinstance(container, Environ):
+            return UNKNOWN  # the deployment may set it: only .get() and `in` read "unset"
+        raise Crash("KeyError", repr(key), module, node.lineno, node_text(node))
+    if isinstance(container, tuple | list | str) and isinstance(key, int):
+        try:
+            return container[key]
+        except IndexError:
+            raise Crash("IndexError", repr(key), module, node.lineno, node_text(node)) from None
+    return UNKNOWN
+
+
+def call_pure(func: BoundMethod, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
+    """A pure str / tuple / list / dict method on known arguments, run for real; unknown where it raises."""
+    if any(a is UNKNOWN for a in args):
+        return UNKNOWN
+    try:
+        return getattr(func.obj, func.name)(*args, **kwargs)
+    except Exception:
+        return UNKNOWN
+
+
+def value_attr(obj: object, attr: str) -> object:
+    """An attribute of a known value: device properties, a path's parent / name, a pure str / tuple method."""
+    if isinstance(obj, DeviceProperties) and attr in ("major", "minor"):
+        return getattr(obj, attr)
+    if isinstance(obj, PathValue):
+        if attr == "parent":
+            return PathValue(str(PurePosixPath(obj.text).parent))
+        if attr == "name":
+            return PurePosixPath(obj.text).name
+        return UNKNOWN
+    if isinstance(obj, str | tuple | list | dict) and attr in PURE_METHODS:
+        return BoundMethod(obj, attr)
+    return UNKNOWN
 
 
 def decorated(node: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> bool:
@@ -382,3 +467,55 @@ def function_locals(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[str, 
         elif isinstance(sub, ast.alias):
             names.append((sub.asname or sub.name).split(".")[0])
     return tuple(dict.fromkeys(names))
+
+
+__all__ = [
+    "BIN_OPS",
+    "CAUGHT_BY",
+    "CMP_OPS",
+    "MAX_DEPTH",
+    "MAX_STEPS",
+    "MAX_UNROLL",
+    "MUTATORS",
+    "PURE_METHODS",
+    "STARS",
+    "UNKNOWN",
+    "UNRESOLVED",
+    "BoundMethod",
+    "Budget",
+    "ClassValue",
+    "Crash",
+    "Decision",
+    "DeviceProperties",
+    "End",
+    "EndKind",
+    "Environ",
+    "External",
+    "Frame",
+    "Function",
+    "Identity",
+    "ImportRef",
+    "Instance",
+    "ModuleRef",
+    "PathValue",
+    "Unknown",
+    "Unresolved",
+    "apply_op",
+    "call_pure",
+    "call_result",
+    "copy_value",
+    "decorated",
+    "exception_name",
+    "freeze",
+    "function_locals",
+    "item_of",
+    "join",
+    "join_all",
+    "jumps",
+    "known",
+    "memo_key",
+    "node_text",
+    "reassigned_attrs",
+    "truth",
+    "value_attr",
+]

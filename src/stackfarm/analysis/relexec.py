@@ -15,7 +15,7 @@ import ast
 import builtins
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -85,20 +85,9 @@ def load_definitions(path: Path, names: tuple[str, ...], namespace: Mapping[str,
     """Execute the top-level definitions `names` of `path` (those it has) in `namespace`: the module globals
     they read (``torch``, ``os``, ``knobs``...). `namespace["__stubs__"]` maps module names that their own
     ``import`` statements may load to stand-ins. Raises `Unresolvable` when the file cannot be read or parsed."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        module = ast.parse(text, str(path))
-    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
-        raise Unresolvable(f"cannot read {path}: {exc}") from exc
-    keep = [n for n in module.body if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name in names]
+    keep = _definitions(_parse(path), names)
     lines = {n.name: n.lineno for n in keep}
-    methods = {f"{c.name}.{m.name}": m.lineno for c in keep if isinstance(c, ast.ClassDef) for m in c.body
-               if isinstance(m, ast.FunctionDef)}  # fmt: skip
-    stubs = dict(namespace.get("__stubs__", {}))  # type: ignore[call-overload]
-    glb: dict[str, Any] = {k: v for k, v in namespace.items() if k != "__stubs__"}
-    glb["__builtins__"] = {**vars(builtins), "__import__": _importer(stubs)}
-    glb["__name__"] = f"stackfarm_relexec_{path.stem}"
-    glb.setdefault("logger", logging.getLogger(glb["__name__"]))
+    glb = _globals(path, namespace)
     code = compile(ast.Module(body=list(keep), type_ignores=[]), str(path), "exec")
     try:
         exec(code, glb)  # the release's own definitions, with stand-ins only (module docstring)
@@ -106,7 +95,36 @@ def load_definitions(path: Path, names: tuple[str, ...], namespace: Mapping[str,
         raise Unresolvable(
             f"{path}: defining {', '.join(lines)} failed: {type(exc).__name__}: {exc}"
         ) from exc
-    return Definitions(path, {n: glb[n] for n in lines}, {**lines, **methods})
+    return Definitions(path, {n: glb[n] for n in lines}, {**lines, **_method_lines(keep)})
+
+
+def _parse(path: Path) -> ast.Module:
+    try:
+        text = path.read_text(encoding="utf-8")
+        return ast.parse(text, str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+        raise Unresolvable(f"cannot read {path}: {exc}") from exc
+
+
+def _definitions(module: ast.Module, names: tuple[str, ...]) -> list[ast.FunctionDef | ast.ClassDef]:
+    """The module's top-level functions and classes named in `names`, in source order."""
+    return [n for n in module.body if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name in names]
+
+
+def _method_lines(keep: Sequence[ast.stmt]) -> dict[str, int]:
+    """``Class.method`` -> line, for the methods of the classes kept."""
+    return {f"{c.name}.{m.name}": m.lineno for c in keep if isinstance(c, ast.ClassDef) for m in c.body
+            if isinstance(m, ast.FunctionDef)}  # fmt: skip
+
+
+def _globals(path: Path, namespace: Mapping[str, object]) -> dict[str, Any]:
+    """The module globals the definitions run in: `namespace`'s, builtins whose ``import`` sees only the stubs."""
+    stubs = dict(namespace.get("__stubs__", {}))  # type: ignore[call-overload]
+    glb: dict[str, Any] = {k: v for k, v in namespace.items() if k != "__stubs__"}
+    glb["__builtins__"] = {**vars(builtins), "__import__": _importer(stubs)}
+    glb["__name__"] = f"stackfarm_relexec_{path.stem}"
+    glb.setdefault("logger", logging.getLogger(glb["__name__"]))
+    return glb
 
 
 __all__ = ["Definitions", "Unresolvable", "Warnings", "fake_os", "fake_torch", "load_definitions"]

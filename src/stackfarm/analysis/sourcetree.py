@@ -301,16 +301,24 @@ class SourceTree:
         _line, stmt = (earlier or entries)[-1]
         if isinstance(stmt, ast.ClassDef):
             return ClassRef(module, path, stmt) if path else None
-        if isinstance(stmt, ast.Import):
-            alias = next(a for a in stmt.names if (a.asname or a.name).split(".")[0] == name)
-            return ModuleName(alias.name if alias.asname else alias.name.split(".")[0])
-        if isinstance(stmt, ast.ImportFrom):
-            alias = next(a for a in stmt.names if (a.asname or a.name) == name)
-            source = resolve_relative(module, self.is_package(module), stmt.level, stmt.module)
-            return self._member(source, alias.name, depth)
+        return self._resolve_binding(module, name, stmt, depth)
+
+    def _resolve_binding(self, module: str, name: str, stmt: ast.stmt, depth: int) -> Ref:
+        """What the statement binding `name` at the top level of `module` (not a class) makes it."""
+        if isinstance(stmt, ast.Import | ast.ImportFrom):
+            return self._resolve_import(module, name, stmt, depth)
         if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
             return self.resolve_expr(module, stmt.value, stmt.lineno, depth + 1)
         return None
+
+    def _resolve_import(self, module: str, name: str, stmt: ast.Import | ast.ImportFrom, depth: int) -> Ref:
+        """The module ``import a.b`` binds, or what ``from m import name`` names in `m`."""
+        if isinstance(stmt, ast.Import):
+            alias = next(a for a in stmt.names if (a.asname or a.name).split(".")[0] == name)
+            return ModuleName(alias.name if alias.asname else alias.name.split(".")[0])
+        alias = next(a for a in stmt.names if (a.asname or a.name) == name)
+        source = resolve_relative(module, self.is_package(module), stmt.level, stmt.module)
+        return self._member(source, alias.name, depth)
 
     def resolve_expr(self, module: str, node: ast.expr, before: int | None = None, depth: int = 0) -> Ref:
         """What a name, an attribute chain or a subscripted generic (``Generic[T]``) written in `module` is."""
@@ -356,16 +364,26 @@ class SourceTree:
 def _c3(head: ClassRef, seqs: list[list[ClassRef]]) -> list[ClassRef]:
     out = [head]
     while any(seqs):
-        for seq in seqs:
-            first = seq[0] if seq else None
-            if first is not None and not any(first in s[1:] for s in seqs):
-                break
-        else:  # inconsistent hierarchy: Python would refuse it; fall back to depth-first order
-            rest = [x for s in seqs for x in s]
-            return out + [x for i, x in enumerate(rest) if x not in rest[:i] and x not in out]
+        first = _c3_head(seqs)
+        if first is None:  # inconsistent hierarchy: Python would refuse it; fall back to depth-first order
+            return _depth_first(out, seqs)
         out.append(first)
         seqs = [s[1:] if s and s[0] == first else s for s in seqs]
     return out
+
+
+def _depth_first(out: list[ClassRef], seqs: list[list[ClassRef]]) -> list[ClassRef]:
+    """`out`, then what the sequences still hold, in order, each once."""
+    rest = [x for s in seqs for x in s]
+    return out + [x for i, x in enumerate(rest) if x not in rest[:i] and x not in out]
+
+
+def _c3_head(seqs: list[list[ClassRef]]) -> ClassRef | None:
+    """The first head that is in no other sequence's tail (C3's next class); None when there is none."""
+    for seq in seqs:
+        if seq and not any(seq[0] in s[1:] for s in seqs):
+            return seq[0]
+    return None
 
 
 def _bound_names(stmt: ast.stmt) -> list[str]:
@@ -373,6 +391,11 @@ def _bound_names(stmt: ast.stmt) -> list[str]:
         return [stmt.name]
     if isinstance(stmt, ast.Import | ast.ImportFrom):
         return [(a.asname or a.name).split(".")[0] for a in stmt.names]
+    return _assigned_names(stmt)
+
+
+def _assigned_names(stmt: ast.stmt) -> list[str]:
+    """The plain names an assignment binds (``x = ...``, ``x: T = ...``; a bare annotation binds none)."""
     if isinstance(stmt, ast.Assign):
         return [t.id for t in stmt.targets if isinstance(t, ast.Name)]
     if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value:

@@ -284,6 +284,17 @@ class SGLangEngine:
             "max_new_tokens": max_new_tokens,
         }
         request.write_text(json.dumps(payload, indent=2), encoding="utf-8")
+        argv = [sys.executable, "-m", "stackfarm.numerics.engines", "child", str(request), str(result)]
+        code, timed_out, elapsed = run_child(argv, env=self._child_env(), timeout=self.timeout, log=log)
+        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+        data = _result_of(result)
+        if data.get("ok"):
+            self._note(folder, data, elapsed)
+            return tuple(_generation(p, o) for p, o in zip(prompts, data["outputs"], strict=True))
+        raise self._failure(text, data, code, timed_out=timed_out, log=log)
+
+    def _child_env(self) -> dict[str, str]:
+        """The child's environment: offline, this process's, the engine's own, and this package importable."""
         env = {
             **SGLANG_OFFLINE_ENV,
             **os.environ,
@@ -292,29 +303,25 @@ class SGLangEngine:
             "TRANSFORMERS_OFFLINE": "1",
         }
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_SRC), env.get("PYTHONPATH", "")) if p)
-        argv = [sys.executable, "-m", "stackfarm.numerics.engines", "child", str(request), str(result)]
-        code, timed_out, elapsed = run_child(argv, env=env, timeout=self.timeout, log=log)
-        text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+        return env
+
+    def _failure(
+        self, text: str, data: Mapping[str, Any], code: int, *, timed_out: bool, log: Path
+    ) -> EngineError:
+        """Why a child gave no result: out of memory (with what it asked for), too slow, or its own error."""
         tail = text[-4000:]
-        data: dict[str, Any] = {}
-        if result.is_file():
-            with contextlib.suppress(ValueError):
-                data = json.loads(result.read_text(encoding="utf-8"))
-        if data.get("ok"):
-            self._note(folder, data, elapsed)
-            return tuple(_generation(p, o) for p, o in zip(prompts, data["outputs"], strict=True))
         asked = out_of_memory(text + "\n" + str(data.get("error", "")), data.get("asked"))
         if asked is not None:
-            raise EngineOutOfMemory(asked, tail)
+            return EngineOutOfMemory(asked, tail)
         if timed_out:
-            raise EngineError(
+            return EngineError(
                 f"{self.label}: the engine did not finish within {self.timeout:.0f} s (log {log})", tail
             )
         reason = (
             data.get("error")
             or f"the child exited {code} without a result (SGLang kills its tree on failure)"
         )
-        raise EngineError(f"{self.label}: {reason} (log {log})", tail)
+        return EngineError(f"{self.label}: {reason} (log {log})", tail)
 
     @staticmethod
     def _note(folder: Path, data: Mapping[str, Any], elapsed: float) -> None:
@@ -322,6 +329,15 @@ class SGLangEngine:
             "wall_s": round(elapsed, 1)
         }
         (folder / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+
+
+def _result_of(result: Path) -> dict[str, Any]:
+    """The child's result JSON; empty where it wrote none or an unreadable one."""
+    data: dict[str, Any] = {}
+    if result.is_file():
+        with contextlib.suppress(ValueError):
+            data = json.loads(result.read_text(encoding="utf-8"))
+    return data
 
 
 def _generation(prompt: Sequence[int], output: Mapping[str, Any]) -> Generation:
@@ -387,6 +403,16 @@ def cuda_toolchain_env(scratch: Path) -> tuple[dict[str, str], str]:
     whose lib64 has only libcudart.so.N gets a shim folder of symlinks with lib64/libcudart.so.
     Returns (environment additions, a one-line description).
     """
+    home = next((Path(c) for c in _toolkit_candidates() if c and _is_toolkit(Path(c))), None)
+    if home is None:
+        return {}, "no CUDA toolkit (bin/nvcc + include/cuda_runtime.h) found: SGLang's JIT kernels will fail"
+    root = _cudart_shim(home, scratch)
+    path = os.pathsep.join((str(root / "bin"), str(Path(sys.executable).parent), os.environ.get("PATH", "")))
+    return {"CUDA_HOME": str(root), "PATH": path}, f"CUDA_HOME={root} (toolkit {home})"
+
+
+def _toolkit_candidates() -> list[str | None]:
+    """Where a CUDA toolkit may be, best first: $CUDA_HOME, $CUDA_PATH, nvcc's (and its wrapper's), /usr/local."""
     candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
     nvcc = shutil.which("nvcc")
     if nvcc:
@@ -395,31 +421,30 @@ def cuda_toolchain_env(scratch: Path) -> tuple[dict[str, str], str]:
             text = Path(nvcc).read_bytes()[:8192].decode("utf-8", errors="ignore")
             candidates += [str(Path(m).parents[1]) for m in re.findall(r"(/[^\s'\"]+/bin/nvcc)\b", text)]
     candidates += sorted((str(p) for p in Path("/usr/local").glob("cuda*")), reverse=True)
-    home = next(
-        (
-            Path(c)
-            for c in candidates
-            if c and (Path(c) / "bin/nvcc").is_file() and (Path(c) / "include/cuda_runtime.h").is_file()
-        ),
-        None,
+    return candidates
+
+
+def _is_toolkit(home: Path) -> bool:
+    return (home / "bin/nvcc").is_file() and (home / "include/cuda_runtime.h").is_file()
+
+
+def _cudart_shim(home: Path, scratch: Path) -> Path:
+    """`home`, or a folder of symlinks to it with lib64/libcudart.so where the toolkit has only libcudart.so.N."""
+    if any((home / d / "libcudart.so").exists() for d in ("lib64", "lib")):
+        return home
+    found = sorted(
+        p for d in ("lib64", "lib", "targets/x86_64-linux/lib") for p in (home / d).glob("libcudart.so.*")
     )
-    if home is None:
-        return {}, "no CUDA toolkit (bin/nvcc + include/cuda_runtime.h) found: SGLang's JIT kernels will fail"
-    root = home
-    if not any((home / d / "libcudart.so").exists() for d in ("lib64", "lib")):
-        found = sorted(
-            p for d in ("lib64", "lib", "targets/x86_64-linux/lib") for p in (home / d).glob("libcudart.so.*")
-        )
-        if found:
-            root = scratch / "cuda-home"
-            (root / "lib64").mkdir(parents=True, exist_ok=True)
-            for name in ("bin", "include", "nvvm"):
-                if (home / name).exists() and not (root / name).exists():
-                    (root / name).symlink_to((home / name).resolve())
-            if not (root / "lib64/libcudart.so").exists():
-                (root / "lib64/libcudart.so").symlink_to(found[0].resolve())
-    path = os.pathsep.join((str(root / "bin"), str(Path(sys.executable).parent), os.environ.get("PATH", "")))
-    return {"CUDA_HOME": str(root), "PATH": path}, f"CUDA_HOME={root} (toolkit {home})"
+    if not found:
+        return home
+    root = scratch / "cuda-home"
+    (root / "lib64").mkdir(parents=True, exist_ok=True)
+    for name in ("bin", "include", "nvvm"):
+        if (home / name).exists() and not (root / name).exists():
+            (root / name).symlink_to((home / name).resolve())
+    if not (root / "lib64/libcudart.so").exists():
+        (root / "lib64/libcudart.so").symlink_to(found[0].resolve())
+    return root
 
 
 # --------------------------------------------------------------------------- the child process
@@ -452,47 +477,15 @@ def _child(request_path: Path, result_path: Path) -> int:
     try:
         import torch
 
-        memory = _gpu_memory()
-        if memory is not None:
-            free, total = memory
-            fraction = float(kwargs.get("mem_fraction_static", 0.3))
-            result["asked"] = (
-                f"mem_fraction_static={fraction:g} of {total / 2**30:.1f} GiB = {fraction * total / 2**30:.1f} GiB "
-                f"({free / 2**30:.1f} GiB free at start)"
-            )
-            _say(asked=result["asked"])
+        _note_memory(kwargs, result)
         # Imported by name: sglang is only on the GPU machine, and has no type information.
         sglang = importlib.import_module("sglang")
-        server_args = importlib.import_module("sglang.srt.server_args")
-
-        known = {f.name for f in dataclasses.fields(server_args.ServerArgs)}
-        result["ignored_options"] = sorted(k for k in kwargs if k not in known)
-        missing = sorted(k for k in request.get("required", ()) if k not in known)
-        if missing:
-            raise ValueError(
-                f"SGLang {getattr(sglang, '__version__', '?')} has no option {', '.join(missing)}"
-            )
-        kwargs = {k: v for k, v in kwargs.items() if k in known}
+        kwargs = _known_options(sglang, kwargs, request.get("required", ()), result)
         result["versions"] = {"sglang": getattr(sglang, "__version__", "?"), "torch": torch.__version__}
         _say(stage="engine", kwargs=kwargs, ignored=result["ignored_options"])
         engine = sglang.Engine(**kwargs)
         result["timings"]["start_s"] = round(time.monotonic() - start, 1)
-        try:
-            t0 = time.monotonic()
-            outputs = engine.generate(
-                input_ids=request["prompts"],
-                sampling_params={
-                    "temperature": 0.0,
-                    "max_new_tokens": request["max_new_tokens"],
-                    "ignore_eos": True,
-                },
-                return_logprob=True,
-                top_logprobs_num=2,
-            )
-            result["timings"]["generate_s"] = round(time.monotonic() - t0, 1)
-        finally:
-            with contextlib.suppress(Exception):
-                engine.shutdown()
+        outputs = _generate_once(engine, request, result)
         result["outputs"] = [_sglang_output(o) for o in outputs]
         result["ok"] = True
     except BaseException as exc:  # reported to the parent, which decides; then the child exits non-zero
@@ -501,6 +494,54 @@ def _child(request_path: Path, result_path: Path) -> int:
         print(result["traceback"], file=sys.stderr, flush=True)
     result_path.write_text(json.dumps(result), encoding="utf-8")
     return 0 if result["ok"] else 1
+
+
+def _note_memory(kwargs: Mapping[str, Any], result: dict[str, Any]) -> None:
+    """What the engine asks of GPU 0 (its static fraction of the total), for an out-of-memory message."""
+    memory = _gpu_memory()
+    if memory is None:
+        return
+    free, total = memory
+    fraction = float(kwargs.get("mem_fraction_static", 0.3))
+    result["asked"] = (
+        f"mem_fraction_static={fraction:g} of {total / 2**30:.1f} GiB = {fraction * total / 2**30:.1f} GiB "
+        f"({free / 2**30:.1f} GiB free at start)"
+    )
+    _say(asked=result["asked"])
+
+
+def _known_options(
+    sglang: Any, kwargs: Mapping[str, Any], required: Sequence[str], result: dict[str, Any]
+) -> dict[str, Any]:
+    """The options this SGLang's ServerArgs has (the others are noted as ignored); a required one it lacks raises."""
+    server_args = importlib.import_module("sglang.srt.server_args")
+    known = {f.name for f in dataclasses.fields(server_args.ServerArgs)}
+    result["ignored_options"] = sorted(k for k in kwargs if k not in known)
+    missing = sorted(k for k in required if k not in known)
+    if missing:
+        raise ValueError(f"SGLang {getattr(sglang, '__version__', '?')} has no option {', '.join(missing)}")
+    return {k: v for k, v in kwargs.items() if k in known}
+
+
+def _generate_once(engine: Any, request: Mapping[str, Any], result: dict[str, Any]) -> Any:
+    """Greedy generation with the top-2 log-probabilities per step, timed; the engine is shut down after."""
+    try:
+        t0 = time.monotonic()
+        outputs = engine.generate(
+            input_ids=request["prompts"],
+            sampling_params={
+                "temperature": 0.0,
+                "max_new_tokens": request["max_new_tokens"],
+                "ignore_eos": True,
+            },
+            return_logprob=True,
+            top_logprobs_num=2,
+        )
+        result["timings"]["generate_s"] = round(time.monotonic() - t0, 1)
+    finally:
+        with contextlib.suppress(Exception):
+            engine.shutdown()
+    return outputs
 
 
 def _sglang_output(output: Mapping[str, Any]) -> dict[str, Any]:
@@ -523,11 +564,34 @@ def _sglang_output(output: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _selftest(args: argparse.Namespace) -> int:
-    from .tinymodels import CPU_TARGET, GPU_TARGET, write_assistant, write_eagle3_draft, write_target
-
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    base, cand, vocab = _selftest_engines(args, work)
+    prompts = make_prompts(args.prompts, args.prompt_len, vocab)
+    try:
+        runs = []
+        for engine in (base, cand):
+            t0 = time.monotonic()
+            runs.append(engine.generate(prompts, args.max_new_tokens))
+            print(f"{engine.label}: {len(prompts)} prompts in {time.monotonic() - t0:.1f} s", flush=True)
+    except EngineError as exc:
+        print(f"ENGINE ERROR: {exc}\n--- log tail ---\n{exc.log_tail}", flush=True)
+        return 2
+    comparison = compare(runs[0], runs[1], near_tie_tol=args.near_tie_tol, drift_factor=args.drift_factor)
+    verdict = judge(comparison, max_near_tie_rate=args.max_near_tie_rate, max_drift=args.max_drift)
+    for key, value in comparison.properties().items():
+        print(f"  {key}: {value}")
+    print(
+        f"RESULT {'PASS' if verdict.ok else 'FAIL'} in {time.monotonic() - started:.0f} s: {verdict.message}"
+    )
+    return 0 if verdict.ok else 1
+
+
+def _selftest_engines(args: argparse.Namespace, work: Path) -> tuple[Engine, Engine, int]:
+    """The tiny target and its draft written under `work`, and the baseline / speculative engines over them."""
+    from .tinymodels import CPU_TARGET, GPU_TARGET, write_assistant, write_eagle3_draft, write_target
+
     if args.engine == "hf":
         target = write_target(work / "target", CPU_TARGET, logit_std=args.logit_std, dtype="float32")
         draft = write_assistant(work / "assistant", target)
@@ -550,24 +614,7 @@ def _selftest(args: argparse.Namespace) -> int:
         base = SGLangEngine(model=target, name="baseline", options=lm_head, **common)
         spec = EAGLE3_TREE if args.tree else EAGLE3_CHAIN
         cand = SGLangEngine(model=target, draft=draft, name="eagle3", options={**spec, **lm_head}, **common)
-    prompts = make_prompts(args.prompts, args.prompt_len, vocab)
-    try:
-        runs = []
-        for engine in (base, cand):
-            t0 = time.monotonic()
-            runs.append(engine.generate(prompts, args.max_new_tokens))
-            print(f"{engine.label}: {len(prompts)} prompts in {time.monotonic() - t0:.1f} s", flush=True)
-    except EngineError as exc:
-        print(f"ENGINE ERROR: {exc}\n--- log tail ---\n{exc.log_tail}", flush=True)
-        return 2
-    comparison = compare(runs[0], runs[1], near_tie_tol=args.near_tie_tol, drift_factor=args.drift_factor)
-    verdict = judge(comparison, max_near_tie_rate=args.max_near_tie_rate, max_drift=args.max_drift)
-    for key, value in comparison.properties().items():
-        print(f"  {key}: {value}")
-    print(
-        f"RESULT {'PASS' if verdict.ok else 'FAIL'} in {time.monotonic() - started:.0f} s: {verdict.message}"
-    )
-    return 0 if verdict.ok else 1
+    return base, cand, vocab
 
 
 def main(argv: Sequence[str] | None = None) -> int:
