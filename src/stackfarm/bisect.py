@@ -108,11 +108,15 @@ def differing_axes(good: Mapping[str, str], bad: Mapping[str, str]) -> tuple[str
 def _check_ends(finding: Finding) -> None:
     """Refuse a --good cell that is not good, or a --bad one that did not fail."""
     if finding.good.judgement != "good":
-        raise StackfarmError(f"--good {finding.good.cell} is {finding.good.status}, not good: "
-                             f"{finding.good.problem or 'nothing failed but it did not run'}")  # fmt: skip
+        raise StackfarmError(
+            f"--good {finding.good.cell} is {finding.good.status}, not good: "
+            f"{finding.good.problem or 'nothing failed but it did not run'}"
+        )
     if finding.bad.judgement != "bad":
-        raise StackfarmError(f"--bad {finding.bad.cell} is {finding.bad.status}, not failed"
-                             + (f": {finding.bad.problem}" if finding.bad.problem else ""))  # fmt: skip
+        raise StackfarmError(
+            f"--bad {finding.bad.cell} is {finding.bad.status}, not failed"
+            + (f": {finding.bad.problem}" if finding.bad.problem else "")
+        )
 
 
 def _between(version: Version, good: Version, bad: Version) -> bool:
@@ -155,12 +159,24 @@ class Bisector:
             return self._memo[the_id]
         found = self.cell_for(values)
         if isinstance(found, Conflict):
-            result = Probe(cell=the_id, values=dict(values), status="conflict", judgement="untestable",
-                           ran=False, problem="; ".join(found.problems))  # fmt: skip
+            result = Probe(
+                cell=the_id,
+                values=dict(values),
+                status="conflict",
+                judgement="untestable",
+                ran=False,
+                problem="; ".join(found.problems),
+            )
         else:
             report = self.run_cell(found)
-            result = Probe(cell=the_id, values=dict(values), status=str(report.status), judgement=judge(report),
-                           ran=not report.reused, problem=report.first_problem())  # fmt: skip
+            result = Probe(
+                cell=the_id,
+                values=dict(values),
+                status=str(report.status),
+                judgement=judge(report),
+                ran=not report.reused,
+                problem=report.first_problem(),
+            )
         self._memo[the_id] = result
         return result
 
@@ -197,15 +213,21 @@ class Bisector:
 
     def run(self, good: Mapping[str, str], bad: Mapping[str, str]) -> Finding:
         if set(good) != set(bad):
-            raise UsageError("--good/--bad", "the two cells have different axes: they are not of one matrix",
-                             fix="give two cells of one matrix (`stackfarm plan` lists them)")  # fmt: skip
+            raise UsageError(
+                "--good/--bad",
+                "the two cells have different axes: they are not of one matrix",
+                fix="give two cells of one matrix (`stackfarm plan` lists them)",
+            )
         finding = Finding(good=self.probe(good), bad=self.probe(bad))
         finding.probes += [finding.good, finding.bad]
         _check_ends(finding)
         axes = finding.differing
         if not axes:
-            raise UsageError("--good/--bad", "the two cells have the same values",
-                             fix="give a --bad cell that differs from --good in one axis or more")  # fmt: skip
+            raise UsageError(
+                "--good/--bad",
+                "the two cells have the same values",
+                fix="give a --bad cell that differs from --good in one axis or more",
+            )
         finding.axis = self._guilty_axis(finding, good, bad)
         if finding.axis is None:
             finding.notes.append(
@@ -278,8 +300,10 @@ def describe(finding: Finding) -> list[str]:
             )
             lines.append(f"  finding: {finding.first_bad.problem}")
             was = finding.last_good.problem or "nothing failed"
-            lines.append(f"last good release: {axis} {finding.last_good.values[axis]} ({finding.last_good.status}: "
-                         f"{was})")  # fmt: skip
+            lines.append(
+                f"last good release: {axis} {finding.last_good.values[axis]} ({finding.last_good.status}: "
+                f"{was})"
+            )
     ends = finding.cells_run - finding.search_run
     lines.append(
         f"cells run: {finding.cells_run} ({finding.search_run} by the search, bound ⌈log₂ n⌉ + "
@@ -296,10 +320,12 @@ def twins(report: CellReport, others: Iterable[CellReport]) -> list[CellReport]:
     """The cells differing from `report` in exactly one axis."""
     mine = dict(report.values)
     return [
-        o for o in others
-        if o.cell != report.cell and set(o.values) == set(mine)
+        o
+        for o in others
+        if o.cell != report.cell
+        and set(o.values) == set(mine)
         and sum(o.values[a] != v for a, v in mine.items()) == 1
-    ]  # fmt: skip
+    ]
 
 
 def regression_twins(failed: CellReport, others: Iterable[CellReport]) -> list[CellReport]:

@@ -96,14 +96,24 @@ def _capability(
         sys.path.insert(0, str(_FINDINGS))
     findings = importlib.import_module("capability_findings")
     comp = InstalledComponent(
-        axis="sglang", distribution="sglang", version=version, filename=f"sglang-{version}.whl",
-        sha256=root.name, source="corpus", root=str(root),
-    )  # fmt: skip
+        axis="sglang",
+        distribution="sglang",
+        version=version,
+        filename=f"sglang-{version}.whl",
+        sha256=root.name,
+        source="corpus",
+        root=str(root),
+    )
     cell = CellSpec(
-        id=f"corpus-sgl{version}", values={"cuda": "12.8", "sglang": version}, backend="local",
-        components=(comp,), archs=tuple(archs), reference_arch=REFERENCE, features=dict(features),
+        id=f"corpus-sgl{version}",
+        values={"cuda": "12.8", "sglang": version},
+        backend="local",
+        components=(comp,),
+        archs=tuple(archs),
+        reference_arch=REFERENCE,
+        features=dict(features),
         settings={"10-capability": {}},
-    )  # fmt: skip
+    )
     analysis = findings.analyse(cell)
     counts: Counter[str] = Counter()
     by_arch: dict[str, Counter[str]] = {}
@@ -181,8 +191,9 @@ def analyse_release(
     return row
 
 
-def _row_key(root: Path, features: Mapping[str, Any], archs: Sequence[str], code: str,
-             extra: Sequence[object] = ()) -> str:  # fmt: skip
+def _row_key(
+    root: Path, features: Mapping[str, Any], archs: Sequence[str], code: str, extra: Sequence[object] = ()
+) -> str:
     settings = json.dumps([dict(features), list(archs), list(TARGETS), list(DRAFTS), *extra], sort_keys=True)
     return hashlib.sha256(f"{code}\0{root.name}\0{settings}".encode()).hexdigest()
 
@@ -208,8 +219,12 @@ def _fetcher(matrix: Matrix, echo: Any) -> Any:
     resolver = Resolver(matrix, Cache())
 
     def fetch(version: str) -> Path | None:
-        comp = Component(axis="flashinfer", distribution="flashinfer-python", version=version,
-                         index=matrix.index_for("flashinfer-python", version))  # fmt: skip
+        comp = Component(
+            axis="flashinfer",
+            distribution="flashinfer-python",
+            version=version,
+            index=matrix.index_for("flashinfer-python", version),
+        )
         try:
             return resolver.cache.unpack(resolver.artifact(comp, "3.11"))
         except StackfarmError as exc:
@@ -247,8 +262,15 @@ def run_corpus(
     for version in versions:
         if version not in trees:
             continue
-        job, key = _job(version, trees[version], pinned.get(version), features=features, archs=archs,
-                        selection=selection, code=code)  # fmt: skip
+        job, key = _job(
+            version,
+            trees[version],
+            pinned.get(version),
+            features=features,
+            archs=archs,
+            selection=selection,
+            code=code,
+        )
         cached = cache.get(key)
         if cached is not None:
             rows[version] = cached
@@ -278,8 +300,7 @@ def _job(
 ) -> tuple[Job, str]:
     """One release's job (`fi`: the flashinfer release and tree it pins, when selection is read) and its
     row's cache key."""
-    job: Job = (version, str(tree), features, tuple(archs), selection,
-                (fi[0], str(fi[1])) if fi else None)  # fmt: skip
+    job: Job = (version, str(tree), features, tuple(archs), selection, (fi[0], str(fi[1])) if fi else None)
     return job, _row_key(tree, features, archs, code, [selection, fi[1].name if fi else None])
 
 
@@ -373,8 +394,11 @@ def _md_selection(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
     for r in sel_rows:
         sel = r["selection"]
-        lines.append(f"| {r['sglang']} | {sel['flashinfer'] or '-'} | "
-                     + " | ".join(str(sel["counts"].get(o, 0)) for o in outcomes) + " |")  # fmt: skip
+        lines.append(
+            f"| {r['sglang']} | {sel['flashinfer'] or '-'} | "
+            + " | ".join(str(sel["counts"].get(o, 0)) for o in outcomes)
+            + " |"
+        )
     every = _total(sel_rows, "selection")
     lines.append("| **all** | | " + " | ".join(f"**{every.get(o, 0)}**" for o in outcomes) + " |")
     return [*lines, "", f"Toolchain: {sel_rows[0]['selection']['toolchain']}.", ""]

@@ -25,8 +25,15 @@ _FLASHINFER = ("flashinfer-python", "flashinfer_python", "flashinfer")
 
 
 def _component(distribution: str, version: str, root: Path) -> InstalledComponent:
-    return InstalledComponent(axis=distribution, distribution=distribution, version=version, filename="",
-                              sha256=root.name, source="corpus", root=str(root))  # fmt: skip
+    return InstalledComponent(
+        axis=distribution,
+        distribution=distribution,
+        version=version,
+        filename="",
+        sha256=root.name,
+        source="corpus",
+        root=str(root),
+    )
 
 
 def flashinfer_pin(version: str, root: Path) -> str | None:
@@ -56,10 +63,21 @@ def selection_part(
     comps = [_component("sglang", version, root)]
     if flashinfer is not None:
         comps.append(_component("flashinfer-python", flashinfer[0], flashinfer[1]))
-    cell = CellSpec(id=f"corpus-sgl{version}", values={"cuda": "12.8", "sglang": version}, backend="local",
-                    components=tuple(comps), archs=tuple(archs), models=tuple(dict(m) for m in models))  # fmt: skip
-    found = cell_choices(cell, settings.get("selectors", {}), families_of(cell, settings),
-                         platform=settings.get("platform"), environ=settings.get("environ", {}))  # fmt: skip
+    cell = CellSpec(
+        id=f"corpus-sgl{version}",
+        values={"cuda": "12.8", "sglang": version},
+        backend="local",
+        components=tuple(comps),
+        archs=tuple(archs),
+        models=tuple(dict(m) for m in models),
+    )
+    found = cell_choices(
+        cell,
+        settings.get("selectors", {}),
+        families_of(cell, settings),
+        platform=settings.get("platform"),
+        environ=settings.get("environ", {}),
+    )
     counts: Counter[str] = Counter(f.outcome for f in found)
     by_arch: dict[str, Counter[str]] = {}
     for f in found:

@@ -73,9 +73,14 @@ def dispatch(
             unrunnable.append(f"{cell_id}: {reason}")
             continue
         include.append(
-            {"cell": cell_id, "runner": kind.name, "labels": list(kind.labels), "arch": kind.arch or "",
-             "gpus": kind.gpus}
-        )  # fmt: skip
+            {
+                "cell": cell_id,
+                "runner": kind.name,
+                "labels": list(kind.labels),
+                "arch": kind.arch or "",
+                "gpus": kind.gpus,
+            }
+        )
     return {"include": include}, unrunnable
 
 

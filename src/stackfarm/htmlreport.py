@@ -181,9 +181,18 @@ def _suites(cell: CellRun) -> str:
         r = suite.result
         xml = f'<a href="{e(r.suite)}.xml">{e(r.suite)}</a>'
         rows.append(
-            (xml, badge(r.outcome), str(r.tests), str(r.passed), str(r.failures + r.errors), str(r.skipped),
-             str(r.not_applicable), f"{r.time:.1f}s", e(r.first_failure or ""))
-        )  # fmt: skip
+            (
+                xml,
+                badge(r.outcome),
+                str(r.tests),
+                str(r.passed),
+                str(r.failures + r.errors),
+                str(r.skipped),
+                str(r.not_applicable),
+                f"{r.time:.1f}s",
+                e(r.first_failure or ""),
+            )
+        )
     if not rows:
         return f"<h2>Suites</h2><p>No suite ran: {e(cell.report.status)} — {e(cell.report.reason)}</p>"
     return "<h2>Suites</h2>" + table(
@@ -195,10 +204,15 @@ def _other_cases(cell: CellRun) -> str:
     out = "<h2>All testcases</h2>"
     for suite in cell.suites:
         rows = [
-            (badge(c.outcome), f"<code>{e(c.name)}</code>", f"{c.time:.2f}s", e(c.message[:300]),
-             e("; ".join(f"{k}={v if len(v) <= 80 else v[:77] + '…'}" for k, v in c.properties.items())))
+            (
+                badge(c.outcome),
+                f"<code>{e(c.name)}</code>",
+                f"{c.time:.2f}s",
+                e(c.message[:300]),
+                e("; ".join(f"{k}={v if len(v) <= 80 else v[:77] + '…'}" for k, v in c.properties.items())),
+            )
             for c in suite.cases
-        ]  # fmt: skip
+        ]
         out += (
             f"<details><summary>{e(suite.result.suite)}: {len(rows)} testcases</summary>"
             + table(("outcome", "testcase", "time", "message", "properties"), rows)

@@ -86,9 +86,15 @@ Runner = Callable[[Sequence[str]], tuple[int, str]]
 def _run(argv: Sequence[str]) -> tuple[int, str]:
     try:
         done = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
-            cwd="/", env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
-        )  # fmt: skip
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            cwd="/",
+            env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return 127, str(exc)
     return done.returncode, done.stdout + done.stderr
@@ -277,16 +283,26 @@ class SuitePythons:
             if folder.exists():
                 shutil.rmtree(folder)  # a build cut short: start again
             progress(f"venv for python {interp.version}")
-            self._check(call([interp.path, "-m", "venv", str(folder)], timeout=600), interp, "python -m venv",
-                        fix=f"install the venv module of python{interp.wanted} (Debian/Ubuntu: python{interp.wanted}-venv)")  # fmt: skip
+            self._check(
+                call([interp.path, "-m", "venv", str(folder)], timeout=600),
+                interp,
+                "python -m venv",
+                fix=f"install the venv module of python{interp.wanted} (Debian/Ubuntu: python{interp.wanted}-venv)",
+            )
             progress(f"pip install stackfarm's requirements for python {interp.version}")
             pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *reqs]
-            self._check(call(pip, timeout=1800), interp, "pip install " + " ".join(reqs),
-                        fix="make the package index reachable (pip's own settings: PIP_INDEX_URL, a proxy), "
-                        f"or install {', '.join(reqs)} for python{interp.wanted} there yourself")  # fmt: skip
+            self._check(
+                call(pip, timeout=1800),
+                interp,
+                "pip install " + " ".join(reqs),
+                fix="make the package index reachable (pip's own settings: PIP_INDEX_URL, a proxy), "
+                f"or install {', '.join(reqs)} for python{interp.wanted} there yourself",
+            )
             self._link_stackfarm(folder, python, interp)
-            (folder / _COMPLETE).write_text(json.dumps({"interpreter": interp.path, "version": interp.version,
-                                                        "requirements": reqs}), encoding="utf-8")  # fmt: skip
+            (folder / _COMPLETE).write_text(
+                json.dumps({"interpreter": interp.path, "version": interp.version, "requirements": reqs}),
+                encoding="utf-8",
+            )
         return python
 
     @staticmethod

@@ -180,8 +180,15 @@ def xunit2(xml: JUnitXml) -> None:
                 suite.insert(0, props)
             for name, value in moved:
                 props.append(props.makeelement("property", {"name": name, "value": value}))
-        defaults = {"timestamp": stamp, "hostname": host, "tests": "0", "failures": "0", "errors": "0",
-                    "skipped": "0", "time": "0.000"}  # fmt: skip
+        defaults = {
+            "timestamp": stamp,
+            "hostname": host,
+            "tests": "0",
+            "failures": "0",
+            "errors": "0",
+            "skipped": "0",
+            "time": "0.000",
+        }
         for key, value in defaults.items():
             if suite.get(key) is None:
                 suite.set(key, value)
@@ -426,10 +433,16 @@ def count(path: Path) -> Counts:
                 skipped += 1
                 first_skip = first_skip or message(case, skips[0]) + unearned(mark, skips[0])
     return Counts(
-        tests=tests, failures=failures, errors=errors, skipped=skipped, not_applicable=na,
-        time=round(time, 3), first_failure=first, first_skip=first_skip,
+        tests=tests,
+        failures=failures,
+        errors=errors,
+        skipped=skipped,
+        not_applicable=na,
+        time=round(time, 3),
+        first_failure=first,
+        first_skip=first_skip,
         sha256=hashlib.sha256(data).hexdigest(),
-    )  # fmt: skip
+    )
 
 
 #: Testcase outcomes, worst first, for one verdict over several (an unknown outcome ranks as an error).

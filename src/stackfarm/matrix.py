@@ -128,8 +128,12 @@ class Deviation:
     reason: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"component": self.component, "missing": list(self.missing), "absent": self.absent,
-                "reason": self.reason}  # fmt: skip
+        return {
+            "component": self.component,
+            "missing": list(self.missing),
+            "absent": self.absent,
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,10 +257,11 @@ def load(path: Path | str) -> Matrix:
         ) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(
-            path, f"is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
+            path,
+            f"is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})",
             line=path.read_bytes()[: exc.start].count(b"\n") + 1,
             fix="save matrix.toml as UTF-8 (TOML files are UTF-8)",
-        ) from None  # fmt: skip
+        ) from None
     except OSError as exc:
         raise ConfigError(
             path, f"cannot read it ({exc.strerror or exc})", fix="check the path and its permissions"
@@ -394,9 +399,13 @@ def _deviations(doc: _Doc, data: Mapping[str, Any]) -> tuple[Deviation, ...]:
             names = sorted(DISTRIBUTION_AXIS)
             hint = did_you_mean(component, names)
             raise doc.error(
-                f"`{component}` in [[deviation]] is not a distribution of the stack" + (f"; {hint}" if hint else ""),
-                table="deviation", key="component", nth=nth, fix=f"use one of: {', '.join(names)}",
-            )  # fmt: skip
+                f"`{component}` in [[deviation]] is not a distribution of the stack"
+                + (f"; {hint}" if hint else ""),
+                table="deviation",
+                key="component",
+                nth=nth,
+                fix=f"use one of: {', '.join(names)}",
+            )
         found.append(
             Deviation(
                 component=component,
@@ -417,10 +426,11 @@ def _store(doc: _Doc, table: dict[str, Any], root: Path) -> tuple[Path, ...]:
         if not key.exists():
             raise doc.error(
                 f"`trusted_keys` names {given!r}, which does not exist ({key})",
-                table="store", key="trusted_keys",
+                table="store",
+                key="trusted_keys",
                 fix="commit the runners' public keys (`stackfarm qualify --keygen DIR` writes DIR/"
                 "stackfarm-signing.pub.pem) and name the file or its folder",
-            )  # fmt: skip
+            )
         found.append(key)
     return tuple(found)
 

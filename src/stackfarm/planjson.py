@@ -124,9 +124,10 @@ class PlanContract:
             actual = sha256_file(path)
         except OSError as exc:
             raise ConfigError(
-                path, f"cannot read the matrix {where} was made from ({exc.strerror or exc})",
+                path,
+                f"cannot read the matrix {where} was made from ({exc.strerror or exc})",
                 fix="run where the plan's matrix is (the same checkout), or pass it with --matrix",
-            ) from None  # fmt: skip
+            ) from None
         if actual != self.matrix.sha256:
             raise ConfigError(
                 path,
@@ -137,7 +138,10 @@ class PlanContract:
 
     def worker_args(self) -> list[str]:
         """What a worker's command line carries of the contract (the matrix; the store when there is one)."""
-        return [*(["--matrix", self.matrix.path] if self.matrix else []), *(["--store", self.store] if self.store else [])]  # fmt: skip
+        return [
+            *(["--matrix", self.matrix.path] if self.matrix else []),
+            *(["--store", self.store] if self.store else []),
+        ]
 
 
 @dataclass(frozen=True)

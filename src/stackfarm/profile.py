@@ -156,9 +156,10 @@ def load(path: Path | str, matrix: Matrix, *, hosted: bool = True) -> Matrix:
             hint = did_you_mean(key, TOP_KEYS)
             raise doc.error(
                 f"`{key}` is not a table a profile may hold" + (f"; {hint}" if hint else ""),
-                table="top level", key=key,
+                table="top level",
+                key=key,
                 fix=f"use {', '.join(TOP_KEYS)} (the rest of the matrix stays in {matrix.path.name})",
-            )  # fmt: skip
+            )
     table = data.get("profile")
     if not isinstance(table, dict):
         raise doc.error(
@@ -169,16 +170,21 @@ def load(path: Path | str, matrix: Matrix, *, hosted: bool = True) -> Matrix:
     if profile.runner not in matrix.runners:
         hint = did_you_mean(profile.runner, matrix.runners)
         raise doc.error(
-            f"runner `{profile.runner}` is not a [runners.<kind>] of {matrix.path}" + (f"; {hint}" if hint else ""),
-            table="profile", key="runner", fix=f"use one of: {', '.join(matrix.runners) or 'none (add one there)'}",
-        )  # fmt: skip
+            f"runner `{profile.runner}` is not a [runners.<kind>] of {matrix.path}"
+            + (f"; {hint}" if hint else ""),
+            table="profile",
+            key="runner",
+            fix=f"use one of: {', '.join(matrix.runners) or 'none (add one there)'}",
+        )
     archs, reference = _targets(doc, data, matrix)
     runner = matrix.runners[profile.runner]
     if runner.arch is not None and runner.arch not in archs:
         raise doc.error(
             f"runner `{runner.name}` is {runner.arch}, which the profile's [targets] archs leave out",
-            table="targets", key="archs", fix=f"add {runner.arch!r} to archs",
-        )  # fmt: skip
+            table="targets",
+            key="archs",
+            fix=f"add {runner.arch!r} to archs",
+        )
     deviations = matrix_module._deviations(doc, data) if "deviation" in data else ()
     changes: dict[str, Any] = {
         "archs": archs,
@@ -187,10 +193,13 @@ def load(path: Path | str, matrix: Matrix, *, hosted: bool = True) -> Matrix:
         "axes": {**matrix.axes, "python": (profile.python,)},
         # Every cell run under the profile runs on its runner: its kind comes first and takes every cell.
         "runners": {runner.name: dataclasses.replace(runner, cells=("*",)), **matrix.runners},
-        "deviations": (*deviations, *(d for d in matrix.deviations if d.component not in {x.component for x in deviations})),
+        "deviations": (
+            *deviations,
+            *(d for d in matrix.deviations if d.component not in {x.component for x in deviations}),
+        ),
         "suites": _suites(doc, data, matrix.suites),
         "profile": profile,
-    }  # fmt: skip
+    }
     if hosted:
         changes.update(_indexes(doc, data, matrix))
     return dataclasses.replace(matrix, **changes)
@@ -236,17 +245,21 @@ def _targets(doc: Any, data: Mapping[str, Any], matrix: Matrix) -> tuple[tuple[s
         if arch not in matrix.archs:
             hint = did_you_mean(arch, matrix.archs)
             raise doc.error(
-                f"`{arch}` in [targets] archs is not an arch of {matrix.path.name}" + (f"; {hint}" if hint else ""),
-                table="targets", key="archs",
+                f"`{arch}` in [targets] archs is not an arch of {matrix.path.name}"
+                + (f"; {hint}" if hint else ""),
+                table="targets",
+                key="archs",
                 fix=f"a profile narrows the archs: use some of {', '.join(matrix.archs)} (or add it there)",
-            )  # fmt: skip
+            )
     reference = table.get("reference", matrix.reference_arch)
     if reference is not None and reference not in archs:
         if "reference" in table:
             raise doc.error(
                 f"reference arch `{reference}` is not in the profile's archs",
-                table="targets", key="reference", fix="add it to archs",
-            )  # fmt: skip
+                table="targets",
+                key="reference",
+                fix="add it to archs",
+            )
         reference = None  # matrix.toml's reference is not on this host: nothing is compared with it here
     return archs, reference
 
@@ -262,8 +275,9 @@ def _suites(doc: Any, data: Mapping[str, Any], suites: tuple[Suite, ...]) -> tup
             hint = did_you_mean(name, known)
             raise doc.error(
                 f"suite `{name}` is not an enabled suite of the matrix" + (f"; {hint}" if hint else ""),
-                table=f"suites.{name}", fix=f"known suites: {', '.join(known)}",
-            )  # fmt: skip
+                table=f"suites.{name}",
+                fix=f"known suites: {', '.join(known)}",
+            )
     for suite in suites:
         entry = table.get(suite.name)
         if entry is None:
@@ -306,9 +320,10 @@ def _expanded(doc: Any, data: Mapping[str, Any]) -> dict[str, Any]:
                     if var not in os.environ:
                         raise doc.error(
                             f"[indexes.{name}] {key} = {value!r}: ${{{var}}} is not set",
-                            table=f"indexes.{name}", key=key,
+                            table=f"indexes.{name}",
+                            key=key,
                             fix=f"set {var} (the bundle's env file does: `. PREFIX/stackfarm-env.sh`)",
-                        )  # fmt: skip
+                        )
                 entry[key] = _VAR.sub(lambda m: os.environ[m.group(1)], value)
         out[name] = entry
     return out

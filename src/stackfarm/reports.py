@@ -124,9 +124,17 @@ def merge(cells: Sequence[CellReport], out: Path, *, matrix: Path | None = None)
     for cell in cells:
         if cell.status in _PLAN_RESULT:
             res = SuiteResult(
-                cell=cell.cell, suite="plan", outcome=_PLAN_RESULT[cell.status], tests=1, failures=0,
-                errors=0, skipped=0, time=0.0, first_failure=cell.reason or cell.status, xml=None,
-            )  # fmt: skip
+                cell=cell.cell,
+                suite="plan",
+                outcome=_PLAN_RESULT[cell.status],
+                tests=1,
+                failures=0,
+                errors=0,
+                skipped=0,
+                time=0.0,
+                first_failure=cell.reason or cell.status,
+                xml=None,
+            )
             where = None if cell.status is Status.EXCLUDED else matrix_location(cell, shown)
             junit.append(root, _merged_suite(cell, res, where))
             continue

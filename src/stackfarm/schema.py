@@ -200,8 +200,12 @@ class List(Field):
 
     def _length_problem(self, value: list[Any] | tuple[Any, ...]) -> Problem | None:
         if len(value) < self.min_len:
-            return self._bad(f"must be a non-empty list, got {list(value)!r}" if self.min_len == 1 else
-                             f"must list at least {self.min_len} items, got {len(value)}", value)  # fmt: skip
+            return self._bad(
+                f"must be a non-empty list, got {list(value)!r}"
+                if self.min_len == 1
+                else f"must list at least {self.min_len} items, got {len(value)}",
+                value,
+            )
         if self.max_len is not None and len(value) > self.max_len:
             return self._bad(f"must list at most {self.max_len} items, got {len(value)}", value)
         return None

@@ -99,8 +99,10 @@ def seal(predicate: Mapping[str, Any], key: SigningKey) -> dict[str, Any]:
 def unseal(doc: object, keys: StoreKeys) -> tuple[dict[str, Any], TrustedKey]:
     """The manifest's predicate and the key that signed it; Untrusted saying why it cannot be believed."""
     if not attest.is_envelope(doc):
-        raise Untrusted("unsigned: the manifest is not a signed envelope (an entry of an older stackfarm, or "
-                        "one written by hand)")  # fmt: skip
+        raise Untrusted(
+            "unsigned: the manifest is not a signed envelope (an entry of an older stackfarm, or "
+            "one written by hand)"
+        )
     assert isinstance(doc, Mapping)  # is_envelope says so
     extra = sorted(set(doc) - ENVELOPE_KEYS)
     if extra:

@@ -70,8 +70,13 @@ from .verdict import path_of
 from .verdict import read as read_verdict
 
 _CUDA_LABEL = re.compile(r"^cu(\d+)(\d)$")
-_RUNTIMES = ("nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu13",
-             "nvidia-cuda-runtime", "cuda-toolkit")  # fmt: skip
+_RUNTIMES = (
+    "nvidia-cuda-runtime-cu11",
+    "nvidia-cuda-runtime-cu12",
+    "nvidia-cuda-runtime-cu13",
+    "nvidia-cuda-runtime",
+    "cuda-toolkit",
+)
 
 
 class Progress(Protocol):
@@ -219,15 +224,27 @@ class Planner:
         self, formed: _Formed, kind: str, title: str, message: str, *, outcome: str = "fail", key: str = ""
     ) -> None:
         """`key` stays the same from release to release (default: the kind and the title)."""
-        formed.blockers.append(Blocker(key=key or f"{kind}:{title}", kind=kind, outcome=outcome, title=title,
-                                       sites=(), message=message))  # fmt: skip
+        formed.blockers.append(
+            Blocker(
+                key=key or f"{kind}:{title}",
+                kind=kind,
+                outcome=outcome,
+                title=title,
+                sites=(),
+                message=message,
+            )
+        )
 
     def form(self, version: str, start: Mapping[str, str], *, keep: bool = False) -> _Formed:
         """The stack of sglang `version` from its own pins (`keep`: the start cell's values as they are)."""
         python = start.get("python", self.matrix.axes["python"][0])
         formed = _Formed(values={**start, "sglang": version})
-        sglang = Component(axis="sglang", distribution="sglang", version=version,
-                           index=self.matrix.index_for("sglang", version))  # fmt: skip
+        sglang = Component(
+            axis="sglang",
+            distribution="sglang",
+            version=version,
+            index=self.matrix.index_for("sglang", version),
+        )
         try:
             meta = self.resolver.metadata(sglang, python)
         except ArtifactError as exc:
@@ -275,8 +292,9 @@ class Planner:
 
     def _cuda(self, formed: _Formed, torch: str, python: str, start: Mapping[str, str]) -> None:
         meta = None
-        comp = Component(axis="torch", distribution="torch", version=torch,
-                         index=self.matrix.index_for("torch", torch))  # fmt: skip
+        comp = Component(
+            axis="torch", distribution="torch", version=torch, index=self.matrix.index_for("torch", torch)
+        )
         try:
             meta = self.resolver.metadata(comp, python)
         except ArtifactError as exc:
@@ -284,8 +302,14 @@ class Planner:
         cuda = torch_cuda(torch, meta)
         if cuda is None:
             formed.values["cuda"] = start.get("cuda", "")
-            self._blocker(formed, "cuda", f"CUDA of torch {torch}", f"neither torch {torch}'s label nor its "
-                          "METADATA names a CUDA runtime: the driver floor is unknown", outcome="open")  # fmt: skip
+            self._blocker(
+                formed,
+                "cuda",
+                f"CUDA of torch {torch}",
+                f"neither torch {torch}'s label nor its "
+                "METADATA names a CUDA runtime: the driver floor is unknown",
+                outcome="open",
+            )
             return
         formed.values["cuda"] = cuda
         formed.notes.append(f"CUDA {cuda} (what torch {torch} is built for)")
@@ -298,11 +322,20 @@ class Planner:
                 first = str(exc).splitlines()[0]
                 why = f"{comp.distribution} {comp.version} is not installable here: {first}"
                 if formed.required and comp.distribution not in formed.required:
-                    why += (f"; sglang {formed.values['sglang']} does not require it itself, but stackfarm's "
-                            f"{comp.axis} axis installs it, so the farm cannot build this cell")  # fmt: skip
-                formed.blockers.append(Blocker(key=f"unavailable:{comp.distribution}", kind="unavailable",
-                                               outcome="fail", title=f"no {comp.distribution} {comp.version}",
-                                               sites=(), message=why))  # fmt: skip
+                    why += (
+                        f"; sglang {formed.values['sglang']} does not require it itself, but stackfarm's "
+                        f"{comp.axis} axis installs it, so the farm cannot build this cell"
+                    )
+                formed.blockers.append(
+                    Blocker(
+                        key=f"unavailable:{comp.distribution}",
+                        kind="unavailable",
+                        outcome="fail",
+                        title=f"no {comp.distribution} {comp.version}",
+                        sites=(),
+                        message=why,
+                    )
+                )
 
     def _driver(self, formed: _Formed) -> None:
         cuda = formed.values.get("cuda", "")
@@ -316,10 +349,16 @@ class Planner:
         if driver is not None and (
             why := runs_on(driver, floor, cuda, forward_compat=self.options.forward_compat)
         ):
-            formed.blockers.append(Blocker(key=f"driver:{floor.driver}", kind="driver", outcome="fail",
-                                           title=f"driver {driver} < {floor.driver}", sites=(),
-                                           message=why + ": upgrade the driver, or set forward_compat on a "
-                                           "data-center runner"))  # fmt: skip
+            formed.blockers.append(
+                Blocker(
+                    key=f"driver:{floor.driver}",
+                    kind="driver",
+                    outcome="fail",
+                    title=f"driver {driver} < {floor.driver}",
+                    sites=(),
+                    message=why + ": upgrade the driver, or set forward_compat on a data-center runner",
+                )
+            )
 
     # -- static rows ----------------------------------------------------------------------------------
 
@@ -334,10 +373,18 @@ class Planner:
         ref = self.options.reference
         archs = (arch,) if ref in (None, arch) else (arch, ref)
         fi = formed.artifacts.get("flashinfer-python") if self.options.flashinfer_sources else None
-        job = Job(version=version, start=start, cuda=formed.values.get("cuda", ""), sglang_tree="",
-                  flashinfer=(formed.values["flashinfer"], "") if fi is not None else None,
-                  sets=self.options.sets, features=dict(self.matrix.features), archs=archs, reference=ref,
-                  classes=self._classes())  # fmt: skip
+        job = Job(
+            version=version,
+            start=start,
+            cuda=formed.values.get("cuda", ""),
+            sglang_tree="",
+            flashinfer=(formed.values["flashinfer"], "") if fi is not None else None,
+            sets=self.options.sets,
+            features=dict(self.matrix.features),
+            archs=archs,
+            reference=ref,
+            classes=self._classes(),
+        )
         wheels = [formed.artifacts["sglang"].sha256, fi.sha256 if fi is not None else ""]
         return job, row_key(job, wheels, self._code)
 
@@ -352,8 +399,11 @@ class Planner:
             return str(self.cache.unpack(art))
 
         fi = job.flashinfer
-        return replace(job, sglang_tree=tree("sglang"),
-                       flashinfer=(fi[0], tree("flashinfer-python")) if fi is not None else None)  # fmt: skip
+        return replace(
+            job,
+            sglang_tree=tree("sglang"),
+            flashinfer=(fi[0], tree("flashinfer-python")) if fi is not None else None,
+        )
 
     def rows(self, stacks: Mapping[str, tuple[str, _Formed]]) -> dict[str, tuple[Row, bool]]:
         """version -> (its static row, from the cache); computed in parallel where the cache lacks one."""
@@ -420,10 +470,16 @@ class Planner:
             self.ui.done(f"sglang {version}", _UI.get(cand.status, cand.status), _brief(cand))
         start_c, cands = judged[0], tuple(judged[1:])
         spans = timeline([start_c, *cands])
-        return UpgradePlan(start=start_c, options=self.options, candidates=cands, spans=spans,
-                           recommendation=recommend(start_c, cands, strict=self.options.strict),
-                           computed=self.computed, reused=self.reused,
-                           seconds=round(time.perf_counter() - began, 2))  # fmt: skip
+        return UpgradePlan(
+            start=start_c,
+            options=self.options,
+            candidates=cands,
+            spans=spans,
+            recommendation=recommend(start_c, cands, strict=self.options.strict),
+            computed=self.computed,
+            reused=self.reused,
+            seconds=round(time.perf_counter() - began, 2),
+        )
 
     def _judge(
         self, version: str, formed: _Formed, row: Row | None, cached: bool, base: Candidate | None
@@ -440,10 +496,20 @@ class Planner:
         else:
             blockers = [replace(b, current=True) for b in blockers]
         cell = stack.cell_id(formed.values, with_python=len(self.matrix.axes["python"]) > 1)
-        return Candidate(sglang=version, values=dict(formed.values), cell=cell, notes=tuple(formed.notes),
-                         floor=formed.floor, status=_status(blockers), blockers=tuple(blockers), fixed=fixed, patches=choices,
-                         stored=self._stored(cell), cached=cached,
-                         seconds=row.seconds if row is not None else 0.0)  # fmt: skip
+        return Candidate(
+            sglang=version,
+            values=dict(formed.values),
+            cell=cell,
+            notes=tuple(formed.notes),
+            floor=formed.floor,
+            status=_status(blockers),
+            blockers=tuple(blockers),
+            fixed=fixed,
+            patches=choices,
+            stored=self._stored(cell),
+            cached=cached,
+            seconds=row.seconds if row is not None else 0.0,
+        )
 
     def _stored(self, cell: str) -> str:
         if self.options.reports is None:
@@ -477,10 +543,16 @@ def _fixed(row: Row, touched: Mapping[str, frozenset[str]], chosen: Sequence[str
     (those touching its files, else all of them)."""
     failing = {f.key for f in row.patched}
     return tuple(
-        Fixed(key=g[0].key, title=g[0].title, sites=_sites(g), feature=g[0].feature,
-              by=tuple(n for n in chosen if touched.get(n, frozenset()) & set(_files(g))) or tuple(chosen))
-        for g in _grouped(row.pristine) if g[0].key not in failing and g[0].outcome == "fail"
-    )  # fmt: skip
+        Fixed(
+            key=g[0].key,
+            title=g[0].title,
+            sites=_sites(g),
+            feature=g[0].feature,
+            by=tuple(n for n in chosen if touched.get(n, frozenset()) & set(_files(g))) or tuple(chosen),
+        )
+        for g in _grouped(row.pristine)
+        if g[0].key not in failing and g[0].outcome == "fail"
+    )
 
 
 def _port_checks(row: Row, base: Candidate | None) -> tuple[tuple[LineageChoice, ...], list[Blocker]]:
@@ -498,13 +570,24 @@ def _port_checks(row: Row, base: Candidate | None) -> tuple[tuple[LineageChoice,
 
 def _row_failures(row: Row) -> list[Blocker]:
     """The row's analysis errors, and the patches that do not apply when the chosen sets go on together."""
-    blockers = [Blocker(key=f"error:{e[:60]}", kind="error", outcome="fail", title="analysis error",
-                        sites=(), message=e) for e in row.errors]  # fmt: skip
+    blockers = [
+        Blocker(
+            key=f"error:{e[:60]}", kind="error", outcome="fail", title="analysis error", sites=(), message=e
+        )
+        for e in row.errors
+    ]
     for name, status in row.applied.items():
         if status != "applied":
-            blockers.append(Blocker(key=f"patch:{name}:{status}", kind="patch", outcome="fail",
-                                    title=f"{name} {status} when the chosen sets are applied together",
-                                    sites=(), message=f"{name}: {status}"))  # fmt: skip
+            blockers.append(
+                Blocker(
+                    key=f"patch:{name}:{status}",
+                    kind="patch",
+                    outcome="fail",
+                    title=f"{name} {status} when the chosen sets are applied together",
+                    sites=(),
+                    message=f"{name}: {status}",
+                )
+            )
     return blockers
 
 
@@ -559,8 +642,15 @@ def _finding_blocker(
             continue
         state = ", ".join(by_set.get(name, ())) or "not checked"
         fixes.append(f"{name}: applied here, and it still fails" if name in chosen else f"{name}: {state}")
-    return Blocker(key=first.key, kind=first.source, outcome="fail" if first.outcome == "fail" else "open",
-                   title=first.title, sites=_sites(group), message=first.message, fixes=tuple(fixes))  # fmt: skip
+    return Blocker(
+        key=first.key,
+        kind=first.source,
+        outcome="fail" if first.outcome == "fail" else "open",
+        title=first.title,
+        sites=_sites(group),
+        message=first.message,
+        fixes=tuple(fixes),
+    )
 
 
 def port_check(
@@ -576,10 +666,15 @@ def port_check(
         return replace(choice, verdict="retire", note=note), None
     if purpose:
         return choice, None
-    return choice, Blocker(key=f"patch:{choice.lineage}", kind="patch", outcome="fail",
-                           title=f"patch set {choice.member} does not apply", sites=(),
-                           message=f"{choice.note}; no static finding shows what it fixes, so whether this "
-                           "release needs it is not decided here")  # fmt: skip
+    return choice, Blocker(
+        key=f"patch:{choice.lineage}",
+        kind="patch",
+        outcome="fail",
+        title=f"patch set {choice.member} does not apply",
+        sites=(),
+        message=f"{choice.note}; no static finding shows what it fixes, so whether this "
+        "release needs it is not decided here",
+    )
 
 
 def _purpose(choice: LineageChoice, base: Candidate | None) -> set[str]:

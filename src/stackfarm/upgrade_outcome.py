@@ -30,8 +30,18 @@ def timeline(cands: Sequence[Candidate]) -> tuple[Span, ...]:
         later = order[order.index(appears) + 1 :]
         gone = next((v for v in later if v not in present), None)
         b = first[key]
-        spans.append(Span(key=key, kind=b.kind, outcome=b.outcome, title=b.title, appears=appears, gone=gone,
-                          releases=tuple(present), current=appears == order[0]))  # fmt: skip
+        spans.append(
+            Span(
+                key=key,
+                kind=b.kind,
+                outcome=b.outcome,
+                title=b.title,
+                appears=appears,
+                gone=gone,
+                releases=tuple(present),
+                current=appears == order[0],
+            )
+        )
     return tuple(sorted(spans, key=lambda s: (order.index(s.appears), s.kind, s.title)))
 
 
@@ -57,15 +67,21 @@ def _nothing_to_recommend(start: Candidate, cands: Sequence[Candidate], strict: 
 
 def _carry(best: Candidate) -> tuple[str, ...]:
     """The patch sets the recommended stack still carries, each with its verdict and note."""
-    return tuple(f"{c.chosen or c.member} ({c.verdict}{': ' + c.note if c.note else ''})"
-                 for c in best.patches if c.chosen or c.verdict == "partial")  # fmt: skip
+    return tuple(
+        f"{c.chosen or c.member} ({c.verdict}{': ' + c.note if c.note else ''})"
+        for c in best.patches
+        if c.chosen or c.verdict == "partial"
+    )
 
 
 def _retire(start: Candidate, best: Candidate) -> tuple[str, ...]:
     """The lineages the start cell carries that the recommended release no longer needs."""
     carried = {c.lineage for c in start.patches if c.chosen}
-    return tuple(f"{c.lineage}: {c.note or 'upstreamed'}" for c in best.patches
-                 if c.verdict == "retire" and c.lineage in carried)  # fmt: skip
+    return tuple(
+        f"{c.lineage}: {c.note or 'upstreamed'}"
+        for c in best.patches
+        if c.verdict == "retire" and c.lineage in carried
+    )
 
 
 def _why_best(best: Candidate, cands: Sequence[Candidate], strict: bool) -> str:
@@ -87,12 +103,16 @@ def recommend(start: Candidate, cands: Sequence[Candidate], *, strict: bool = Fa
         return _nothing_to_recommend(start, cands, strict)
     best = good[-1]
     return Recommendation(
-        release=best.sglang, cell=best.cell, values=dict(best.values), carry=_carry(best),
+        release=best.sglang,
+        cell=best.cell,
+        values=dict(best.values),
+        carry=_carry(best),
         retire=_retire(start, best),
         open=tuple(b.title for b in best.blockers if b.outcome == "open"),
         accepted=tuple(b.title for b in best.blockers if b.outcome == "fail" and b.current),
-        proof=tuple(dict.fromkeys((start.cell, best.cell))), reason=_why_best(best, cands, strict),
-    )  # fmt: skip
+        proof=tuple(dict.fromkeys((start.cell, best.cell))),
+        reason=_why_best(best, cands, strict),
+    )
 
 
 __all__ = ["recommend", "timeline"]

@@ -126,8 +126,12 @@ def statuses(ps: PatchSet, tree: Path) -> tuple[PatchStatus, ...]:
         rest = todo[len(results) :]
         if not results or results[-1].status != "upstreamed" or not rest:
             for name in rest:
-                found[name] = PatchStatus(set=ps.name, patch=name, status="not-tried",
-                                          detail="not checked: an earlier patch of the set failed")  # fmt: skip
+                found[name] = PatchStatus(
+                    set=ps.name,
+                    patch=name,
+                    status="not-tried",
+                    detail="not checked: an earlier patch of the set failed",
+                )
             break
         todo = rest
     return tuple(found[name] for name in every)
@@ -163,13 +167,26 @@ def _choose(
         if _applies(found[ps.name], ps.optional):
             verdict: Verdict = "carry" if ps in in_range else "widen"
             note = "" if verdict == "carry" else f"applies outside its applies_to ({ps.applies_to}): widen it"
-            return LineageChoice(lineage=lineage, verdict=verdict, chosen=ps.name, member=ps.name,
-                                 in_range=ps in in_range, statuses=found[ps.name], note=note)  # fmt: skip
+            return LineageChoice(
+                lineage=lineage,
+                verdict=verdict,
+                chosen=ps.name,
+                member=ps.name,
+                in_range=ps in in_range,
+                statuses=found[ps.name],
+                note=note,
+            )
     nearest = candidates[0]
     have = found[nearest.name]
     kinds = {s.status for s in have}
-    base = LineageChoice(lineage=lineage, verdict="port", chosen="", member=nearest.name,
-                         in_range=nearest in in_range, statuses=have)  # fmt: skip
+    base = LineageChoice(
+        lineage=lineage,
+        verdict="port",
+        chosen="",
+        member=nearest.name,
+        in_range=nearest in in_range,
+        statuses=have,
+    )
     if kinds <= {"upstreamed", "already-applied"}:
         return replace(base, verdict="retire", note="upstream holds every patch of it")
     if kinds <= {"upstreamed", "already-applied", "applied"}:

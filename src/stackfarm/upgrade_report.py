@@ -38,8 +38,10 @@ _ICON = {"pass": "✅", "open": "🟡", "fail": "❌", "unavailable": "💥"}
 
 def _stack(c: Candidate) -> str:
     v = c.values
-    return (f"torch {v.get('torch', '?')} · kernel {v.get('sgl_kernel', '?')} · flashinfer "
-            f"{v.get('flashinfer', '?')} · CUDA {v.get('cuda', '?')}")  # fmt: skip
+    return (
+        f"torch {v.get('torch', '?')} · kernel {v.get('sgl_kernel', '?')} · flashinfer "
+        f"{v.get('flashinfer', '?')} · CUDA {v.get('cuda', '?')}"
+    )
 
 
 def _status(c: Candidate, start: Candidate) -> str:
@@ -83,8 +85,10 @@ def summary_lines(plan: UpgradePlan) -> list[str]:
         lines += [f"  retire: {p}" for p in r.retire]
         lines += [f"  still failing today and there (not new): {t}" for t in r.accepted]
         lines += [f"  open (the GPU cells answer it): {t}" for t in r.open]
-        lines.append(f"  proof: run {', '.join(r.proof)} on the GPU runner" + (
-            f": nox -s matrix -- --matrix {plan.matrix}" if plan.matrix else ""))  # fmt: skip
+        lines.append(
+            f"  proof: run {', '.join(r.proof)} on the GPU runner"
+            + (f": nox -s matrix -- --matrix {plan.matrix}" if plan.matrix else "")
+        )
     lines.append(
         f"static rows: {plan.computed} computed, {plan.reused} from the cache; {plan.seconds:.1f}s in all"
     )
@@ -144,19 +148,30 @@ def _md_recommendation(plan: UpgradePlan) -> list[str]:
 
 
 def _md_releases(plan: UpgradePlan) -> list[str]:
-    lines = ["## Releases", "", "| sglang | stack | status | new blockers | patches | GPU verdict |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "## Releases",
+        "",
+        "| sglang | stack | status | new blockers | patches | GPU verdict |",
+        "|---|---|---|---|---|---|",
+    ]
     for c in (plan.start, *plan.candidates):
         new = _blockers(c, new_only=c is not plan.start)
         text = "; ".join(b.title for b in new) or "-"
-        lines.append(f"| {c.sglang}{' (now)' if c is plan.start else ''} | {_stack(c)} | {_status(c, plan.start)} "
-                     f"| {text} | {_patches(c)} | {c.stored or '-'} |")  # fmt: skip
+        lines.append(
+            f"| {c.sglang}{' (now)' if c is plan.start else ''} | {_stack(c)} | {_status(c, plan.start)} "
+            f"| {text} | {_patches(c)} | {c.stored or '-'} |"
+        )
     return lines
 
 
 def _md_spans(plan: UpgradePlan) -> list[str]:
-    lines = ["", "## Blockers: where each appears and goes away", "",
-             "| blocker | kind | appears | goes away | present in |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        "## Blockers: where each appears and goes away",
+        "",
+        "| blocker | kind | appears | goes away | present in |",
+        "|---|---|---|---|---|",
+    ]
     for s in plan.spans:
         gone = s.gone or "still in the newest looked at"
         now = " (today too)" if s.current else ""
@@ -173,8 +188,10 @@ def _md_per_release(plan: UpgradePlan) -> list[str]:
         for b in c.blockers:
             lines += _md_blocker(b)
         lines += [f"- fixed by {', '.join(f.by)}: {f.title}" for f in c.fixed]
-        lines += [f"- patch set {p.chosen or p.member}: {p.verdict}" + (f" ({p.note})" if p.note else "")
-                  for p in c.patches]  # fmt: skip
+        lines += [
+            f"- patch set {p.chosen or p.member}: {p.verdict}" + (f" ({p.note})" if p.note else "")
+            for p in c.patches
+        ]
         lines.append("")
     return lines
 
@@ -200,8 +217,10 @@ def _html_blocker(b: Blocker) -> str:
     sites = " ".join(f"<code>{e(s)}</code>" for s in b.sites[:6])
     fixes = "".join(f"<li>patch: {e(f)}</li>" for f in b.fixes)
     tag = "current" if b.current else "new"
-    return (f"<li><b>{e(b.title)}</b> <span class=muted>({e(b.kind)}, {e(b.outcome)}, {tag})</span> {sites}"
-            f"<ul><li>{e(b.message[:900])}</li>{fixes}</ul></li>")  # fmt: skip
+    return (
+        f"<li><b>{e(b.title)}</b> <span class=muted>({e(b.kind)}, {e(b.outcome)}, {tag})</span> {sites}"
+        f"<ul><li>{e(b.message[:900])}</li>{fixes}</ul></li>"
+    )
 
 
 def page(plan: UpgradePlan) -> str:
@@ -223,20 +242,24 @@ def page(plan: UpgradePlan) -> str:
         "</tbody></table><p class=muted>red: fails (new), amber: open, grey: fails today too</p>"
         f"<h2>Per release</h2>{details}"
     )
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>upgrade plan</title>'
-            f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n")  # fmt: skip
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>upgrade plan</title>'
+        f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n"
+    )
 
 
 def _html_recommendation(r: Recommendation) -> str:
     e = html.escape
     if not r.release:
         return f"<p>None: {e(r.reason)}.</p>"
-    return (f"<p><b>sglang {e(r.release)}</b>: <code>{e(r.cell or '')}</code>. {e(r.reason)}.</p><ul>"
-            + "".join(f"<li>carry: {e(p)}</li>" for p in r.carry)
-            + "".join(f"<li>retire: {e(p)}</li>" for p in r.retire)
-            + "".join(f"<li>fails today too: {e(t)}</li>" for t in r.accepted)
-            + "".join(f"<li>open: {e(t)}</li>" for t in r.open)
-            + f"<li>proof: {e(', '.join(r.proof))}</li></ul>")  # fmt: skip
+    return (
+        f"<p><b>sglang {e(r.release)}</b>: <code>{e(r.cell or '')}</code>. {e(r.reason)}.</p><ul>"
+        + "".join(f"<li>carry: {e(p)}</li>" for p in r.carry)
+        + "".join(f"<li>retire: {e(p)}</li>" for p in r.retire)
+        + "".join(f"<li>fails today too: {e(t)}</li>" for t in r.accepted)
+        + "".join(f"<li>open: {e(t)}</li>" for t in r.open)
+        + f"<li>proof: {e(', '.join(r.proof))}</li></ul>"
+    )
 
 
 def _html_row(c: Candidate, start: Candidate) -> str:
@@ -304,8 +327,11 @@ def write(plan: UpgradePlan, out: Path) -> list[Path]:
 
 
 def _applies(versions: Sequence[str]) -> str:
-    return ",".join(f"=={v}" for v in versions) if len(versions) == 1 else (
-        f">={min(versions, key=_key)},<={max(versions, key=_key)}")  # fmt: skip
+    return (
+        ",".join(f"=={v}" for v in versions)
+        if len(versions) == 1
+        else (f">={min(versions, key=_key)},<={max(versions, key=_key)}")
+    )
 
 
 def _key(text: str) -> Version:
@@ -319,8 +345,10 @@ def proof_matrix(plan: UpgradePlan, matrix: Matrix, path: Path) -> Path:
     if r.release is None or r.cell is None:
         raise StackfarmError("no recommendation: there is no proof matrix to write")
     if path.resolve().parent != matrix.path.resolve().parent:
-        raise StackfarmError(f"{path}: the proof matrix must sit beside {matrix.path} (a matrix finds patches/ "
-                             f"and suites/ in its own folder)\n  fix: --write-matrix {matrix.root / path.name}")  # fmt: skip
+        raise StackfarmError(
+            f"{path}: the proof matrix must sit beside {matrix.path} (a matrix finds patches/ "
+            f"and suites/ in its own folder)\n  fix: --write-matrix {matrix.root / path.name}"
+        )
     doc = tomlkit.parse(matrix.path.read_text(encoding="utf-8"))
     for key in ("axes", "couple", "include", "exclude", "patches", "runners", "models", "targets"):
         doc.pop(key, None)
@@ -405,8 +433,10 @@ def _patch_tables(plan: UpgradePlan, best: Candidate) -> Any:
             if choice.chosen:
                 uses.setdefault(choice.chosen, []).append(cand.sglang)
             elif choice.verdict == "partial":
-                raise StackfarmError(f"patch set {choice.member} is partly upstream on sglang {cand.sglang}: "
-                                     f"{choice.note}; make a set of {', '.join(choice.keep)} first")  # fmt: skip
+                raise StackfarmError(
+                    f"patch set {choice.member} is partly upstream on sglang {cand.sglang}: "
+                    f"{choice.note}; make a set of {', '.join(choice.keep)} first"
+                )
     optional = {ps.name: ps.optional for ps in plan.options.sets}
     table = tomlkit.table(is_super_table=True)
     for name in (ps.name for ps in plan.options.sets if ps.name in uses):
@@ -431,8 +461,9 @@ def _runner_table(plan: UpgradePlan, matrix: Matrix, cells: Sequence[str], archs
         if other.name == kind or other.arch not in archs:
             continue
         entry = tomlkit.table()
-        entry.update({"arch": other.arch, "gpus": other.gpus, "labels": list(other.labels),
-                      "cells": list(other.cells)})  # fmt: skip
+        entry.update(
+            {"arch": other.arch, "gpus": other.gpus, "labels": list(other.labels), "cells": list(other.cells)}
+        )
         if other.driver:
             entry["driver"] = other.driver
         table[other.name] = entry

@@ -222,8 +222,18 @@ def code_digest() -> str:
 def row_key(job: Job, wheels: Sequence[str], code: str) -> str:
     """The hash of everything the row of `job` depends on; `wheels` are the sha256s of its wheels."""
     sets = [(ps.name, str(ps.applies_to), ps.optional, set_hash(ps)) for ps in job.sets]
-    parts = [code, job.version, job.start, job.cuda, list(wheels), sets, dict(job.features), list(job.archs),
-             job.reference, [list(c) for c in job.classes]]  # fmt: skip
+    parts = [
+        code,
+        job.version,
+        job.start,
+        job.cuda,
+        list(wheels),
+        sets,
+        dict(job.features),
+        list(job.archs),
+        job.reference,
+        [list(c) for c in job.classes],
+    ]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -237,8 +247,15 @@ def _capability_module() -> Any:
 
 
 def _component(axis: str, dist: str, version: str, root: Path) -> InstalledComponent:
-    return InstalledComponent(axis=axis, distribution=dist, version=version, filename=f"{dist}-{version}.whl",
-                              sha256=root.name, source="upgrade", root=str(root))  # fmt: skip
+    return InstalledComponent(
+        axis=axis,
+        distribution=dist,
+        version=version,
+        filename=f"{dist}-{version}.whl",
+        sha256=root.name,
+        source="upgrade",
+        root=str(root),
+    )
 
 
 def capability(job: Job, sglang: Path) -> list[StaticFinding]:
@@ -249,10 +266,15 @@ def capability(job: Job, sglang: Path) -> list[StaticFinding]:
             _component("flashinfer", "flashinfer-python", job.flashinfer[0], Path(job.flashinfer[1]))
         )
     cell = CellSpec(
-        id=f"upgrade-sgl{job.version}", values={"cuda": job.cuda, "sglang": job.version}, backend="local",
-        components=tuple(comps), archs=job.archs, reference_arch=job.reference, features=dict(job.features),
+        id=f"upgrade-sgl{job.version}",
+        values={"cuda": job.cuda, "sglang": job.version},
+        backend="local",
+        components=tuple(comps),
+        archs=job.archs,
+        reference_arch=job.reference,
+        features=dict(job.features),
         settings={"10-capability": {}},
-    )  # fmt: skip
+    )
     analysis = _capability_module().analyse(cell)
     wanted = {job.archs[0], "all"}
     return [
@@ -271,9 +293,18 @@ def _capability_finding(f: Any) -> StaticFinding:
     title = f"{f.component} {what} {f.symbol} {verdict} on {f.arch}" + (f" ({name})" if name else "")
     site = f"{f.file}:{f.line}" if f.line else f.file
     files = tuple(dict.fromkeys([*([f.file] if f.file else []), *_PATH.findall(f.message)]))
-    return StaticFinding(key=key, source="capability", outcome=f.outcome, verdict=verdict,
-                         arch=f.arch, sites=(site,) if site else (), title=title, message=f.message,
-                         files=files, feature=f.feature)  # fmt: skip
+    return StaticFinding(
+        key=key,
+        source="capability",
+        outcome=f.outcome,
+        verdict=verdict,
+        arch=f.arch,
+        sites=(site,) if site else (),
+        title=title,
+        message=f.message,
+        files=files,
+        feature=f.feature,
+    )
 
 
 def eagle3(job: Job, sglang: Path) -> list[StaticFinding]:
@@ -281,9 +312,19 @@ def eagle3(job: Job, sglang: Path) -> list[StaticFinding]:
     try:
         contract = derive_contract(sglang)
     except ContractError as exc:
-        return [StaticFinding(key="eagle3:derivation-failed", source="eagle3", outcome="skip",
-                              verdict="derivation-failed", arch="all", sites=(), title="EAGLE-3 contract "
-                              "not derivable", message=f"undecidable: {exc}", files=())]  # fmt: skip
+        return [
+            StaticFinding(
+                key="eagle3:derivation-failed",
+                source="eagle3",
+                outcome="skip",
+                verdict="derivation-failed",
+                arch="all",
+                sites=(),
+                title="EAGLE-3 contract not derivable",
+                message=f"undecidable: {exc}",
+                files=(),
+            )
+        ]
     tree = SourceTree([sglang])
     out: list[StaticFinding] = []
     for role, name in job.classes:
@@ -297,13 +338,24 @@ def eagle3(job: Job, sglang: Path) -> list[StaticFinding]:
 def _eagle3_finding(f: Finding, role: Role, name: str, where: tuple[str, str] | None) -> StaticFinding:
     """One failing EAGLE-3 method of a model class, its sites the class, the provider and the consumers."""
     consumers = tuple(s.strip() for s in f.consumer_site.split(";") if s.strip())
-    sites = tuple(dict.fromkeys([*([where[1]] if where else []), *([f.provider_file] if
-                                  f.provider_file else []), *consumers]))  # fmt: skip
+    sites = tuple(
+        dict.fromkeys(
+            [*([where[1]] if where else []), *([f.provider_file] if f.provider_file else []), *consumers]
+        )
+    )
     files = tuple(dict.fromkeys(s.rpartition(":")[0] or s for s in sites))
     title = f"EAGLE-3 {role} {name}: {f.method} {f.verdict}"
-    return StaticFinding(key=f"eagle3:{role}:{name}:{f.method}:{f.verdict}", source="eagle3",
-                         outcome="fail", verdict=f.verdict, arch="all", sites=sites, title=title,
-                         message=f.detail, files=files)  # fmt: skip
+    return StaticFinding(
+        key=f"eagle3:{role}:{name}:{f.method}:{f.verdict}",
+        source="eagle3",
+        outcome="fail",
+        verdict=f.verdict,
+        arch="all",
+        sites=sites,
+        title=title,
+        message=f.detail,
+        files=files,
+    )
 
 
 def findings(job: Job, sglang: Path) -> tuple[StaticFinding, ...]:
@@ -349,8 +401,16 @@ def analyse(job: Job) -> Row:
             patched_tree, applied = tree, {}
         patched = findings(job, patched_tree) if patched_tree != tree else pristine
     every = tuple(s for ps in job.sets for s in found[ps.name])
-    return Row(version=job.version, statuses=every, choices=choices, applied=applied, pristine=pristine,
-               patched=patched, seconds=round(time.perf_counter() - start, 2), errors=tuple(errors))  # fmt: skip
+    return Row(
+        version=job.version,
+        statuses=every,
+        choices=choices,
+        applied=applied,
+        pristine=pristine,
+        patched=patched,
+        seconds=round(time.perf_counter() - start, 2),
+        errors=tuple(errors),
+    )
 
 
 # --------------------------------------------------------------------------- JSON
@@ -367,8 +427,9 @@ def from_json(data: Mapping[str, Any]) -> Row:
         return StaticFinding(**{**d, "sites": tuple(d["sites"]), "files": tuple(d["files"])})
 
     def choice(d: Mapping[str, Any]) -> LineageChoice:
-        return LineageChoice(**{**d, "statuses": tuple(PatchStatus(**s) for s in d["statuses"]),
-                                "keep": tuple(d["keep"])})  # fmt: skip
+        return LineageChoice(
+            **{**d, "statuses": tuple(PatchStatus(**s) for s in d["statuses"]), "keep": tuple(d["keep"])}
+        )
 
     return Row(
         version=data["version"],

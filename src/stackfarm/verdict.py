@@ -281,15 +281,32 @@ def read_suite(path: Path, *, cell: str, suite: str) -> SuiteResult:
     except junit.UNREADABLE as exc:
         why = "no JUnit report" if not path.exists() else f"unreadable JUnit report ({exc})"
         return SuiteResult(
-            cell=cell, suite=suite, outcome="error", tests=0, failures=0, errors=0, skipped=0,
-            time=0.0, first_failure=f"{suite}: {why}", xml=path if path.exists() else None,
-        )  # fmt: skip
+            cell=cell,
+            suite=suite,
+            outcome="error",
+            tests=0,
+            failures=0,
+            errors=0,
+            skipped=0,
+            time=0.0,
+            first_failure=f"{suite}: {why}",
+            xml=path if path.exists() else None,
+        )
     outcome, explained = suite_outcome(counts)
     return SuiteResult(
-        cell=cell, suite=suite, outcome=outcome, tests=counts.tests, failures=counts.failures,
-        errors=counts.errors, skipped=counts.skipped, not_applicable=counts.not_applicable,
-        time=counts.time, first_failure=explained, xml=path, sha256=counts.sha256,
-    )  # fmt: skip
+        cell=cell,
+        suite=suite,
+        outcome=outcome,
+        tests=counts.tests,
+        failures=counts.failures,
+        errors=counts.errors,
+        skipped=counts.skipped,
+        not_applicable=counts.not_applicable,
+        time=counts.time,
+        first_failure=explained,
+        xml=path,
+        sha256=counts.sha256,
+    )
 
 
 def cell_status(suites: Sequence[SuiteResult]) -> tuple[Status, str]:
@@ -349,8 +366,13 @@ def exit_reasons(reports: Iterable[CellReport], *, whole: bool = False) -> list[
         if r.status is Status.EXCLUDED:
             continue
         if whole and r.selection and r.status is Status.PASSED:
-            lines.append((2, f"{r.cell}: incomplete: it passed only the suites of --suites {r.selection!r}, "
-                             "not every suite of the cell"))  # fmt: skip
+            lines.append(
+                (
+                    2,
+                    f"{r.cell}: incomplete: it passed only the suites of --suites {r.selection!r}, "
+                    "not every suite of the cell",
+                )
+            )
             continue
         code = exit_code([r])
         if code is not ExitCode.OK:
@@ -443,10 +465,14 @@ def _format_1_wheels(props: Mapping[str, str]) -> tuple[Wheel, ...]:
         if k.endswith(".sha256") and not k.startswith(("patch", "stackfarm."))
     )
     return tuple(
-        Wheel(distribution=d, version=props.get(f"{d}.version", ""), sha256=props[f"{d}.sha256"],
-              source=props.get(f"{d}.source", ""))
+        Wheel(
+            distribution=d,
+            version=props.get(f"{d}.version", ""),
+            sha256=props[f"{d}.sha256"],
+            source=props.get(f"{d}.source", ""),
+        )
         for d in dists
-    )  # fmt: skip
+    )
 
 
 def _from_format_1(data: Mapping[str, Any], suites: tuple[SuiteResult, ...]) -> CellReport:
@@ -578,9 +604,11 @@ def _kept_texts(stored: SuiteResult, fresh: SuiteResult) -> SuiteResult:
     """The fresh counts and outcome, with what the record binds kept: the JUnit hash it was computed from (so
     `reusable` still sees a file that changed), its time, and its explanation where both say the same."""
     kept = replace(
-        fresh, sha256=stored.sha256 if stored.sha256 is not None else fresh.sha256, time=stored.time,
+        fresh,
+        sha256=stored.sha256 if stored.sha256 is not None else fresh.sha256,
+        time=stored.time,
         record_sha256=stored.record_sha256,
-    )  # fmt: skip
+    )
     if fresh.outcome == stored.outcome and stored.first_failure:
         return replace(kept, first_failure=stored.first_failure)
     return kept

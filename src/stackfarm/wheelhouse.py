@@ -217,10 +217,27 @@ def resolve(
     profile = matrix.profile
     python = _pip_python(profile.python)
     report = work / ("pip-report.json" if deps else "pip-report-nodeps.json")
-    argv = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
-            "--disable-pip-version-check", "--python-version", profile.python, "--implementation", "cp",
-            "--abi", "cp" + profile.python.replace(".", ""), "--target", str(work / "target"),
-            "--report", str(report), "--quiet"]  # fmt: skip
+    argv = [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--dry-run",
+        "--ignore-installed",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "--python-version",
+        profile.python,
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp" + profile.python.replace(".", ""),
+        "--target",
+        str(work / "target"),
+        "--report",
+        str(report),
+        "--quiet",
+    ]
     for tag in platform_tags(profile.platform):
         argv += ["--platform", tag]
     argv += _index_options(matrix, reqs)
@@ -442,9 +459,14 @@ def build_own_wheel(work: Path) -> Path:
 def _artifact(item: Item) -> Artifact:
     filename = unquote(Path(urlparse(item.url).path).name)
     return Artifact(
-        distribution=item.name, version=item.version, filename=filename, url=item.url, sha256=item.sha256,
-        size=None, source="pip-resolution",
-    )  # fmt: skip
+        distribution=item.name,
+        version=item.version,
+        filename=filename,
+        url=item.url,
+        sha256=item.sha256,
+        size=None,
+        source="pip-resolution",
+    )
 
 
 def comparison(matrix: Matrix, cell: Cell) -> str | None:
@@ -517,9 +539,15 @@ def build(
 
 
 def _fetch(
-    items: Sequence[Item], chosen: Selection, matrix: Matrix, cache: Cache, staging: Path, *, own: Path,
+    items: Sequence[Item],
+    chosen: Selection,
+    matrix: Matrix,
+    cache: Cache,
+    staging: Path,
+    *,
+    own: Path,
     log: Callable[[str], None],
-) -> list[BundledWheel]:  # fmt: skip
+) -> list[BundledWheel]:
     missing = _missing(matrix)
     target = staging / own.name
     shutil.copyfile(own, target)
@@ -557,9 +585,15 @@ def _fetch(
 
 def _listed(item: Item, path: Path, why: str, *, install: bool = True, **more: Any) -> BundledWheel:
     return BundledWheel(
-        name=item.name, version=item.version, filename=path.name, sha256=sha256_file(path),
-        size=path.stat().st_size, install=install, why=why, **more,
-    )  # fmt: skip
+        name=item.name,
+        version=item.version,
+        filename=path.name,
+        sha256=sha256_file(path),
+        size=path.stat().st_size,
+        install=install,
+        why=why,
+        **more,
+    )
 
 
 def _compare(

@@ -140,8 +140,12 @@ def install(bundle: Path, prefix: Path, python: str, parts_dir: Path | None = No
     """Check, join and install the bundle in `bundle` (install.py's folder) into `prefix`; the environment."""
     manifest = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))
     want = manifest["profile"]["python"]
-    done = subprocess.run([python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.stdout.strip() != want:
         raise Refused(f"{python} is Python {done.stdout.strip() or '?'}; the bundle was made for {want}")
     parts = check_parts(manifest, parts_dir or bundle)
@@ -149,13 +153,29 @@ def install(bundle: Path, prefix: Path, python: str, parts_dir: Path | None = No
     join(parts, prefix)
     folder = prefix / manifest["wheels_folder"]
     wheels = check_wheels(manifest, folder)
-    argv = [python, "-m", "pip", "install", "--no-index", "--no-deps", "--no-compile", "--ignore-installed",
-            "--disable-pip-version-check", "--quiet", "--prefix", str(prefix), *map(str, wheels)]  # fmt: skip
+    argv = [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--ignore-installed",
+        "--disable-pip-version-check",
+        "--quiet",
+        "--prefix",
+        str(prefix),
+        *map(str, wheels),
+    ]
     print(f"installing {len(wheels)} wheels into {prefix}", flush=True)
     if subprocess.run(argv, check=False).returncode != 0:
         raise Refused("pip install failed (its message is above)")
-    site = Path(subprocess.run([python, "-c", _SITE, str(prefix)], capture_output=True, text=True,
-                               check=True).stdout.strip())  # fmt: skip
+    site = Path(
+        subprocess.run(
+            [python, "-c", _SITE, str(prefix)], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
     path = [site, *pth_paths(site)]
     env = {
         "PYTHONPATH": os.pathsep.join([*map(str, path), "${PYTHONPATH:-}"]),

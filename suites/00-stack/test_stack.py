@@ -154,8 +154,10 @@ def _lazy_rows(
         if entry is None:
             absent += 1
             if sizes is None:
-                problems.append(f"{path}: not fetched, and this lazy tree keeps no member sizes: remove it "
-                                "(stackfarm cache prune) so it is made again")  # fmt: skip
+                problems.append(
+                    f"{path}: not fetched, and this lazy tree keeps no member sizes: remove it "
+                    "(stackfarm cache prune) so it is made again"
+                )
             elif path not in sizes:
                 problems.append(f"{path}: missing (in RECORD, not in the wheel)")
             elif size_text and int(size_text) != sizes[path]:

@@ -58,9 +58,12 @@ def _read(info: Path) -> Installed:
     name = meta.get("Name") or (folder["name"] if folder else info.name)
     version = meta.get("Version") or (folder["version"] if folder else "")
     return Installed(
-        name=str(name), version=str(version), root=Path(str(dist.locate_file(""))), info=info,
+        name=str(name),
+        version=str(version),
+        root=Path(str(dist.locate_file(""))),
+        info=info,
         files=len(dist.files or ()),
-    )  # fmt: skip
+    )
 
 
 def search_path(cell: CellSpec) -> list[str]:
@@ -179,8 +182,13 @@ def findings() -> Findings:
     try:
         mine, found = installed_cell(cell, lookup)
     except Exception as exc:  # an unreadable installation: one failing testcase, never a dead suite
-        return Findings(cell, platform=where, claimed=cell, path=tuple(lookup),
-                        error=f"the installed distributions could not be read: {type(exc).__name__}: {exc}")  # fmt: skip
+        return Findings(
+            cell,
+            platform=where,
+            claimed=cell,
+            path=tuple(lookup),
+            error=f"the installed distributions could not be read: {type(exc).__name__}: {exc}",
+        )
     out = Findings(mine, platform=where, claimed=cell, installed=found, path=tuple(lookup))
     try:
         out.abi = check_cell(mine, where)

@@ -135,8 +135,10 @@ def test_gpu_driver_floor(cell: CellSpec, record_property: RecordProperty) -> No
     floor = found.floor()
     if floor is None:
         if found.torch == "(not installed)":
-            pytest.fail("torch is not installed: the CUDA it was built for, hence the driver floor, is unknown",
-                        pytrace=False)  # fmt: skip
+            pytest.fail(
+                "torch is not installed: the CUDA it was built for, hence the driver floor, is unknown",
+                pytrace=False,
+            )
         # stackfarm lacks the data: an unanswered question, not one that does not apply.
         pytest.skip(f"no driver floor is known for CUDA {found.cuda!r} (the installed torch {found.torch})")
     driver = installed_driver()

@@ -32,8 +32,19 @@ def analysis() -> Analysis:
     path = os.environ.get("STACKFARM_CELL")
     if not path:
         out = Analysis()
-        out.add(Finding("error", "all", "-", "", 0, "STACKFARM_CELL", "", "fail",
-                        "STACKFARM_CELL is not set: suites are run by stackfarm (python -m stackfarm run)"))  # fmt: skip
+        out.add(
+            Finding(
+                "error",
+                "all",
+                "-",
+                "",
+                0,
+                "STACKFARM_CELL",
+                "",
+                "fail",
+                "STACKFARM_CELL is not set: suites are run by stackfarm (python -m stackfarm run)",
+            )
+        )
         return out
     try:
         cell = load(path)

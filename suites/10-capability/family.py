@@ -99,11 +99,22 @@ def _case(finding: Finding, junit: Mapping[str, Case]) -> Case | None:
     if ran is None:  # the record names a testcase the JUnit file does not have: not shown as a result
         return None
     facts = {
-        "arch": finding.arch, "component": finding.component, "verdict": finding.verdict, "file": finding.file,
-        "line": str(finding.line), "symbol": finding.symbol, "detail": finding.detail,
-    }  # fmt: skip
-    return Case(name=ran.name, classname=ran.classname, outcome=ran.outcome, message=ran.message, time=ran.time,
-                properties=facts)  # fmt: skip
+        "arch": finding.arch,
+        "component": finding.component,
+        "verdict": finding.verdict,
+        "file": finding.file,
+        "line": str(finding.line),
+        "symbol": finding.symbol,
+        "detail": finding.detail,
+    }
+    return Case(
+        name=ran.name,
+        classname=ran.classname,
+        outcome=ran.outcome,
+        message=ran.message,
+        time=ran.time,
+        properties=facts,
+    )
 
 
 def render(ctx: SectionContext[CapabilityRecord]) -> str:
@@ -147,10 +158,16 @@ def _line(text: str) -> int:
 def _held_finding(case: Case) -> Finding:
     props = case.properties
     return Finding(
-        testcase=case.name, arch=props["arch"], component=props.get("component", ""), verdict=props["verdict"],
-        file=props.get("file", ""), line=_line(props.get("line", "")), symbol=props.get("symbol", ""),
-        detail=props.get("detail", ""), feature=props.get("feature", ""),
-    )  # fmt: skip
+        testcase=case.name,
+        arch=props["arch"],
+        component=props.get("component", ""),
+        verdict=props["verdict"],
+        file=props.get("file", ""),
+        line=_line(props.get("line", "")),
+        symbol=props.get("symbol", ""),
+        detail=props.get("detail", ""),
+        feature=props.get("feature", ""),
+    )
 
 
 def _held_seconds(step: str, text: str) -> Timing | None:

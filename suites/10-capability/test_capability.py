@@ -64,9 +64,16 @@ def _judge(finding: Finding, record_property: _Recorder) -> None:
     if finding.feature:
         record_property("feature", finding.feature)
     record_property("detail", finding.message)
-    record_property.finding(arch=finding.arch, component=finding.component, verdict=finding.verdict,
-                            file=finding.file, line=finding.line, symbol=finding.symbol, detail=finding.message,
-                            feature=finding.feature)  # fmt: skip
+    record_property.finding(
+        arch=finding.arch,
+        component=finding.component,
+        verdict=finding.verdict,
+        file=finding.file,
+        line=finding.line,
+        symbol=finding.symbol,
+        detail=finding.message,
+        feature=finding.feature,
+    )
     if finding.outcome == "n/a":
         na = _na_class(finding)
         if na is None:  # a finding says n/a for a reason no class names: the question is not settled
@@ -121,8 +128,10 @@ def device(cell: CellSpec) -> Arch:
     need_gpu(cell)
     torch = stack_module(cell, "torch", ("torch",))
     if not torch.cuda.is_available():
-        pytest.fail(f"a GPU was reported ({cell.no_gpu_reason=}) but torch.cuda.is_available() is False",
-                    pytrace=False)  # fmt: skip
+        pytest.fail(
+            f"a GPU was reported ({cell.no_gpu_reason=}) but torch.cuda.is_available() is False",
+            pytrace=False,
+        )
     major, minor = torch.cuda.get_device_capability()
     return Arch(major, minor)
 
@@ -131,8 +140,14 @@ def test_gpu_device_is_a_target(cell: CellSpec, device: Arch, record_property: _
     """The GPU is one of matrix.toml's target archs, so the static findings above describe it."""
     targets = [parse_target(a) for a in cell.archs]
     ok = device in targets
-    _props(record_property, arch=device, component="torch", file="torch.cuda", symbol="get_device_capability",
-           verdict="ok" if ok else "")  # fmt: skip
+    _props(
+        record_property,
+        arch=device,
+        component="torch",
+        file="torch.cuda",
+        symbol="get_device_capability",
+        verdict="ok" if ok else "",
+    )
     assert ok, (
         f"the GPU is {device}, not one of the cell's targets {list(cell.archs)}: add it to [targets] archs"
     )
@@ -157,8 +172,14 @@ def test_gpu_torch_kernel(cell: CellSpec, device: Arch, record_property: _Record
     want = a.cpu().double() @ b.cpu().double()
     assert torch.allclose(got, want, rtol=1e-3, atol=1e-3), "torch.matmul on the GPU differs from the CPU"
     # recorded once the checks passed: a failing case carries no verdict
-    _props(record_property, arch=device, component=comp.distribution, file="torch/lib/libtorch_cuda.so",
-           symbol="torch.matmul", verdict="ok")  # fmt: skip
+    _props(
+        record_property,
+        arch=device,
+        component=comp.distribution,
+        file="torch/lib/libtorch_cuda.so",
+        symbol="torch.matmul",
+        verdict="ok",
+    )
 
 
 def test_gpu_sgl_kernel_loader(cell: CellSpec, device: Arch, record_property: _Recorder) -> None:
@@ -170,8 +191,14 @@ def test_gpu_sgl_kernel_loader(cell: CellSpec, device: Arch, record_property: _R
     loaded = Path(str(sgl_kernel.common_ops.__file__)).resolve()
     actual = loaded.relative_to(package.parent.resolve()).as_posix()
     predicted = sgl_kernel_loader(package.parent, device, torch.version.cuda or "")
-    _props(record_property, arch=device, component=_kernel_distribution(cell), file=actual, symbol="loader",
-           verdict="ok" if actual == predicted.chosen else "")  # fmt: skip
+    _props(
+        record_property,
+        arch=device,
+        component=_kernel_distribution(cell),
+        file=actual,
+        symbol="loader",
+        verdict="ok" if actual == predicted.chosen else "",
+    )
     record_property("predicted", str(predicted.chosen))
     assert actual == predicted.chosen, (
         f"sgl_kernel loaded {actual} on {device}, the static loader evaluation predicted {predicted.chosen} "
@@ -196,8 +223,14 @@ def test_gpu_sgl_kernel_rmsnorm(cell: CellSpec, device: Arch, record_property: _
     w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
     got = sgl_kernel.rmsnorm(x, w, 1e-6)
     torch.testing.assert_close(got, _rmsnorm_reference(x, w, 1e-6), rtol=2e-2, atol=2e-2)
-    _props(record_property, arch=device, component=_kernel_distribution(cell), file="sgl_kernel/elementwise.py",
-           symbol="rmsnorm", verdict="ok")  # fmt: skip
+    _props(
+        record_property,
+        arch=device,
+        component=_kernel_distribution(cell),
+        file="sgl_kernel/elementwise.py",
+        symbol="rmsnorm",
+        verdict="ok",
+    )
 
 
 def test_gpu_flashinfer_rmsnorm(cell: CellSpec, device: Arch, record_property: _Recorder) -> None:
@@ -210,5 +243,11 @@ def test_gpu_flashinfer_rmsnorm(cell: CellSpec, device: Arch, record_property: _
     w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
     got = flashinfer.norm.rmsnorm(x, w, 1e-6)
     torch.testing.assert_close(got, _rmsnorm_reference(x, w, 1e-6), rtol=2e-2, atol=2e-2)
-    _props(record_property, arch=device, component="flashinfer-python", file="flashinfer/norm",
-           symbol="rmsnorm", verdict="ok")  # fmt: skip
+    _props(
+        record_property,
+        arch=device,
+        component="flashinfer-python",
+        file="flashinfer/norm",
+        symbol="rmsnorm",
+        verdict="ok",
+    )

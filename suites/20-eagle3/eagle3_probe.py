@@ -292,8 +292,12 @@ class _Probe:
             log_level="error",
         )
         # The same preparation bench_one_batch's main() and latency_test() do, where this version has it.
-        for name in ("_set_envs_and_config", "initialize_moe_config", "initialize_fp8_gemm_config",
-                     "initialize_fp4_gemm_config"):  # fmt: skip
+        for name in (
+            "_set_envs_and_config",
+            "initialize_moe_config",
+            "initialize_fp8_gemm_config",
+            "initialize_fp4_gemm_config",
+        ):
             prepare = getattr(bench, name, None)
             if prepare is not None:
                 prepare(server_args)

@@ -317,12 +317,27 @@ def test_runtime(
         modules[role] = found[0]
     out = tmp_path / "result.json"
     argv = [
-        sys.executable, str(PROBE), "--target", target, "--draft", draft,
-        "--workdir", str(tmp_path / "models"), "--out", str(out),
-        "--target-needs", needs["target"], "--draft-needs", needs["draft"],
-        "--target-module", modules["target"], "--draft-module", modules["draft"],
-        "--attention-backend", settings.attention_backend,
-    ]  # fmt: skip
+        sys.executable,
+        str(PROBE),
+        "--target",
+        target,
+        "--draft",
+        draft,
+        "--workdir",
+        str(tmp_path / "models"),
+        "--out",
+        str(out),
+        "--target-needs",
+        needs["target"],
+        "--draft-needs",
+        needs["draft"],
+        "--target-module",
+        modules["target"],
+        "--draft-module",
+        modules["draft"],
+        "--attention-backend",
+        settings.attention_backend,
+    ]
     # The cell's (patched) SGLang tree first, so the code under test is what the child imports.
     pythonpath = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH", "")) if p)
     timeout = settings.runtime_timeout

@@ -69,8 +69,14 @@ def _case(comparison: Comparison, junit: Mapping[str, Case]) -> Case | None:
     if ran is None:  # the record names a testcase the JUnit file does not have: not shown as a result
         return None
     figures = {k: getattr(comparison, k) for k in KEYS}
-    return Case(name=ran.name, classname=ran.classname, outcome=ran.outcome, message=ran.message, time=ran.time,
-                properties=figures)  # fmt: skip
+    return Case(
+        name=ran.name,
+        classname=ran.classname,
+        outcome=ran.outcome,
+        message=ran.message,
+        time=ran.time,
+        properties=figures,
+    )
 
 
 def render(ctx: SectionContext[NumericsRecord]) -> str:

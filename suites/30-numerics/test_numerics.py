@@ -745,9 +745,11 @@ def test_e2e_gpu(
     check_installed(cell, ("sglang",))  # the engines import it, in their own processes
     torch.cuda.empty_cache()  # give the kernel checks' cached blocks back before the engines size their pools
     need_gpus(
-        cell, config.gpus, torch.cuda.device_count(),
+        cell,
+        config.gpus,
+        torch.cuda.device_count(),
         f"{config.name} acts on the tensor-parallel all-reduce, which one GPU does not have",
-    )  # fmt: skip
+    )
     if config.needs_draft and gpu_models.draft is None:
         pytest.skip(
             f"{config.name} needs a draft: set draft_path next to model_path in [suites.{SUITE}.settings]"

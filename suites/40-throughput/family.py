@@ -106,12 +106,20 @@ class Check:
             return str(stated.get(key, ""))
 
         return cls(
-            testcase=testcase, name=str(stated.get("name", testcase)), figure=text("figure"), kind=text("kind"),
-            bound=text("bound"), threshold=_number(stated.get("threshold", "")), verdict=text("verdict"),
-            source=text("source"), median=text("median"),
-            ci_low=str(stated["ci_low"]) if "ci_low" in stated else None, ci_high=text("ci_high"),
-            remeasures=text("remeasures"), note=text("note"),
-        )  # fmt: skip
+            testcase=testcase,
+            name=str(stated.get("name", testcase)),
+            figure=text("figure"),
+            kind=text("kind"),
+            bound=text("bound"),
+            threshold=_number(stated.get("threshold", "")),
+            verdict=text("verdict"),
+            source=text("source"),
+            median=text("median"),
+            ci_low=str(stated["ci_low"]) if "ci_low" in stated else None,
+            ci_high=text("ci_high"),
+            remeasures=text("remeasures"),
+            note=text("note"),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,9 +150,15 @@ def figure_facts(testcase: str, name: str, stats: Mapping[str, Any]) -> tuple[Fi
         return None, []
     samples = tuple(round(float(x), 4) for x in stats.get("samples", ()))
     return Figure(
-        name=name, median=median, ci_low=_number(stats.get("ci_low", "")), ci_high=_number(stats.get("ci_high", "")),
-        n=str(stats.get("n", "")), cv=_number(stats.get("cv", "")), unit=str(stats.get("unit", "")), samples=samples,
-    ), []  # fmt: skip
+        name=name,
+        median=median,
+        ci_low=_number(stats.get("ci_low", "")),
+        ci_high=_number(stats.get("ci_high", "")),
+        n=str(stats.get("n", "")),
+        cv=_number(stats.get("cv", "")),
+        unit=str(stats.get("unit", "")),
+        samples=samples,
+    ), []
 
 
 # --------------------------------------------------------------------------- format 0
@@ -177,12 +191,19 @@ def legacy(suite: Any) -> ThroughputRecord:
             elif not key.endswith(".samples"):
                 config.append(Setting(testcase=case.name, key=key, value=value))
     figures = [
-        Figure(name=name, median=median, ci_low=_number(s.get("ci_low", "")), ci_high=_number(s.get("ci_high", "")),
-               n=s.get("n", ""), cv=_number(s.get("cv", "")), unit=s.get("unit", ""),
-               samples=_samples(s.get("samples", "")))
+        Figure(
+            name=name,
+            median=median,
+            ci_low=_number(s.get("ci_low", "")),
+            ci_high=_number(s.get("ci_high", "")),
+            n=s.get("n", ""),
+            cv=_number(s.get("cv", "")),
+            unit=s.get("unit", ""),
+            samples=_samples(s.get("samples", "")),
+        )
         for name, s in stats.items()
         if (median := _number(s.get("median", ""))) is not None
-    ]  # fmt: skip
+    ]
     return ThroughputRecord(figures=tuple(figures), checks=tuple(checks), config=tuple(config))
 
 
@@ -230,9 +251,16 @@ def charts(found: Mapping[str, Figure], by_figure: Mapping[str, Sequence[Check]]
                     if (v := c.threshold) is not None
                 ]
                 bars.append(
-                    Bar(label=f"{label} · {series}", value=fig.median, low=fig.ci_low, high=fig.ci_high,
-                        series=series, group=label, marks=tuple(limits))
-                )  # fmt: skip
+                    Bar(
+                        label=f"{label} · {series}",
+                        value=fig.median,
+                        low=fig.ci_low,
+                        high=fig.ci_high,
+                        series=series,
+                        group=label,
+                        marks=tuple(limits),
+                    )
+                )
         if bars:
             out.append(bar_chart(chart, bars, unit=unit))
     return out
@@ -250,9 +278,16 @@ def _figure_rows(
         )
         limits = ", ".join(f"{c.bound} ({c.kind}) {c.verdict}" for c in by_figure.get(name, ()))
         rows.append(
-            (f"<code>{e(name)}</code>", e(f.unit), fmt(f.median), e(interval), e(f.n),
-             fmt(f.cv) if f.cv is not None else "", e(limits))
-        )  # fmt: skip
+            (
+                f"<code>{e(name)}</code>",
+                e(f.unit),
+                fmt(f.median),
+                e(interval),
+                e(f.n),
+                fmt(f.cv) if f.cv is not None else "",
+                e(limits),
+            )
+        )
     return rows
 
 
@@ -263,9 +298,18 @@ def _check_rows(found: Sequence[tuple[Check, Case]]) -> list[tuple[str, ...]]:
     for c, case in found:
         interval = f"{c.ci_low} … {c.ci_high}" if c.ci_low is not None else ""
         rows.append(
-            (f"<code>{e(c.name)}</code>", badge(case.outcome, c.verdict or case.outcome), e(c.kind),
-             e(c.bound), e(c.source), e(c.median), e(interval), e(c.remeasures), e(c.note))
-        )  # fmt: skip
+            (
+                f"<code>{e(c.name)}</code>",
+                badge(case.outcome, c.verdict or case.outcome),
+                e(c.kind),
+                e(c.bound),
+                e(c.source),
+                e(c.median),
+                e(interval),
+                e(c.remeasures),
+                e(c.note),
+            )
+        )
     return rows
 
 

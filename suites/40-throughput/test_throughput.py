@@ -536,9 +536,16 @@ def test_accept_length(rate: float | None, run: Run, check_property: RecordPrope
     check_property("samples", json.dumps([round(x, 4) for x in samples]))
     check_property("verdict", "pass" if found.ok else "fail")
     run.checks.append(
-        {"name": name, "figure": name, "kind": "planted", "bound": f"= {found.expected:.4g} +- {found.tolerance:g}",
-         "verdict": "pass" if found.ok else "fail", "median": found.median, "detail": found.explain()}
-    )  # fmt: skip
+        {
+            "name": name,
+            "figure": name,
+            "kind": "planted",
+            "bound": f"= {found.expected:.4g} +- {found.tolerance:g}",
+            "verdict": "pass" if found.ok else "fail",
+            "median": found.median,
+            "detail": found.explain(),
+        }
+    )
     run.write()
     assert found.ok, found.explain()
 

@@ -396,8 +396,12 @@ def _judge(
     verdict = LibraryVerdict(lib, missing=missing)
     if m := _CPYTHON_TAG.search(lib.path.name):
         verdict.notes.append(f"built for CPython {m.group(1)}.{m.group(2)} (its file name says so)")
-    where = _Scope(providers={id(p) for p in order if p is not lib}, stems={_stem(n): n for n in system_libs},
-                   index=index, platform=platform)  # fmt: skip
+    where = _Scope(
+        providers={id(p) for p in order if p is not lib},
+        stems={_stem(n): n for n in system_libs},
+        index=index,
+        platform=platform,
+    )
     return verdict, _bind(verdict, where)
 
 
@@ -466,9 +470,18 @@ def _trees_under(root: Path) -> list[InstalledComponent]:
     """Every unpacked torch tree one level under `root` (``<tree>/torch-<version>.dist-info``)."""
     if not root.is_dir():
         return []
-    return [InstalledComponent(axis="torch", distribution="torch", version=info.name[len("torch-") : -len(".dist-info")],
-                               filename="", sha256="", source="cache", root=str(info.parent))
-            for info in sorted(root.glob("*/torch-*.dist-info"))]  # fmt: skip
+    return [
+        InstalledComponent(
+            axis="torch",
+            distribution="torch",
+            version=info.name[len("torch-") : -len(".dist-info")],
+            filename="",
+            sha256="",
+            source="cache",
+            root=str(info.parent),
+        )
+        for info in sorted(root.glob("*/torch-*.dist-info"))
+    ]
 
 
 def _version_key(text: str) -> Version:
@@ -485,8 +498,11 @@ def _neighbours(
     trees the artifact cache happens to hold, labelled so."""
     mine = next((c.version for c in cell.components if c.distribution == "torch"), None)
     trees = _torch_trees(cell) if compare is None else [c for c in compare if c.version != mine]
-    have = [comp.version for comp in sorted(trees, key=lambda c: _version_key(c.version))
-            if symbols <= _torch_defines(comp, cache)]  # fmt: skip
+    have = [
+        comp.version
+        for comp in sorted(trees, key=lambda c: _version_key(c.version))
+        if symbols <= _torch_defines(comp, cache)
+    ]
     if compare is not None:
         return _compared(have, trees)
     return f"also cached here: defined in torch {', '.join(have)}" if have else ""

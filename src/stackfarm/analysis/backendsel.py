@@ -59,13 +59,18 @@ def parse_selectors(raw: Mapping[str, Any]) -> tuple[Selector, ...]:
     out = []
     for name, entry in raw.items():
         functions = entry["selector"]
-        out.append(Selector(
-            name, tuple([functions] if isinstance(functions, str) else functions),
-            {str(k): str(v) for k, v in dict(entry.get("admits", {})).items()},
-            tuple(entry.get("sets", ())), {str(v): str(k) for k, v in dict(entry.get("calls", {})).items()},
-            {str(k): str(v) for k, v in dict(entry.get("bind", {})).items()}, bool(entry.get("init", False)),
-            bool(entry.get("per_family", False)),
-        ))  # fmt: skip
+        out.append(
+            Selector(
+                name,
+                tuple([functions] if isinstance(functions, str) else functions),
+                {str(k): str(v) for k, v in dict(entry.get("admits", {})).items()},
+                tuple(entry.get("sets", ())),
+                {str(v): str(k) for k, v in dict(entry.get("calls", {})).items()},
+                {str(k): str(v) for k, v in dict(entry.get("bind", {})).items()},
+                bool(entry.get("init", False)),
+                bool(entry.get("per_family", False)),
+            )
+        )
     return tuple(out)
 
 
@@ -86,13 +91,21 @@ class _Picked:
     families: list[str]
 
 
-def _run(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, family: str | None,
-         instances: Mapping[tuple[str, str], str]) -> tuple[list[Pick], list[str], list[str], bool]:  # fmt: skip
+def _run(
+    tree: SourceTree,
+    selector: Selector,
+    arch: Arch,
+    cuda: str,
+    *,
+    family: str | None,
+    instances: Mapping[tuple[str, str], str],
+) -> tuple[list[Pick], list[str], list[str], bool]:
     """One run of the selector: its picks, the sites of returns known only at run time, the missing steps, and
     whether some path through it ended (was followed to its end)."""
     assume = {"architectures": [family]} if family else None
-    run = SelectionRun(tree, arch, cuda, sets=selector.sets, calls=selector.calls, assume=assume,
-                       instances=instances)  # fmt: skip
+    run = SelectionRun(
+        tree, arch, cuda, sets=selector.sets, calls=selector.calls, assume=assume, instances=instances
+    )
     steps = [f.replace(":", ".", 1) for f in selector.functions]
     ends, missing = run.run_steps(steps, selector.bind, selector.init)
     picks = list(run.picks)
@@ -122,9 +135,16 @@ def _returned(tree: SourceTree, end: End) -> tuple[list[Pick], list[str]]:
     return [Pick(n, end.module, end.line, "returns") for n in sorted(names or ())], unknown
 
 
-def choices(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, families: Sequence[str] = (),
-            roots: Mapping[str, Path] | None = None, instances: Mapping[tuple[str, str], str] | None = None
-            ) -> list[ToolFinding]:  # fmt: skip
+def choices(
+    tree: SourceTree,
+    selector: Selector,
+    arch: Arch,
+    cuda: str,
+    *,
+    families: Sequence[str] = (),
+    roots: Mapping[str, Path] | None = None,
+    instances: Mapping[tuple[str, str], str] | None = None,
+) -> list[ToolFinding]:
     """Every backend `selector` can choose on `arch` (for each of `families` when it is per-family), each
     judged by its declared gate; `roots` maps a distribution to its unpacked wheel (for C++ gates);
     `instances` pins run-time globals to a class (`platform_instances`)."""
@@ -136,21 +156,47 @@ def choices(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, *, fami
             _choice(selector.name, arch, ("", "", 0), "skip", f"cannot evaluate {selector.function}: {exc}")
         ]
     if len(found.missing) == len(selector.functions):
-        return [_choice(selector.name, arch, ("", "", 0), "skip",
-                        f"the release has none of {', '.join(selector.functions)}: its selection is not where "
-                        "this selector looks (unanswered, never a pass)")]  # fmt: skip
+        return [
+            _choice(
+                selector.name,
+                arch,
+                ("", "", 0),
+                "skip",
+                f"the release has none of {', '.join(selector.functions)}: its selection is not where "
+                "this selector looks (unanswered, never a pass)",
+            )
+        ]
     present = [f for f in selector.functions if f not in found.missing]
     selector = replace(selector, functions=tuple(present))
     judged = _judged(tree, selector, arch, cuda, found, families=families, runs=len(runs), roots=roots or {})
     return judged + _unpicked(selector, arch, found)
 
 
-def _judged(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, found: _Found, *,
-            families: Sequence[str], runs: int, roots: Mapping[str, Path]) -> list[ToolFinding]:  # fmt: skip
+def _judged(
+    tree: SourceTree,
+    selector: Selector,
+    arch: Arch,
+    cuda: str,
+    found: _Found,
+    *,
+    families: Sequence[str],
+    runs: int,
+    roots: Mapping[str, Path],
+) -> list[ToolFinding]:
     """Each pick judged by its gate; one picked in only some of the `runs` (one per family) says for which."""
     for_all = not selector.per_family or not families
-    return [_judge(tree, selector, arch, cuda, p, families="" if for_all or len(p.families) == runs else
-                   f" for {', '.join(p.families)}", roots=roots) for _, p in sorted(found.picked.items())]  # fmt: skip
+    return [
+        _judge(
+            tree,
+            selector,
+            arch,
+            cuda,
+            p,
+            families="" if for_all or len(p.families) == runs else f" for {', '.join(p.families)}",
+            roots=roots,
+        )
+        for _, p in sorted(found.picked.items())
+    ]
 
 
 @dataclass
@@ -171,8 +217,15 @@ class _Found:
                 entry.families.append(family)
 
 
-def _run_all(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, runs: Sequence[str | None], *,
-             instances: Mapping[tuple[str, str], str]) -> _Found:  # fmt: skip
+def _run_all(
+    tree: SourceTree,
+    selector: Selector,
+    arch: Arch,
+    cuda: str,
+    runs: Sequence[str | None],
+    *,
+    instances: Mapping[tuple[str, str], str],
+) -> _Found:
     """`_run` for each family (or once), merged; a step counts as missing when no run found it."""
     found = _Found(missing=list(selector.functions))
     for family in runs:
@@ -191,18 +244,39 @@ def _unpicked(selector: Selector, arch: Arch, found: _Found) -> list[ToolFinding
     could be followed."""
     out = []
     if found.unknown:
-        out.append(_choice(f"{selector.name}-unresolved", arch, ("", "", 0), "skip",
-                           f"{selector.function} on {arch}: {'; '.join(found.unknown)}: that choice is undecidable "
-                           "here (unanswered, never a pass)"))  # fmt: skip
+        out.append(
+            _choice(
+                f"{selector.name}-unresolved",
+                arch,
+                ("", "", 0),
+                "skip",
+                f"{selector.function} on {arch}: {'; '.join(found.unknown)}: that choice is undecidable "
+                "here (unanswered, never a pass)",
+            )
+        )
     if found.picked or found.unknown:
         return out
     if selector.calls and found.reached:
-        return [_choice(f"{selector.name}-{backend}", arch, (backend, "", 0), "pass",
-                        f"{selector.function} on {arch}: no path the arch allows calls {dotted} (the "
-                        f"route to {backend!r} is not taken there)")
-                for dotted, backend in sorted(selector.calls.items())]  # fmt: skip
-    return [_choice(selector.name, arch, ("", "", 0), "skip",
-                    f"no choice of {selector.function} could be followed on {arch}")]  # fmt: skip
+        return [
+            _choice(
+                f"{selector.name}-{backend}",
+                arch,
+                (backend, "", 0),
+                "pass",
+                f"{selector.function} on {arch}: no path the arch allows calls {dotted} (the "
+                f"route to {backend!r} is not taken there)",
+            )
+            for dotted, backend in sorted(selector.calls.items())
+        ]
+    return [
+        _choice(
+            selector.name,
+            arch,
+            ("", "", 0),
+            "skip",
+            f"no choice of {selector.function} could be followed on {arch}",
+        )
+    ]
 
 
 def _gate(
@@ -264,8 +338,16 @@ def _coverage_state(judged: Sequence[tuple[str, str]], arch: Arch) -> tuple[str,
     return "unknown", site, f"{site} disagree on {arch} ({', '.join(f'{r}: {v}' for r, v in judged)})"
 
 
-def _judge(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, picked: _Picked, *, families: str,
-           roots: Mapping[str, Path]) -> ToolFinding:  # fmt: skip
+def _judge(
+    tree: SourceTree,
+    selector: Selector,
+    arch: Arch,
+    cuda: str,
+    picked: _Picked,
+    *,
+    families: str,
+    roots: Mapping[str, Path],
+) -> ToolFinding:
     pick = picked.site
     where = _where(tree, pick.module, pick.line)
     file, _, line = where.rpartition(":")
@@ -274,9 +356,14 @@ def _judge(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, picked: 
     picks = f"{selector.function} can choose {pick.backend!r} on {arch}{families} ({where}: {pick.how})"
     gate = selector.admits.get(pick.backend)
     if gate is None:
-        return _choice(name, arch, site, "n/a",
-                       f"{picks}; no gate is declared for {pick.backend!r} in [suites.15-toolchain.settings."
-                       f"selectors.{selector.name}.admits]: not checked")  # fmt: skip
+        return _choice(
+            name,
+            arch,
+            site,
+            "n/a",
+            f"{picks}; no gate is declared for {pick.backend!r} in [suites.15-toolchain.settings."
+            f"selectors.{selector.name}.admits]: not checked",
+        )
     state, gate_site, reason = _gate(tree, gate, arch, cuda, roots)
     if state == "on":
         return _choice(name, arch, site, "pass", f"{picks}, and {gate} admits {arch} ({gate_site}): {reason}")
@@ -284,8 +371,13 @@ def _judge(tree: SourceTree, selector: Selector, arch: Arch, cuda: str, picked: 
         return _choice(
             name, arch, site, "skip", f"{picks}; whether {gate} admits {arch} is undecidable: {reason}"
         )
-    return _choice(name, arch, site, "fail",
-                   f"{picks}, but {gate} does not admit {arch} ({gate_site}: {state}): {reason}")  # fmt: skip
+    return _choice(
+        name,
+        arch,
+        site,
+        "fail",
+        f"{picks}, but {gate} does not admit {arch} ({gate_site}: {state}): {reason}",
+    )
 
 
 def families_of(cell: CellSpec, raw: Mapping[str, Any]) -> list[str]:
@@ -363,8 +455,11 @@ def cell_choices(
 
 
 def _without_tree(cell: CellSpec, selectors: Sequence[Selector]) -> list[ToolFinding]:
-    return [_choice(s.name, parse_target(a), ("", "", 0), "n/a", "the cell has no sglang or flashinfer tree")
-            for s in selectors for a in cell.archs]  # fmt: skip
+    return [
+        _choice(s.name, parse_target(a), ("", "", 0), "n/a", "the cell has no sglang or flashinfer tree")
+        for s in selectors
+        for a in cell.archs
+    ]
 
 
 def _roots(cell: CellSpec) -> dict[str, Path]:

@@ -106,8 +106,16 @@ class _Scan:
                 yield from self._block(stmt.body, (), f"{symbol}.{stmt.name}".lstrip("."), ())
                 continue
             for flag, node in self._switches(stmt):
-                yield AutoSite(self.module, self.rel, node.lineno, symbol or "<module>", flag,
-                               source_text(node, 120), here, local_names)  # fmt: skip
+                yield AutoSite(
+                    self.module,
+                    self.rel,
+                    node.lineno,
+                    symbol or "<module>",
+                    flag,
+                    source_text(node, 120),
+                    here,
+                    local_names,
+                )
             yield from self._branches(stmt, here, symbol, local_names)
             guard = _guard_after(stmt)
             if guard is not None:

@@ -62,9 +62,11 @@ class ModuleFacts:
             "stars": list(self.stars),
             "tables": {k: [t.name, t.line, _enc(t.keys), t.computed] for k, t in self.tables.items()},
             "defs": {k: _enc(v) for k, v in self.defs.items()},
-            "lookups": [[x.line, x.symbol, x.style, _enc(x.key), _enc(x.container), x.text, x.guard]
-                        for x in self.lookups],
-        }  # fmt: skip
+            "lookups": [
+                [x.line, x.symbol, x.style, _enc(x.key), _enc(x.container), x.text, x.guard]
+                for x in self.lookups
+            ],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ModuleFacts:
@@ -74,9 +76,13 @@ class ModuleFacts:
             for ln, sym, style, key, cont, text, guard in data["lookups"]
         )
         return cls(
-            module=data["module"], imports=data["imports"], stars=tuple(data["stars"]), tables=tables,
-            defs={k: _dec(v) for k, v in data["defs"].items()}, lookups=lookups,
-        )  # fmt: skip
+            module=data["module"],
+            imports=data["imports"],
+            stars=tuple(data["stars"]),
+            tables=tables,
+            defs={k: _dec(v) for k, v in data["defs"].items()},
+            lookups=lookups,
+        )
 
 
 def _enc(value: Any) -> Any:
@@ -140,9 +146,13 @@ class _Collector:
     def facts(self, tree: ast.Module) -> ModuleFacts:
         self._block(tree.body, env=None, symbol="<module>", cls=None, guards=())
         return ModuleFacts(
-            module=self.module, imports=self.imports, stars=tuple(self.stars), tables=self.tables,
-            defs=self.defs, lookups=tuple(self.lookups),
-        )  # fmt: skip
+            module=self.module,
+            imports=self.imports,
+            stars=tuple(self.stars),
+            tables=self.tables,
+            defs=self.defs,
+            lookups=tuple(self.lookups),
+        )
 
     # ----------------------------------------------------------------------- names
 
@@ -474,9 +484,16 @@ class _Collector:
             container_text = _text(container_node)
             guard = next((g for g in guards if g in ("*", container_text)), None)
             self.lookups.append(
-                LookupFact(node.lineno, symbol, style, key, container, _text(node),
-                           guard=("except KeyError" if guard == "*" else f"`in {guard}` check") if guard else None)
-            )  # fmt: skip
+                LookupFact(
+                    node.lineno,
+                    symbol,
+                    style,
+                    key,
+                    container,
+                    _text(node),
+                    guard=("except KeyError" if guard == "*" else f"`in {guard}` check") if guard else None,
+                )
+            )
 
 
 def _expressions(stmt: ast.stmt) -> Iterator[ast.expr]:

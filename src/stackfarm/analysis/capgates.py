@@ -188,8 +188,15 @@ def _enabled(tree: SourceTree, gate: str, gpu: Arch, rel: str, on: Sequence[End]
     # every enabling path hangs on a value the evaluator could not resolve: undecidable, not on
     assert on[0].unresolved is not None
     why = describe_unresolved(tree, on[0].unresolved)
-    return GateResult(gate, gpu, "unknown", rel, on[0].unresolved.line, reason=f"{why}; it would be on "
-                      f"if that allowed it: {_end_reason(on[0], tree)}", unresolved=why)  # fmt: skip
+    return GateResult(
+        gate,
+        gpu,
+        "unknown",
+        rel,
+        on[0].unresolved.line,
+        reason=f"{why}; it would be on if that allowed it: {_end_reason(on[0], tree)}",
+        unresolved=why,
+    )
 
 
 def _disabled(tree: SourceTree, gate: str, gpu: Arch, rel: str, ends: Sequence[End]) -> GateResult:
@@ -281,8 +288,15 @@ def _sites_in(module_ast: ast.Module, module: str, rel: str, flags: set[str]) ->
                 continue
             condition = condition_of(child)
             if condition is not None and reads_flag(condition, flags):
-                yield FlagSite(module, rel, condition.lineno, symbol or "<module>", source_text(condition, 120),
-                               condition, local_names)  # fmt: skip
+                yield FlagSite(
+                    module,
+                    rel,
+                    condition.lineno,
+                    symbol or "<module>",
+                    source_text(condition, 120),
+                    condition,
+                    local_names,
+                )
             yield from visit(child, symbol, local_names)
 
     yield from visit(module_ast, "", ())

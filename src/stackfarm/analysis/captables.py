@@ -271,9 +271,14 @@ def _cap_lookup(
     table_module, table = found
     table_path = tree.path_of(table_module)
     return CapLookup(
-        table=table, table_module=table_module, table_path=tree.relative(table_path) if table_path else "",
-        module=module, path=tree.relative(path), lookup=lookup, kind=kind,
-    )  # fmt: skip
+        table=table,
+        table_module=table_module,
+        table_path=tree.relative(table_path) if table_path else "",
+        module=module,
+        path=tree.relative(path),
+        lookup=lookup,
+        kind=kind,
+    )
 
 
 __all__ = [

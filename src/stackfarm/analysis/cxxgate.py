@@ -111,8 +111,14 @@ def _value(node: ast.expr, names: dict[str, int]) -> int | bool | None:  # one c
         left, right = _value(node.left, names), _value(node.comparators[0], names)
         if left is None or right is None:
             return None
-        ops = {ast.Eq: left == right, ast.NotEq: left != right, ast.Lt: left < right,
-               ast.LtE: left <= right, ast.Gt: left > right, ast.GtE: left >= right}  # fmt: skip
+        ops = {
+            ast.Eq: left == right,
+            ast.NotEq: left != right,
+            ast.Lt: left < right,
+            ast.LtE: left <= right,
+            ast.Gt: left > right,
+            ast.GtE: left >= right,
+        }
         return ops.get(type(node.ops[0]))
     return None
 
@@ -124,8 +130,14 @@ def check(header: Path, symbol: str, arch: Arch, include_root: Path) -> CxxGate:
     except OSError as exc:
         return CxxGate("unknown", 0, "", f"cannot read {header}: {exc}")
     sm_vars = set(_SM_VAR.findall(text))
-    start = next((m.end() for m in re.finditer(rf"\b{re.escape(symbol)}\s*\(", text)
-                  if _balanced(text, m.end()) is not None and "{" in text[m.end(): m.end() + 2000]), None)  # fmt: skip
+    start = next(
+        (
+            m.end()
+            for m in re.finditer(rf"\b{re.escape(symbol)}\s*\(", text)
+            if _balanced(text, m.end()) is not None and "{" in text[m.end() : m.end() + 2000]
+        ),
+        None,
+    )
     if start is None:
         return CxxGate("unknown", 0, "", f"{header.name} defines no {symbol}")
     if not sm_vars:

@@ -24,15 +24,61 @@ MODELS = "sglang/srt/models"
 #: torch.nn.Module's own members (torch/nn/modules/module.py), which every model class inherits. `forward` is
 #: not among them: Module's placeholder raises NotImplementedError, so a model must define its own.
 NN_MODULE_MEMBERS = frozenset(
-    {"add_module", "apply", "bfloat16", "buffers", "children", "compile", "cpu", "cuda", "double", "eval",
-     "extra_repr", "float", "get_buffer", "get_extra_state", "get_parameter", "get_submodule", "half", "ipu",
-     "load_state_dict", "modules", "mtia", "named_buffers", "named_children", "named_modules",
-     "named_parameters", "parameters", "register_backward_hook", "register_buffer", "register_forward_hook",
-     "register_forward_pre_hook", "register_full_backward_hook", "register_full_backward_pre_hook",
-     "register_load_state_dict_post_hook", "register_module", "register_parameter", "register_state_dict_pre_hook",
-     "requires_grad_", "set_extra_state", "set_submodule", "share_memory", "state_dict", "to", "to_empty",
-     "train", "training", "type", "xpu", "zero_grad", "__call__", "_modules", "_parameters", "_buffers"}
-)  # fmt: skip
+    {
+        "add_module",
+        "apply",
+        "bfloat16",
+        "buffers",
+        "children",
+        "compile",
+        "cpu",
+        "cuda",
+        "double",
+        "eval",
+        "extra_repr",
+        "float",
+        "get_buffer",
+        "get_extra_state",
+        "get_parameter",
+        "get_submodule",
+        "half",
+        "ipu",
+        "load_state_dict",
+        "modules",
+        "mtia",
+        "named_buffers",
+        "named_children",
+        "named_modules",
+        "named_parameters",
+        "parameters",
+        "register_backward_hook",
+        "register_buffer",
+        "register_forward_hook",
+        "register_forward_pre_hook",
+        "register_full_backward_hook",
+        "register_full_backward_pre_hook",
+        "register_load_state_dict_post_hook",
+        "register_module",
+        "register_parameter",
+        "register_state_dict_pre_hook",
+        "requires_grad_",
+        "set_extra_state",
+        "set_submodule",
+        "share_memory",
+        "state_dict",
+        "to",
+        "to_empty",
+        "train",
+        "training",
+        "type",
+        "xpu",
+        "zero_grad",
+        "__call__",
+        "_modules",
+        "_parameters",
+        "_buffers",
+    }
+)
 _NN_MODULE = ("torch.nn.Module", "torch.nn.modules.module.Module")
 #: What every Python object has.
 OBJECT_MEMBERS = frozenset({"__class__", "__dict__", "__module__", "__doc__", "__init__", "__repr__"})
@@ -351,12 +397,17 @@ def check_class(
         sites = sorted({s for r in contract.for_role(role) for s in r.sites})
         return (
             Finding(
-                model_class=class_name, role=role, method="*", verdict="class-not-in-release",
-                provider_file="", provider_class="", consumer_site="; ".join(sites),
+                model_class=class_name,
+                role=role,
+                method="*",
+                verdict="class-not-in-release",
+                provider_file="",
+                provider_class="",
+                consumer_site="; ".join(sites),
                 detail=f"sglang {contract.version or '?'} has no class {class_name} (nor EntryClass entry) "
                 f"in {MODELS}: it cannot serve as the {role} model in this release",
             ),
-        )  # fmt: skip
+        )
     classes, external = tree.mro(cls)
     subject = _Subject(tree, resolver, class_name, role, cls, tuple(classes), tuple(external))
     return tuple(_judge(subject, req) for req in contract.for_role(role, required_only=not include_optional))

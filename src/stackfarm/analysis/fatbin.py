@@ -152,9 +152,14 @@ def coverage(binary: Binary, gpu: Arch) -> Coverage:
             missing += 1
     verdict: Verdict = "no-code" if missing or not binary.units else "ptx-jit" if ptx else "ok"
     return Coverage(
-        gpu=gpu, verdict=verdict, units=len(binary.units), sass_units=sass, ptx_units=ptx,
-        missing_units=missing if binary.units else 0, ptx_versions=tuple(sorted(isas)),
-    )  # fmt: skip
+        gpu=gpu,
+        verdict=verdict,
+        units=len(binary.units),
+        sass_units=sass,
+        ptx_units=ptx,
+        missing_units=missing if binary.units else 0,
+        ptx_versions=tuple(sorted(isas)),
+    )
 
 
 # --------------------------------------------------------------------------- ELF, the few bits needed

@@ -59,8 +59,12 @@ class Library:
         if self.spread == "every-unit":
             return coverage(self.binary, gpu)
         # any-unit: judge the family as if it were one unit holding every cubin
-        merged = Binary(self.binary.path, self.binary.size, self.binary.container,
-                        (Unit(tuple(c for u in self.binary.units for c in u.codes)),))  # fmt: skip
+        merged = Binary(
+            self.binary.path,
+            self.binary.size,
+            self.binary.container,
+            (Unit(tuple(c for u in self.binary.units for c in u.codes)),),
+        )
         return coverage(merged, gpu)
 
 

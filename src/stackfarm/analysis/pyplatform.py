@@ -51,8 +51,10 @@ _PURE_BUILTINS: dict[str, Callable[..., object]] = {
     )
 }
 #: What a CUDA build of torch has, for ``hasattr(torch, ...)`` / ``hasattr(torch.version, ...)`` checks.
-_TORCH_HAS = {"torch": frozenset({"cuda", "version", "ops", "distributed"}),
-              "torch.version": frozenset({"cuda", "hip", "git_version", "debug", "__version__"})}  # fmt: skip
+_TORCH_HAS = {
+    "torch": frozenset({"cuda", "version", "ops", "distributed"}),
+    "torch.version": frozenset({"cuda", "hip", "git_version", "debug", "__version__"}),
+}
 #: A rule's answer when the call is not one it models.
 _NOT_MINE = object()
 

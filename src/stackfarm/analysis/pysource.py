@@ -136,9 +136,14 @@ class Evaluator(ExpressionEvaluator):
             if not falls:
                 return ends
         ends.append(
-            End("fall", frame.module, body[-1].end_lineno or 0 if body else 0, decision=frame.decision,
-                unresolved=frame.unresolved)
-        )  # fmt: skip
+            End(
+                "fall",
+                frame.module,
+                body[-1].end_lineno or 0 if body else 0,
+                decision=frame.decision,
+                unresolved=frame.unresolved,
+            )
+        )
         return ends
 
     def _branch(
@@ -146,9 +151,12 @@ class Evaluator(ExpressionEvaluator):
     ) -> tuple[list[End], Frame]:
         # each branch gets its own copies of lists / sets / dicts, since statements like `x.add(v)` change them
         sub = Frame(
-            frame.module, {k: copy_value(v) for k, v in frame.env.items()}, frame.decision, frame.self_obj,
+            frame.module,
+            {k: copy_value(v) for k, v in frame.env.items()},
+            frame.decision,
+            frame.self_obj,
             frame.unresolved or unresolved,
-        )  # fmt: skip
+        )
         if frame.self_obj is not None:
             # branches may set different attributes on self: give each its own copy, merged afterwards
             sub.self_obj = Instance(
@@ -223,16 +231,32 @@ class Evaluator(ExpressionEvaluator):
 
     def _exec_raise(self, stmt: ast.Raise, frame: Frame) -> list[End]:
         text = node_text(stmt.exc) if stmt.exc is not None else "re-raise"
-        return [End("raise", frame.module, stmt.lineno, detail=text, decision=frame.decision,
-                    unresolved=frame.unresolved)]  # fmt: skip
+        return [
+            End(
+                "raise",
+                frame.module,
+                stmt.lineno,
+                detail=text,
+                decision=frame.decision,
+                unresolved=frame.unresolved,
+            )
+        ]
 
     def _exec_assert(self, stmt: ast.Assert, frame: Frame) -> list[End]:
         mark = len(self.unresolved)
         test = self._decide(frame, stmt.test)
         if test is False:
             detail = f"AssertionError: {node_text(stmt.test)}"
-            return [End("raise", frame.module, stmt.lineno, detail=detail, decision=frame.decision,
-                        unresolved=frame.unresolved)]  # fmt: skip
+            return [
+                End(
+                    "raise",
+                    frame.module,
+                    stmt.lineno,
+                    detail=detail,
+                    decision=frame.decision,
+                    unresolved=frame.unresolved,
+                )
+            ]
         if test is UNKNOWN and len(self.unresolved) > mark and frame.unresolved is None:
             frame.unresolved = self.unresolved[mark]  # getting past it depends on an unresolved value
         return self._fall(stmt, frame)
@@ -358,8 +382,16 @@ class Evaluator(ExpressionEvaluator):
             ):
                 frame.self_obj.attrs[node.attr] = UNKNOWN
             elif isinstance(node, ast.Return):
-                ends.append(End("return", frame.module, node.lineno, UNKNOWN, decision=frame.decision,
-                                unresolved=frame.unresolved))  # fmt: skip
+                ends.append(
+                    End(
+                        "return",
+                        frame.module,
+                        node.lineno,
+                        UNKNOWN,
+                        decision=frame.decision,
+                        unresolved=frame.unresolved,
+                    )
+                )
         for changed in _mutated(stmt):  # containers changed in the loop are unknown after it
             self._bind(changed, UNKNOWN, frame)
         return [*ends, End("fall", frame.module, stmt.lineno)]
@@ -474,8 +506,15 @@ def _crash_end(crash: Crash, stmt: ast.stmt, frame: Frame) -> End:
     inside = crash.module == frame.module and stmt.lineno <= crash.line <= (stmt.end_lineno or 0)
     if not inside:  # raised in a called function: remember where we called it
         via = (*via, (frame.module, stmt.lineno))
-    return End(kind, crash.module, crash.line, detail=str(crash), decision=decision, via=via,
-               unresolved=frame.unresolved)  # fmt: skip
+    return End(
+        kind,
+        crash.module,
+        crash.line,
+        detail=str(crash),
+        decision=decision,
+        via=via,
+        unresolved=frame.unresolved,
+    )
 
 
 @dataclass(frozen=True)

@@ -240,9 +240,24 @@ BIN_OPS: dict[type[ast.operator], Callable[[object, object], object]] = {
 
 #: Methods of known str / tuple / list / dict values that are pure.
 PURE_METHODS = frozenset(
-    {"split", "startswith", "endswith", "lower", "upper", "strip", "get", "keys", "values", "items", "join",
-     "replace", "count", "index", "format"}
-)  # fmt: skip
+    {
+        "split",
+        "startswith",
+        "endswith",
+        "lower",
+        "upper",
+        "strip",
+        "get",
+        "keys",
+        "values",
+        "items",
+        "join",
+        "replace",
+        "count",
+        "index",
+        "format",
+    }
+)
 CAUGHT_BY = {
     "KeyError": {"KeyError", "LookupError", "Exception", "BaseException"},
     "AssertionError": {"AssertionError", "Exception", "BaseException"},
@@ -390,11 +405,17 @@ def call_result(ends: Sequence[End]) -> object:
             first = failing[0]
             kind, _, detail = first.detail.partition(": ")
             crash = (
-                Crash(exception_name(first.detail), first.detail, first.module, first.line, first.detail,
-                      deliberate=True)
+                Crash(
+                    exception_name(first.detail),
+                    first.detail,
+                    first.module,
+                    first.line,
+                    first.detail,
+                    deliberate=True,
+                )
                 if first.kind == "raise"
                 else Crash(kind, detail, first.module, first.line, first.detail)
-            )  # fmt: skip
+            )
             crash.decision = first.decision
             crash.via = first.via
             raise crash

@@ -113,8 +113,13 @@ def _definitions(module: ast.Module, names: tuple[str, ...]) -> list[ast.Functio
 
 def _method_lines(keep: Sequence[ast.stmt]) -> dict[str, int]:
     """``Class.method`` -> line, for the methods of the classes kept."""
-    return {f"{c.name}.{m.name}": m.lineno for c in keep if isinstance(c, ast.ClassDef) for m in c.body
-            if isinstance(m, ast.FunctionDef)}  # fmt: skip
+    return {
+        f"{c.name}.{m.name}": m.lineno
+        for c in keep
+        if isinstance(c, ast.ClassDef)
+        for m in c.body
+        if isinstance(m, ast.FunctionDef)
+    }
 
 
 def _globals(path: Path, namespace: Mapping[str, object]) -> dict[str, Any]:

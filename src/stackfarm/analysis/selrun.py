@@ -101,8 +101,13 @@ class SelectionRun(Evaluator):
     def _eval(self, node: ast.expr, frame: Frame) -> object:
         if self.calls and isinstance(node, ast.Call):
             func = self._deref(self._eval(node.func, frame))
-            dotted = (f"{func.module}.{func.qualname}" if isinstance(func, Function)
-                      else func.dotted if isinstance(func, External) else "")  # fmt: skip
+            dotted = (
+                f"{func.module}.{func.qualname}"
+                if isinstance(func, Function)
+                else func.dotted
+                if isinstance(func, External)
+                else ""
+            )
             if dotted in self.calls:
                 self.picks.append(Pick(self.calls[dotted], frame.module, node.lineno, f"calls {dotted}"))
                 return UNKNOWN  # the kernel entry itself is what the admitting gate judges
@@ -160,8 +165,14 @@ class SelectionRun(Evaluator):
         parsed = self.tree.module(module)
         body: list[ast.stmt] = list(parsed.body) if parsed is not None else []
         for attr in attrs:
-            node = next((n for n in body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
-                         and n.name == attr), None)  # fmt: skip
+            node = next(
+                (
+                    n
+                    for n in body
+                    if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and n.name == attr
+                ),
+                None,
+            )
             if node is None:
                 return False
             body = list(node.body) if isinstance(node, ast.ClassDef) else []

@@ -96,9 +96,14 @@ class BackendOptions:
 def realised(comp: Component, art: Artifact, root: Path | str) -> InstalledComponent:
     """A component realised from its wheel, its files under `root` (what a backend's `realise` returns)."""
     return InstalledComponent(
-        axis=comp.axis, distribution=comp.distribution, version=comp.version, filename=art.filename,
-        sha256=art.sha256, source=art.source, root=str(root),
-    )  # fmt: skip
+        axis=comp.axis,
+        distribution=comp.distribution,
+        version=comp.version,
+        filename=art.filename,
+        sha256=art.sha256,
+        source=art.source,
+        root=str(root),
+    )
 
 
 class Backend(Protocol):

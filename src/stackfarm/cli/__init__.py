@@ -22,11 +22,12 @@ from . import bench, bisect, cache, emit, gha, patches, qualify, rayrun, runs, t
 
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
-        prog="stackfarm", description="Version-matrix build system and compatibility test farm for "
+        prog="stackfarm",
+        description="Version-matrix build system and compatibility test farm for "
         "CUDA x torch x sgl-kernel x flashinfer x SGLang.",
         epilog="exit codes: 0 every cell passed, 1 a cell failed, 2 configuration error, 3 incomplete "
         "(nothing failed; skips), 4 environment error (index unreachable, engine down), 130 interrupted",
-    )  # fmt: skip
+    )
     top.add_argument("--version", action="version", version=f"stackfarm {__version__}")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (runs, patches, qualify, gha, emit, bisect, bench, cache, thresholds, upgrade):

@@ -128,8 +128,18 @@ def _nox_vs_stackfarm(
                 f"skipped: {root} has no noxfile.py (stackfarm is installed, not checked out)",
             )
         ]
-    where = ["--matrix", str(matrix.resolve()), "--reports", str(reports), "--backend", "local",
-             "--cells", cell, "--suites", README_SUITES]  # fmt: skip
+    where = [
+        "--matrix",
+        str(matrix.resolve()),
+        "--reports",
+        str(reports),
+        "--backend",
+        "local",
+        "--cells",
+        cell,
+        "--suites",
+        README_SUITES,
+    ]
     commands = {
         "nox": [nox, "-s", "matrix", "--", *where],
         "stackfarm": [sys.executable, "-m", "stackfarm", "run", *where],
@@ -143,12 +153,18 @@ def _nox_vs_stackfarm(
     direct, via_nox = min(times["stackfarm"]), min(times["nox"])
     median = statistics.median
     return [
-        (f"warm no-op: stackfarm run --cells {cell} --suites '{README_SUITES}' (min of {repeats})", direct,
-         f"median {median(times['stackfarm']):.3f} s"),
-        (f"warm no-op: nox -s matrix -- the same (min of {repeats}, nox {nox})", via_nox,
-         f"{via_nox / direct:.2f}x stackfarm run (target <= {NOX_RATIO_TARGET}; "
-         f"median {median(times['nox']):.3f} s, {median(times['nox']) / median(times['stackfarm']):.2f}x)"),
-    ]  # fmt: skip
+        (
+            f"warm no-op: stackfarm run --cells {cell} --suites '{README_SUITES}' (min of {repeats})",
+            direct,
+            f"median {median(times['stackfarm']):.3f} s",
+        ),
+        (
+            f"warm no-op: nox -s matrix -- the same (min of {repeats}, nox {nox})",
+            via_nox,
+            f"{via_nox / direct:.2f}x stackfarm run (target <= {NOX_RATIO_TARGET}; "
+            f"median {median(times['nox']):.3f} s, {median(times['nox']) / median(times['stackfarm']):.2f}x)",
+        ),
+    ]
 
 
 def _store_server() -> tuple[str | None, str]:
@@ -180,8 +196,20 @@ def _two_runners(
     where = f"{url}/bench-{uuid.uuid4().hex[:12]}"  # a fresh store: runner 2 can only reuse runner 1's push
 
     def runner(reports: Path, *more: str) -> list[str]:
-        return ["run", "--matrix", str(matrix), "--reports", str(reports), "--backend", "local",
-                "--cells", cell, "--store", where, *more]  # fmt: skip
+        return [
+            "run",
+            "--matrix",
+            str(matrix),
+            "--reports",
+            str(reports),
+            "--backend",
+            "local",
+            "--cells",
+            cell,
+            "--store",
+            where,
+            *more,
+        ]
 
     # Each runner signs with a key of its own; runner 2 trusts runner 1's public key (stackfarm.storekeys).
     key1, pub1, _ = attest.generate(tmp / "runner1-key")

@@ -32,13 +32,24 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("bisect", help="find the axis and the first release that turned a good cell bad")
     p.add_argument("--good", default=None, help="a cell id that passes (of the plan, or stored in --reports)")
     p.add_argument("--bad", default=None, help="a cell id that fails")
-    p.add_argument("--twins", action="store_true",
-                   help="instead: each failed cell of --reports with the passing one-axis twins it has")  # fmt: skip
+    p.add_argument(
+        "--twins",
+        action="store_true",
+        help="instead: each failed cell of --reports with the passing one-axis twins it has",
+    )
     p.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
-    p.add_argument("--reports", type=Path, default=Path("reports"),
-                   help="where the cells' reports go; verdicts stored there are reused")  # fmt: skip
-    p.add_argument("--backend", choices=("auto", *NAMES), default="auto",
-                   help="how cells are realised (not host: a bisection builds cells)")  # fmt: skip
+    p.add_argument(
+        "--reports",
+        type=Path,
+        default=Path("reports"),
+        help="where the cells' reports go; verdicts stored there are reused",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("auto", *NAMES),
+        default="auto",
+        help="how cells are realised (not host: a bisection builds cells)",
+    )
     p.add_argument("--refresh", action="store_true", help="ask the indexes again")
     p.set_defaults(func=cmd_bisect)
 
@@ -84,9 +95,11 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     cache = Cache()
     resolver = Resolver(matrix, cache, refresh=args.refresh)
     backend = get_backend(
-        choose_backend(args.backend, console), cache, docker=matrix.docker,
+        choose_backend(args.backend, console),
+        cache,
+        docker=matrix.docker,
         index_url=matrix.indexes[matrix.default_index].url,
-    )  # fmt: skip
+    )
     if isinstance(backend, LocalBackend):
         backend.check_suites([s.name for s in matrix.suites])
     good = _values("good", args.good, matrix, resolver, args.reports)

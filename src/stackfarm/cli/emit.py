@@ -25,22 +25,27 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     p.add_argument("engine", choices=("gha", "buildkite", "k8s"))
     p.add_argument("--plan", default="-", help="`stackfarm plan --json` output (a file, or - for stdin)")
     p.add_argument(
-        "--chunk", type=whole(1, 100), default=None,
+        "--chunk",
+        type=whole(1, 100),
+        default=None,
         help="cells per chunk (default: the engine's limit, 256 jobs per matrix / 500 steps per upload, "
         "a docker plan's cell taking two there: its build step and its test step)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--matrix", type=Path, default=Path("matrix.toml"),
+        "--matrix",
+        type=Path,
+        default=Path("matrix.toml"),
         help="places cells the plan gives no runner kind (plans of an older `plan --json`)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--part", type=whole(1, 2), default=1, help="buildkite: which upload of a chunked plan (1..N)"
     )
     p.add_argument(
-        "--image", default=None,
+        "--image",
+        default=None,
         help="buildkite, k8s: the worker image (docker/worker.Dockerfile) the steps or pods run in "
         f"(default: buildkite {buildkite.DEFAULT_IMAGE}, k8s {k8s.DEFAULT_IMAGE})",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--parallelism", type=whole(1, 8), default=None, help="k8s: pods at once per Job (default: all)"
     )
@@ -85,9 +90,11 @@ def cmd_emit(args: argparse.Namespace) -> int:
         )
     elif args.engine == "buildkite":
         parts = buildkite.pipelines(
-            doc, chunk=args.chunk, plan="plan.json" if args.plan == "-" else args.plan,
+            doc,
+            chunk=args.chunk,
+            plan="plan.json" if args.plan == "-" else args.plan,
             image=args.image or buildkite.DEFAULT_IMAGE,
-        )  # fmt: skip
+        )
         if not 1 <= args.part <= len(parts):
             raise EmitError(f"--part {args.part}: the plan makes {len(parts)} part(s)")
         text = yamltext.dump(parts[args.part - 1])
@@ -96,11 +103,16 @@ def cmd_emit(args: argparse.Namespace) -> int:
     else:
         text = yamltext.dump_all(
             k8s.manifests(
-                doc, chunk=args.chunk, image=args.image or k8s.DEFAULT_IMAGE, parallelism=args.parallelism,
-                namespace=args.namespace, reports_claim=args.reports_claim, cache_claim=args.cache_claim,
+                doc,
+                chunk=args.chunk,
+                image=args.image or k8s.DEFAULT_IMAGE,
+                parallelism=args.parallelism,
+                namespace=args.namespace,
+                reports_claim=args.reports_claim,
+                cache_claim=args.cache_claim,
                 cache_size=args.cache_size,
             )
-        )  # fmt: skip
+        )
     sys.stdout.write(text)
     return int(ExitCode.OK)
 

@@ -27,13 +27,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p_matrix.add_argument(
         "--matrix", type=Path, default=None, help="the plan's matrix (default: the one the plan names)"
     )
-    p_matrix.add_argument("--github-output", type=Path, default=None,
-                          help="also append matrix=<json> and count=<n> to this file ($GITHUB_OUTPUT)")  # fmt: skip
     p_matrix.add_argument(
-        "--chunks", type=whole(1, 1), default=None,
+        "--github-output",
+        type=Path,
+        default=None,
+        help="also append matrix=<json> and count=<n> to this file ($GITHUB_OUTPUT)",
+    )
+    p_matrix.add_argument(
+        "--chunks",
+        type=whole(1, 1),
+        default=None,
         help="the cells without a stored verdict, longest first, as this many matrices matrix_1..K "
         "(count_1..K), each of at most --chunk cells (a workflow of `stackfarm emit gha`)",
-    )  # fmt: skip
+    )
     p_matrix.add_argument("--chunk", type=whole(1, 256), default=256, help="with --chunks: cells per matrix")
     p_matrix.set_defaults(func=cmd_matrix)
     p_annotate = verbs.add_parser("annotate", help="the reports as GitHub annotations (exit 1 on an error)")

@@ -60,17 +60,27 @@ def rows(
     what was left out)."""
     limit = None if every else SHOWN
     kinds: list[tuple[str, str, int, list[tuple[str, str]]]] = [
-        ("cells to run", "run", len(p.cells),
-         [(c.id, _run_detail(c, unreachable, drivers)) for c in p.cells[:limit]]),
-        ("conflicts", "conflict", len(p.conflicts),
-         [(c.cell.id, "; ".join(c.problems)) for c in p.conflicts[:limit]]),
+        (
+            "cells to run",
+            "run",
+            len(p.cells),
+            [(c.id, _run_detail(c, unreachable, drivers)) for c in p.cells[:limit]],
+        ),
+        (
+            "conflicts",
+            "conflict",
+            len(p.conflicts),
+            [(c.cell.id, "; ".join(c.problems)) for c in p.conflicts[:limit]],
+        ),
         ("excluded cells", "excluded", len(p.excluded), [(e.cell.id, e.reason) for e in p.excluded[:limit]]),
-    ]  # fmt: skip
+    ]
     out: list[tuple[str, str, str]] = []
     for name, status, total, shown in kinds:
         # A cell no runner kind's driver can run is never dispatched: a status of its own.
-        out += [(cell, "unrunnable" if status == "run" and cell in drivers else status, detail)
-                for cell, detail in shown]  # fmt: skip
+        out += [
+            (cell, "unrunnable" if status == "run" and cell in drivers else status, detail)
+            for cell, detail in shown
+        ]
         if total > len(shown):
             out.append(("", "…", f"{total - len(shown):,} more {name} not shown (`plan --all` lists them)"))
     return out

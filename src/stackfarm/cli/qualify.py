@@ -25,25 +25,51 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "qualify", help="sign a cell off as a release, --verify a record, or --keygen a key pair"
     )
     p.add_argument("--cell", help="the cell id to qualify")
-    p.add_argument("--release",
-                   help="the release name (the record's file name); with --verify, the release the record must be")  # fmt: skip
+    p.add_argument(
+        "--release",
+        help="the release name (the record's file name); with --verify, the release the record must be",
+    )
     p.add_argument("--approver", help="who signs off")
-    p.add_argument("--reports", type=Path, default=None,
-                   help="the reports folder (reports/; for --verify, the folder above the record's qualifications/)")  # fmt: skip
+    p.add_argument(
+        "--reports",
+        type=Path,
+        default=None,
+        help="the reports folder (reports/; for --verify, the folder above the record's qualifications/)",
+    )
     p.add_argument("--matrix", type=Path, default=None, help="the matrix file (matrix.toml)")
-    p.add_argument("--backend", choices=NAMES, default="local",
-                   help="the backend the run used (it is one of the inputs)")  # fmt: skip
-    p.add_argument("--allow-skip", action="append", default=[], metavar="GLOB",
-                   help="accept skipped testcases matching SUITE::TESTCASE glob (recorded as not verified)")  # fmt: skip
+    p.add_argument(
+        "--backend", choices=NAMES, default="local", help="the backend the run used (it is one of the inputs)"
+    )
+    p.add_argument(
+        "--allow-skip",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="accept skipped testcases matching SUITE::TESTCASE glob (recorded as not verified)",
+    )
     p.add_argument("--replace", action="store_true", help="overwrite an existing record of this release")
-    p.add_argument("--key", type=Path, metavar="PEM",
-                   help=f"the Ed25519 private key to sign with (default: ${SIGNING_KEY_ENV})")  # fmt: skip
+    p.add_argument(
+        "--key",
+        type=Path,
+        metavar="PEM",
+        help=f"the Ed25519 private key to sign with (default: ${SIGNING_KEY_ENV})",
+    )
     p.add_argument("--verify", type=Path, metavar="RECORD", help="check a record against a fresh plan")
-    p.add_argument("--public-key", type=Path, action="append", default=[], metavar="PEM",
-                   help=f"a trusted public key (or a folder of them) for --verify; repeatable "
-                   f"(default: ${TRUSTED_KEYS_ENV})")  # fmt: skip
-    p.add_argument("--keygen", type=Path, metavar="DIR",
-                   help=f"write a new key pair: DIR/{PRIVATE_NAME} (0600) and DIR/{PUBLIC_NAME}")  # fmt: skip
+    p.add_argument(
+        "--public-key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PEM",
+        help=f"a trusted public key (or a folder of them) for --verify; repeatable "
+        f"(default: ${TRUSTED_KEYS_ENV})",
+    )
+    p.add_argument(
+        "--keygen",
+        type=Path,
+        metavar="DIR",
+        help=f"write a new key pair: DIR/{PRIVATE_NAME} (0600) and DIR/{PUBLIC_NAME}",
+    )
     p.set_defaults(func=run)
 
 

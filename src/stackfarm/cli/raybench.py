@@ -52,8 +52,14 @@ def _fakestack(root: Path) -> Iterator[ModuleType]:
 def _stacks(fakestack: ModuleType) -> list[dict[str, str]]:
     """Six cells of the fake index: two CUDAs x three SGLang releases (0.5.9.post1 is written for this)."""
     old, new, cu130 = dict(fakestack.OLD), dict(fakestack.NEW), dict(fakestack.CU130)
-    return [old, new, {**old, "sglang": "0.5.9.post1"}, cu130,
-            {**new, "cuda": "13.0", "torch": "2.9.1+cu130"}, {**cu130, "sglang": "0.5.9.post1"}]  # fmt: skip
+    return [
+        old,
+        new,
+        {**old, "sglang": "0.5.9.post1"},
+        cu130,
+        {**new, "cuda": "13.0", "torch": "2.9.1+cu130"},
+        {**cu130, "sglang": "0.5.9.post1"},
+    ]
 
 
 #: `stackfarm ARGV` timed, its output discarded: (wall seconds, exit code).
@@ -70,8 +76,9 @@ def _on_cluster(timed: Timed, nodes: int, argv: list[str], store: str) -> tuple[
     try:
         for index in range(nodes):
             extra: dict[str, Any] = {"include_dashboard": False} if index == 0 else {}
-            cluster.add_node(num_cpus=1, num_gpus=1, resources=resources, object_store_memory=80 * 1024**2,
-                             **extra)  # fmt: skip
+            cluster.add_node(
+                num_cpus=1, num_gpus=1, resources=resources, object_store_memory=80 * 1024**2, **extra
+            )
         cluster.wait_for_nodes()
         started = time.perf_counter() - start
         seconds, code = timed([*argv, "--executor", f"ray:{cluster.address}", "--store", f"{store}-{nodes}"])
@@ -115,11 +122,17 @@ def two_nodes_vs_one(timed: Timed, store: str | None, why: str, root: Path) -> l
         one, code1, start1 = _on_cluster(timed, 1, argv, base)
         two, code2, start2 = _on_cluster(timed, 2, argv, base)
     return [
-        (f"ray: {CELLS} fake cells ({SECONDS:.0f} s suite each), 1 node x 1 GPU", one,
-         f"exit {code1}; cluster start {start1:.1f} s, not counted"),
-        ("ray: the same plan, 2 nodes x 1 GPU", two,
-         f"exit {code2}; 1-node / 2-node = {one / two:.2f}x (ideal 2x); cluster start {start2:.1f} s"),
-    ]  # fmt: skip
+        (
+            f"ray: {CELLS} fake cells ({SECONDS:.0f} s suite each), 1 node x 1 GPU",
+            one,
+            f"exit {code1}; cluster start {start1:.1f} s, not counted",
+        ),
+        (
+            "ray: the same plan, 2 nodes x 1 GPU",
+            two,
+            f"exit {code2}; 1-node / 2-node = {one / two:.2f}x (ideal 2x); cluster start {start2:.1f} s",
+        ),
+    ]
 
 
 __all__ = ["CELLS", "SECONDS", "two_nodes_vs_one"]

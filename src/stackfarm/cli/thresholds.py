@@ -19,9 +19,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="derive a [thresholds.<kind>] table from throughput.json records (only stable figures get bounds)",
     )
     p.add_argument(
-        "--from", dest="records", type=Path, action="append", required=True, metavar="RECORD",
+        "--from",
+        dest="records",
+        type=Path,
+        action="append",
+        required=True,
+        metavar="RECORD",
         help="a run's throughput.json (or its reports/<cell> folder); give two or more to require agreement",
-    )  # fmt: skip
+    )
     p.add_argument("--matrix", type=Path, default=Path("matrix.toml"), help="whose table's keys come first")
     p.add_argument("--max-cv", type=float, default=derive.MAX_CV, help="a figure above this CV gets no bound")
     p.add_argument(

@@ -36,14 +36,22 @@ PROOF = "matrix-upgrade.toml"
 
 
 def register(sub: _Sub[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("plan-upgrade", help="walk the newer SGLang releases from a cell: blockers, patches, "
-                       "the release to move to and the cells that prove it", description=__doc__.split("\n\n")[0])  # fmt: skip
+    p = sub.add_parser(
+        "plan-upgrade",
+        help="walk the newer SGLang releases from a cell: blockers, patches, "
+        "the release to move to and the cells that prove it",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument(
         "--from", dest="start", required=True, help="the cell that runs today (of the plan, or stored)"
     )
     p.add_argument("--matrix", type=Path, default=Path("matrix.toml"))
-    p.add_argument("--reports", type=Path, default=Path("reports"),
-                   help="stored verdicts are looked up here; the plan goes to REPORTS/upgrade/")  # fmt: skip
+    p.add_argument(
+        "--reports",
+        type=Path,
+        default=Path("reports"),
+        help="stored verdicts are looked up here; the plan goes to REPORTS/upgrade/",
+    )
     p.add_argument("--arch", default=None, help="the server's GPU arch (default: its runner's, e.g. sm_120)")
     p.add_argument("--driver", default=None, help="the server's NVIDIA driver, e.g. 570.86.15")
     p.add_argument(
@@ -58,11 +66,15 @@ def register(sub: _Sub[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--to", default=None, help="the newest sglang release to look at")
     p.add_argument("--strict", action="store_true", help="a failure the start cell has too blocks as well")
-    p.add_argument("--no-flashinfer-sources", action="store_true",
-                   help="judge SGLang's sources only (flashinfer-python's JIT gates are not read)")  # fmt: skip
+    p.add_argument(
+        "--no-flashinfer-sources",
+        action="store_true",
+        help="judge SGLang's sources only (flashinfer-python's JIT gates are not read)",
+    )
     p.add_argument("--jobs", type=int, default=0, help="parallel analyses (default: one per core)")
-    p.add_argument("--write-matrix", type=Path, default=None,
-                   help=f"the proof matrix (default: {PROOF} beside --matrix)")  # fmt: skip
+    p.add_argument(
+        "--write-matrix", type=Path, default=None, help=f"the proof matrix (default: {PROOF} beside --matrix)"
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON instead of the table")
     p.add_argument("--refresh", action="store_true", help="ask the indexes again")
     p.set_defaults(func=cmd_plan_upgrade)
@@ -79,8 +91,12 @@ def start_values(matrix: Matrix, resolver: Resolver, reports: Path, cell: str) -
     if path.is_file():
         return dict(verdict.read(path).report.values)
     hint = did_you_mean(cell, [c.id for c in every])
-    raise UsageError("--from", f"{cell!r} is neither in the plan of {matrix.path} nor stored in {reports}/"
-                     + (f"; {hint}" if hint else ""), fix="give a cell id that `stackfarm plan` lists")  # fmt: skip
+    raise UsageError(
+        "--from",
+        f"{cell!r} is neither in the plan of {matrix.path} nor stored in {reports}/"
+        + (f"; {hint}" if hint else ""),
+        fix="give a cell id that `stackfarm plan` lists",
+    )
 
 
 def _models(matrix: Matrix, names: list[str] | None) -> tuple[Model, ...]:
@@ -91,8 +107,11 @@ def _models(matrix: Matrix, names: list[str] | None) -> tuple[Model, ...]:
     for name in names:
         if name not in known:
             hint = did_you_mean(name, known)
-            raise UsageError("--model", f"no [[models]] entry {name!r} in {matrix.path}" + (f"; {hint}" if hint else ""),
-                             fix=f"use one of {', '.join(known) or '(none: add a [[models]] table)'}")  # fmt: skip
+            raise UsageError(
+                "--model",
+                f"no [[models]] entry {name!r} in {matrix.path}" + (f"; {hint}" if hint else ""),
+                fix=f"use one of {', '.join(known) or '(none: add a [[models]] table)'}",
+            )
         out.append(known[name])
     return tuple(out)
 
@@ -104,8 +123,11 @@ def patch_sets(matrix: Matrix, folder: Path | None, start: str) -> tuple[PatchSe
         return matrix.patch_sets
     if not folder.is_dir():
         raise UsageError("--patches", f"{folder} is not a folder", fix="pass the folder holding <set>/series")
-    sets = [ps.__class__(name=ps.name, applies_to=ps.applies_to, path=folder / ps.name, optional=ps.optional)
-            for ps in matrix.patch_sets if (folder / ps.name / "series").is_file()]  # fmt: skip
+    sets = [
+        ps.__class__(name=ps.name, applies_to=ps.applies_to, path=folder / ps.name, optional=ps.optional)
+        for ps in matrix.patch_sets
+        if (folder / ps.name / "series").is_file()
+    ]
     named = {ps.name for ps in sets}
     for path in sorted(folder.iterdir()):
         if (path / "series").is_file() and path.name not in named:
@@ -136,12 +158,19 @@ def options(args: argparse.Namespace, matrix: Matrix, start: Mapping[str, str], 
     if gpus < 1:
         raise UsageError("--gpus", f"{gpus} GPUs", fix="a whole number >= 1")
     return Options(
-        arch=arch, reference=matrix.reference_arch, gpus=gpus, strict=args.strict, jobs=args.jobs,
+        arch=arch,
+        reference=matrix.reference_arch,
+        gpus=gpus,
+        strict=args.strict,
+        jobs=args.jobs,
         driver=args.driver or (runner.driver if runner is not None else None),
         forward_compat=args.forward_compat or bool(runner is not None and runner.forward_compat),
-        models=_models(matrix, args.model), sets=patch_sets(matrix, args.patches, start["sglang"]), to=args.to,
-        flashinfer_sources=not args.no_flashinfer_sources, reports=args.reports,
-    )  # fmt: skip
+        models=_models(matrix, args.model),
+        sets=patch_sets(matrix, args.patches, start["sglang"]),
+        to=args.to,
+        flashinfer_sources=not args.no_flashinfer_sources,
+        reports=args.reports,
+    )
 
 
 def exit_code(plan: UpgradePlan) -> ExitCode:

@@ -53,8 +53,14 @@ def place(doc: Mapping[str, Any], runners: Sequence[Runner]) -> dict[str, Any]:
         found = route(str(cell["id"]), str((cell.get("values") or {}).get("cuda", "")), runners)
         if found.status == "unrouted":
             raise EmitError(f"cell {cell['id']} matches no [runners.*] cells glob: it would never run")
-        cells.append({**cell, **runner_fields(found.runner), "status": found.status,
-                      "unrunnable": found.reason or None})  # fmt: skip
+        cells.append(
+            {
+                **cell,
+                **runner_fields(found.runner),
+                "status": found.status,
+                "unrunnable": found.reason or None,
+            }
+        )
     return {**doc, "cells": cells}
 
 
@@ -99,9 +105,13 @@ def basis_args(doc: Mapping[str, Any]) -> list[str]:
 
 
 def worker_argv(
-    doc: Mapping[str, Any], plan: str, *, cell: str | None = None, index: str | None = None,
+    doc: Mapping[str, Any],
+    plan: str,
+    *,
+    cell: str | None = None,
+    index: str | None = None,
     reports: str | None = None,
-) -> list[str]:  # fmt: skip
+) -> list[str]:
     """One worker's command line: `stackfarm run` of one cell of the plan (by id or by index), with the plan's
     matrix, hash basis and store, so that its verdict is the one the merge looks for."""
     if (cell is None) == (index is None):

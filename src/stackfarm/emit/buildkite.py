@@ -192,9 +192,14 @@ def image_step(image: str) -> dict[str, Any]:
 
 
 def _groups(
-    doc: Mapping[str, Any], part: Sequence[CellDoc], where: tuple[int, int], taken: set[str], *, image: str,
+    doc: Mapping[str, Any],
+    part: Sequence[CellDoc],
+    where: tuple[int, int],
+    taken: set[str],
+    *,
+    image: str,
     plan: str,
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for cell in part:
         steps = by_kind.setdefault(str(cell["runner"]), [])
@@ -214,22 +219,47 @@ def _merge_steps(doc: Mapping[str, Any], image: str, plan: str, *, ran: bool) ->
     if ran:
         merge = f"{_download('reports/**/*')} && {merge}"
     steps: list[Any] = [{"wait": None, "continue_on_failure": True}] if ran else []
-    steps.append({"label": ":bar_chart: merge and gate", "key": "merge", "command": merge,
-                  "plugins": [docker_plugin(image, gpus=0)],
-                  "artifact_paths": ["reports/**/*"], "retry": retry()})  # fmt: skip
+    steps.append(
+        {
+            "label": ":bar_chart: merge and gate",
+            "key": "merge",
+            "command": merge,
+            "plugins": [docker_plugin(image, gpus=0)],
+            "artifact_paths": ["reports/**/*"],
+            "retry": retry(),
+        }
+    )
     conflicts = conflict_lines(doc)
     if conflicts:
         text = shlex.quote("\n".join(conflicts))
-        steps.append({"label": f":x: {len(conflicts)} conflict cell(s)", "key": "conflicts",
-                      "command": f"printf '%s\\n' {text} >&2 && exit 1"})  # fmt: skip
+        steps.append(
+            {
+                "label": f":x: {len(conflicts)} conflict cell(s)",
+                "key": "conflicts",
+                "command": f"printf '%s\\n' {text} >&2 && exit 1",
+            }
+        )
     return steps
 
 
 def _upload_rest(parts: int, plan: str, image: str, size: int) -> dict[str, Any]:
     """Uploads parts 2..N, each made from the plan artifact with this part's own chunk size (another size would
     cut other parts)."""
-    emit = shlex.join(["python", "-m", "stackfarm", "emit", "buildkite", "--plan", plan, "--image", image,
-                       "--chunk", str(size)])  # fmt: skip
+    emit = shlex.join(
+        [
+            "python",
+            "-m",
+            "stackfarm",
+            "emit",
+            "buildkite",
+            "--plan",
+            plan,
+            "--image",
+            image,
+            "--chunk",
+            str(size),
+        ]
+    )
     uploads = " && ".join(
         f"{emit} --part {k} | buildkite-agent pipeline upload"
         for k in range(parts, 1, -1)  # each lands right after this step: the last uploaded comes first

@@ -313,9 +313,12 @@ def _merge_job(name: str, doc: Mapping[str, Any], jobs: Sequence[str], o: _Optio
         "args": argv[3:],
         # No runner key: the merge signs nothing, and trusts the keys the matrix names ([store] trusted_keys).
         "env": [e for e in _env("merge", store) if e["name"] != storekeys.RUNNER_KEY_ENV][1:],
-        "volumeMounts": [{"name": "plan", "mountPath": "/plan", "readOnly": True}, *_MOUNTS,
-                         {"name": "merged", "mountPath": "/merged"}],
-    }  # fmt: skip
+        "volumeMounts": [
+            {"name": "plan", "mountPath": "/plan", "readOnly": True},
+            *_MOUNTS,
+            {"name": "merged", "mountPath": "/merged"},
+        ],
+    }
     wait = {"name": "wait-for-workers", "image": o.kubectl_image, "command": ["sh", "-c", wait_script(jobs)]}
     pod = {
         "restartPolicy": "Never",
@@ -323,9 +326,12 @@ def _merge_job(name: str, doc: Mapping[str, Any], jobs: Sequence[str], o: _Optio
         "securityContext": dict(_SECURITY),
         "initContainers": [wait],
         "containers": [container],
-        "volumes": [{"name": "plan", "configMap": {"name": name}}, *_volumes(o.cache_claim, o.reports_claim, store),
-                    {"name": "merged", "emptyDir": {}}],
-    }  # fmt: skip
+        "volumes": [
+            {"name": "plan", "configMap": {"name": name}},
+            *_volumes(o.cache_claim, o.reports_claim, store),
+            {"name": "merged", "emptyDir": {}},
+        ],
+    }
     meta: dict[str, Any] = {
         "name": name,
         "namespace": o.namespace,
@@ -364,8 +370,14 @@ def manifests(
             "the plan's input hashes are for the docker backend, and a Kubernetes pod has no container engine: "
             "plan it for the pods, `stackfarm plan --json --backend local` (or host), then emit it"
         )
-    o = _Options(image=image, parallelism=parallelism, namespace=namespace, reports_claim=reports_claim,
-                 cache_claim=cache_claim, kubectl_image=kubectl_image)  # fmt: skip
+    o = _Options(
+        image=image,
+        parallelism=parallelism,
+        namespace=namespace,
+        reports_claim=reports_claim,
+        cache_claim=cache_claim,
+        kubectl_image=kubectl_image,
+    )
     by_kind: dict[str, list[CellDoc]] = {}
     for cell in pending(doc):
         by_kind.setdefault(str(cell["runner"]), []).append(cell)

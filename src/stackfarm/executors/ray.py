@@ -111,11 +111,16 @@ def run_cell(task: CellTask) -> CellOutcome:
     start = time.monotonic()
     if not Path(task.cwd).is_dir():
         return CellOutcome(
-            cell=task.cell, kind=task.kind, node=node, host=host, exit_code=2,
-            status=str(verdict.Status.ERROR), cause=str(verdict.Cause.ENVIRONMENT),
+            cell=task.cell,
+            kind=task.kind,
+            node=node,
+            host=host,
+            exit_code=2,
+            status=str(verdict.Status.ERROR),
+            cause=str(verdict.Cause.ENVIRONMENT),
             reason=f"the project folder {task.cwd} is not on node {node[:12]} ({host}): every node of the "
             "cluster needs the project at the same path (a shared checkout, or one image)",
-        )  # fmt: skip
+        )
     with tempfile.TemporaryDirectory(prefix="stackfarm-ray-") as tmp:
         reports = Path(tmp) / "reports"
         ran = proc.call(
@@ -128,14 +133,24 @@ def run_cell(task: CellTask) -> CellOutcome:
         if path.is_file():
             try:
                 report = verdict.read(path).report
-                fields = {"status": str(report.status), "reason": report.reason, "cause": str(report.cause),
-                          "input_hash": report.input_hash}  # fmt: skip
+                fields = {
+                    "status": str(report.status),
+                    "reason": report.reason,
+                    "cause": str(report.cause),
+                    "input_hash": report.input_hash,
+                }
             except ValueError as exc:
                 fields = {"status": str(verdict.Status.ERROR), "reason": f"unreadable verdict: {exc}"}
     return CellOutcome(
-        cell=task.cell, kind=task.kind, node=node, host=host, exit_code=ran.returncode,
-        output=ran.output[-TAIL:], seconds=time.monotonic() - start, **fields,
-    )  # fmt: skip
+        cell=task.cell,
+        kind=task.kind,
+        node=node,
+        host=host,
+        exit_code=ran.returncode,
+        output=ran.output[-TAIL:],
+        seconds=time.monotonic() - start,
+        **fields,
+    )
 
 
 def connect(address: str | None) -> bool:

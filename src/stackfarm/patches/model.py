@@ -44,12 +44,22 @@ _FIELD = re.compile(r"^([A-Za-z][A-Za-z0-9-]*):\s?(.*)$")
 _SERIES_LINE = re.compile(r"^(\S+)(?:\s+(-p\d))?\s*$")
 #: Header lines of a diff section that stackfarm refuses: their prefixes, the message, the fix.
 _UNSUPPORTED = (
-    (("GIT binary patch", "Binary files "), "binary patch", "binary files cannot be patched; ship them another way"),
-    (("new file mode 120000", "new mode 120000", "deleted file mode 120000"), "the patch creates or changes a symlink",
-     "patch regular files only"),
-    (("rename ", "copy ", "similarity index", "dissimilarity index"), "renames and copies are not supported",
-     "express it as a delete and an add"),
-)  # fmt: skip
+    (
+        ("GIT binary patch", "Binary files "),
+        "binary patch",
+        "binary files cannot be patched; ship them another way",
+    ),
+    (
+        ("new file mode 120000", "new mode 120000", "deleted file mode 120000"),
+        "the patch creates or changes a symlink",
+        "patch regular files only",
+    ),
+    (
+        ("rename ", "copy ", "similarity index", "dissimilarity index"),
+        "renames and copies are not supported",
+        "express it as a delete and an add",
+    ),
+)
 #: What one hunk body line takes from the hunk's (old, new) line counts, by its first character; any other
 #: line ends the body. "" is an empty context line (some editors strip its space).
 _TAKES = {" ": (1, 1), "": (1, 1), "-": (1, 0), "+": (0, 1), "\\": (0, 0)}

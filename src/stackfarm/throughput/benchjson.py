@@ -138,10 +138,22 @@ def one_batch_server_argv(
 ) -> list[str]:
     """bench_one_batch_server against a running server (`--model None`: nothing is launched)."""
     argv = [
-        python, "-m", "sglang.bench_one_batch_server", "--model", "None", "--base-url", base_url,
-        "--batch-size", *(str(b) for b in batch_sizes), "--input-len", str(input_len),
-        "--output-len", str(output_len), "--result-filename", result_file,
-    ]  # fmt: skip
+        python,
+        "-m",
+        "sglang.bench_one_batch_server",
+        "--model",
+        "None",
+        "--base-url",
+        base_url,
+        "--batch-size",
+        *(str(b) for b in batch_sizes),
+        "--input-len",
+        str(input_len),
+        "--output-len",
+        str(output_len),
+        "--result-filename",
+        result_file,
+    ]
     if tokenizer:
         argv += ["--local-tokenizer-path", tokenizer]
     return argv

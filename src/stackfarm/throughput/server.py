@@ -53,14 +53,20 @@ def server_configs(settings: Settings, model: ModelPaths) -> tuple[ServerConfig,
     configs = []
     for label, fraction in zip(settings.configs(), settings.mem_fraction_static, strict=False):
         args = [
-            "--model-path", model.target,
-            "--attention-backend", settings.attention_backend,
-            "--sampling-backend", settings.sampling_backend,
+            "--model-path",
+            model.target,
+            "--attention-backend",
+            settings.attention_backend,
+            "--sampling-backend",
+            settings.sampling_backend,
             "--skip-tokenizer-init",
-            "--mem-fraction-static", str(fraction),
-            "--random-seed", str(settings.seed),
-            "--log-level", settings.log_level,
-        ]  # fmt: skip
+            "--mem-fraction-static",
+            str(fraction),
+            "--random-seed",
+            str(settings.seed),
+            "--log-level",
+            settings.log_level,
+        ]
         if model.load_format:
             args += ["--load-format", model.load_format]
         if settings.sleep_on_idle:
@@ -73,20 +79,25 @@ def server_configs(settings: Settings, model: ModelPaths) -> tuple[ServerConfig,
             if model.draft is None:
                 raise MeasureError("EAGLE-3 is on but no draft model is known: set settings.draft_model_path")
             args += [
-                "--speculative-algorithm", "EAGLE3",
-                "--speculative-draft-model-path", model.draft,
-                "--speculative-num-steps", str(settings.speculative_num_steps),
-                "--speculative-eagle-topk", str(settings.speculative_eagle_topk),
-                "--speculative-num-draft-tokens", str(settings.speculative_num_draft_tokens),
-            ]  # fmt: skip
+                "--speculative-algorithm",
+                "EAGLE3",
+                "--speculative-draft-model-path",
+                model.draft,
+                "--speculative-num-steps",
+                str(settings.speculative_num_steps),
+                "--speculative-eagle-topk",
+                str(settings.speculative_eagle_topk),
+                "--speculative-num-draft-tokens",
+                str(settings.speculative_num_draft_tokens),
+            ]
             if model.load_format:
                 args += ["--speculative-draft-load-format", model.load_format]
             if not graphs:
-                note = (
-                    "EAGLE-3 ran without CUDA graphs (its graph capture imports nvidia-cutlass-dsl); "
-                    + ("the baseline ran with them, so eagle3_over_baseline is not like for like"
-                       if BASELINE in settings.cuda_graph else "like the baseline")
-                )  # fmt: skip
+                note = "EAGLE-3 ran without CUDA graphs (its graph capture imports nvidia-cutlass-dsl); " + (
+                    "the baseline ran with them, so eagle3_over_baseline is not like for like"
+                    if BASELINE in settings.cuda_graph
+                    else "like the baseline"
+                )
         args += list(settings.extra_server_args)
         configs.append(ServerConfig(label=label, args=tuple(args), cuda_graph=graphs, note=note))
     return tuple(configs)

@@ -124,16 +124,31 @@ class Settings:
                 )
             )
         if len(self.mem_fraction_static) < len(self.configs()):
-            found.append(_rule("mem_fraction_static", list(self.mem_fraction_static),
-                               f"needs one value per configuration {self.configs()}"))  # fmt: skip
+            found.append(
+                _rule(
+                    "mem_fraction_static",
+                    list(self.mem_fraction_static),
+                    f"needs one value per configuration {self.configs()}",
+                )
+            )
         unknown = [c for c in self.cuda_graph if c not in (BASELINE, EAGLE3)]
         if unknown:
-            found.append(_rule("cuda_graph", list(self.cuda_graph),
-                               f"names unknown configurations {unknown}: use {BASELINE!r}, {EAGLE3!r}"))  # fmt: skip
+            found.append(
+                _rule(
+                    "cuda_graph",
+                    list(self.cuda_graph),
+                    f"names unknown configurations {unknown}: use {BASELINE!r}, {EAGLE3!r}",
+                )
+            )
         found += self._curve_problems()
         if self.model_path and self.eagle3 and not self.draft_model_path:
-            found.append(_rule("model_path", self.model_path,
-                               "is set with eagle3 on: set draft_model_path too (or eagle3 = false)"))  # fmt: skip
+            found.append(
+                _rule(
+                    "model_path",
+                    self.model_path,
+                    "is set with eagle3 on: set draft_model_path too (or eagle3 = false)",
+                )
+            )
         return found
 
     def _curve_problems(self) -> list[Problem]:
@@ -148,14 +163,26 @@ class Settings:
             self.speculative_eagle_topk != 1
             or self.speculative_num_draft_tokens != self.speculative_num_steps + 1
         ):
-            return [_rule("acceptance", rates, "plants chain drafting: speculative_eagle_topk = 1 and "
-                          "speculative_num_draft_tokens = speculative_num_steps + 1")]  # fmt: skip
+            return [
+                _rule(
+                    "acceptance",
+                    rates,
+                    "plants chain drafting: speculative_eagle_topk = 1 and "
+                    "speculative_num_draft_tokens = speculative_num_steps + 1",
+                )
+            ]
         if len(set(rates)) != len(rates):
             return [_rule("acceptance", rates, "lists a rate twice")]
         odd = [r for r in rates if not curve.whole(r, self.acceptance_requests)]
         if odd:
-            return [_rule("acceptance", rates, f"rates {odd} x acceptance_requests ({self.acceptance_requests}) "
-                          "are not whole numbers of requests: set acceptance_requests so they are, e.g. 10")]  # fmt: skip
+            return [
+                _rule(
+                    "acceptance",
+                    rates,
+                    f"rates {odd} x acceptance_requests ({self.acceptance_requests}) "
+                    "are not whole numbers of requests: set acceptance_requests so they are, e.g. 10",
+                )
+            ]
         return []
 
     def figures(self) -> tuple[str, ...]:
