@@ -147,7 +147,12 @@ def test_sharded_writing_loads_in_hf_and_behaves_the_same(tmp_path: Path) -> Non
     shards = sorted(set(index["weight_map"].values()))
     assert len(shards) > 1
     assert all((folder / s).is_file() for s in shards)
-    assert planted.read_sidecar(folder) == {"role": "target", "function": "repeat", "swap": None, "seed": 0}
+    assert json.loads((folder / planted.SIDECAR).read_text()) == {
+        "role": "target",
+        "function": "repeat",
+        "swap": None,
+        "seed": 0,
+    }
     prompts = planted.planted_prompts(3, 6, rate=1.0, vocab=shape.vocab)
     for prompt, run in zip(prompts, HFEngine(model=folder).generate(prompts, 6), strict=True):
         assert list(run.tokens) == planted.planted_sequence(prompt, 6)

@@ -22,9 +22,9 @@ from stackfarm import matrix as matrix_mod
 from stackfarm import patches as P
 from stackfarm.artifacts import Cache, Source, Target, find_artifact
 from stackfarm.cli import patches as patches_cli
-from stackfarm.patches.model import REQUIRED_HEADERS, PatchResult, read_series, sets_for, validate_sets
+from stackfarm.patches.model import REQUIRED_HEADERS, PatchResult, read_series, validate_sets
 from stackfarm.patches.status import apply_sets
-from stackfarm.patchset import PatchSet
+from stackfarm.patchset import PatchSet, sets_for
 
 REPO = Path(__file__).resolve().parents[1]
 

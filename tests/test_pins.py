@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 from conftest import WriteMatrix
 from stackfarm import matrix
 from stackfarm.artifacts import Cache, requires_dist
-from stackfarm.plan import pin_problems, plan
+from stackfarm.plan import contradictions, plan
 from stackfarm.resolve import Resolver
 
 #: The shape of sglang 0.5.2's METADATA (its real lines, a few of the runtime_common ones left out).
@@ -102,7 +102,7 @@ def test_real_sglang_0_5_2_pins_under_srt(write_matrix: WriteMatrix) -> None:
     assert str(by_name["sgl-kernel"].specifier) == "==0.3.9.post2"
     assert str(by_name["flashinfer-python"].specifier) == "==0.3.1"
     cell = plan(m, {}).cells[0]
-    axes = {axis for axis, _ in pin_problems(cell, pins["0.5.2"])}
+    axes = {c.axis for c in contradictions(cell, pins["0.5.2"])}
     assert {"torch", "sgl_kernel", "flashinfer"} <= axes
     # 0.5.3 has the same kind of pins without a marker: read as before
     newer = resolver.pins(["0.5.3"])["0.5.3"]

@@ -22,9 +22,9 @@ from stackfarm.plan import (
     Plan,
     cell_id,
     components,
+    contradictions,
     expand,
     input_hash,
-    pin_problems,
     plan,
     select,
 )
@@ -493,8 +493,8 @@ def test_a_conflict_made_by_an_include_points_at_the_include(build: BuildMatrix)
 
 def test_unrelated_pins_are_ignored(build: BuildMatrix) -> None:
     cell = only_cell(plan(build(), {}))
-    assert pin_problems(cell, [Requirement("torchao==0.1.0"), Requirement("numpy<2")]) == []
-    assert pin_problems(cell, PINS_059) == []
+    assert _problems(cell, [Requirement("torchao==0.1.0"), Requirement("numpy<2")]) == []
+    assert _problems(cell, PINS_059) == []
 
 
 def test_pins_of_another_sglang_do_not_apply(build: BuildMatrix) -> None:
@@ -509,7 +509,7 @@ def test_pin_names_are_normalised(build: BuildMatrix) -> None:
         Requirement("SGL_Kernel==0.3.21"),
         Requirement("FlashInfer.Python==0.6.3"),
     ]
-    assert pin_problems(cell, pins) == [
+    assert _problems(cell, pins) == [
         ("torch", "sglang 0.5.9 requires Torch==2.8.0; the cell has torch 2.9.1")
     ]
 
@@ -671,3 +671,8 @@ def test_a_thousand_cells(build: BuildMatrix) -> None:
     unpinned = plan(m, {})
     assert len(unpinned.cells) == 1000
     assert len(select(unpinned, "cu125-*").cells) == 100
+
+
+def _problems(cell: Cell, pins: list[Requirement]) -> list[tuple[str, str]]:
+    """(axis, text) of each contradiction of the cell against `pins`."""
+    return [(c.axis, c.text) for c in contradictions(cell, pins)]

@@ -15,7 +15,7 @@ from stackfarm import families, stack
 from stackfarm.artifacts import Cache
 from stackfarm.errors import ConfigError
 from stackfarm.matrix import load
-from stackfarm.plan import pin_problems, plan
+from stackfarm.plan import contradictions, plan
 from stackfarm.resolve import Resolver
 
 
@@ -183,4 +183,4 @@ def test_a_pin_on_an_axis_the_matrix_lacks_is_no_conflict(write_matrix: WriteMat
     from packaging.requirements import Requirement
 
     cell = plan(load(write_matrix()), {}).cells[0]
-    assert pin_problems(cell, [Requirement("flashinfer-jit-cache==0.6.3")]) == []
+    assert contradictions(cell, [Requirement("flashinfer-jit-cache==0.6.3")]) == []

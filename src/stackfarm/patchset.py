@@ -7,6 +7,7 @@ module stand on the whole configuration layer (suite families, schemas, index ta
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,5 +23,15 @@ class PatchSet:
     path: Path
     optional: bool = False
 
+    def applies(self, version: str) -> bool:
+        """Whether the set is for this SGLang version: the one rule (plan, patch step, upgrade planner and
+        tables ask here). A pre-release counts: "<0.5.10" holds 0.5.10rc1 only as written."""
+        return self.applies_to.contains(version, prereleases=True)
 
-__all__ = ["PatchSet"]
+
+def sets_for(sets: Sequence[PatchSet], version: str) -> tuple[PatchSet, ...]:
+    """The sets that apply to ``version`` (`PatchSet.applies`), in matrix order (the order they are applied in)."""
+    return tuple(ps for ps in sets if ps.applies(version))
+
+
+__all__ = ["PatchSet", "sets_for"]

@@ -152,9 +152,7 @@ def expand(matrix: Matrix) -> tuple[list[tuple[dict[str, str], str]], list[Exclu
 
 
 def _make_cell(matrix: Matrix, values: Mapping[str, str], origin: str, with_python: bool) -> Cell:
-    patch_sets = tuple(
-        ps.name for ps in matrix.patch_sets if ps.applies_to.contains(values["sglang"], prereleases=True)
-    )
+    patch_sets = tuple(ps.name for ps in matrix.patch_sets if ps.applies(values["sglang"]))
     return Cell(
         id=cell_id(values, with_python=with_python),
         values=tuple((axis, values[axis]) for axis in stack.AXES if axis in values),
@@ -193,11 +191,6 @@ def contradictions(cell: Cell, pins: Sequence[Requirement]) -> list[Contradictio
                 )
                 found.append(Contradiction(axis=axis, requirement=str(req), text=text))
     return found
-
-
-def pin_problems(cell: Cell, pins: Sequence[Requirement]) -> list[tuple[str, str]]:
-    """(axis, problem) for every sglang pin the cell's components contradict."""
-    return [(c.axis, c.text) for c in contradictions(cell, pins)]
 
 
 def _declared_at(matrix: Matrix, values: Mapping[str, str], axis: str) -> SourceLine:
@@ -277,7 +270,6 @@ __all__ = [
     "contradictions",
     "expand",
     "input_hash",
-    "pin_problems",
     "plan",
     "select",
 ]

@@ -144,43 +144,6 @@ class PlanContract:
         ]
 
 
-@dataclass(frozen=True)
-class PlannedCell:
-    """One cell of a plan document as an emitter reads it."""
-
-    id: str
-    status: str
-    runner: str | None
-    labels: tuple[str, ...]
-    gpus: int | None
-    arch: str | None
-    stored: bool
-    estimated_seconds: float | None
-    input_hash: str | None
-    #: Why it is dispatched nowhere ("" when status is "run").
-    unrunnable: str
-
-    @classmethod
-    def of(cls, cell: Mapping[str, Any]) -> PlannedCell:
-        seconds = cell.get("estimated_seconds")
-        return cls(
-            id=str(cell["id"]),
-            status=str(cell.get("status") or ("run" if cell.get("runner") else "unrouted")),
-            runner=cell.get("runner") or None,
-            labels=tuple(str(x) for x in cell.get("labels") or ()),
-            gpus=cell.get("gpus"),
-            arch=cell.get("arch") or None,
-            stored=bool(cell.get("stored")),
-            estimated_seconds=float(seconds) if seconds is not None else None,
-            input_hash=cell.get("input_hash") or None,
-            unrunnable=str(cell.get("unrunnable") or ""),
-        )
-
-
-def planned_cells(doc: Mapping[str, Any]) -> list[PlannedCell]:
-    return [PlannedCell.of(c) for c in doc.get("cells", [])]
-
-
 # --------------------------------------------------------------------------- the document
 
 
@@ -214,24 +177,6 @@ def cell_artifacts(
         except ArtifactError as exc:
             return None, str(exc)
     return artifacts, None
-
-
-def cell_hash(
-    matrix: Matrix,
-    cell: Cell,
-    resolver: Resolver,
-    unreachable: Mapping[tuple[str, str], str],
-    *,
-    backend: str,
-    gpu: bool,
-    kind: Runner | None = None,
-) -> tuple[str | None, str | None]:
-    """(input hash, None), or (None, why not) when a wheel of the cell cannot be looked up. `kind`: the runner
-    kind it is dispatched to (default: the one its CUDA floor routes it to)."""
-    artifacts, why = cell_artifacts(cell, resolver, unreachable)
-    if artifacts is None:
-        return None, why
-    return input_hash(cell_inputs(matrix, cell, artifacts, backend=backend, gpu=gpu, kind=kind)), None
 
 
 def driver_symbols(
@@ -371,14 +316,11 @@ __all__ = [
     "HashBasis",
     "MatrixRef",
     "PlanContract",
-    "PlannedCell",
     "cell_artifacts",
-    "cell_hash",
     "conflict_entry",
     "driver_symbols",
     "durations",
     "is_stored",
     "plan_document",
-    "planned_cells",
     "runner_fields",
 ]

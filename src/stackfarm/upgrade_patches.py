@@ -156,7 +156,7 @@ def _choose(
     lineage: str, members: Sequence[PatchSet], version: str, found: Mapping[str, tuple[PatchStatus, ...]]
 ) -> LineageChoice | None:
     """The lineage's choice on `version`, or None when no member is meant for it or older releases."""
-    in_range = [ps for ps in members if ps.applies_to.contains(version, prereleases=True)]
+    in_range = [ps for ps in members if ps.applies(version)]
     below = sorted(
         (ps for ps in members if _lower_bound(ps) <= Version(version)), key=_lower_bound, reverse=True
     )
@@ -211,8 +211,8 @@ def choose(
     out = []
     for lineage in dict.fromkeys(of.values()):
         members = [ps for ps in sets if of[ps.name] == lineage]
-        carried = any(ps.applies_to.contains(start, prereleases=True) for ps in members)
-        meant = any(ps.applies_to.contains(version, prereleases=True) for ps in members)
+        carried = any(ps.applies(start) for ps in members)
+        meant = any(ps.applies(version) for ps in members)
         if not (carried or meant):
             continue
         picked = _choose(lineage, members, version, found)

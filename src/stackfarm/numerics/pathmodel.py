@@ -38,7 +38,6 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -395,11 +394,6 @@ def write_draft_path(
     return write_sharded(folder, config, path_draft_specs(shape, seed=seed), dtype=dtype, sidecar=sidecar)
 
 
-def shape_for(vocab: int) -> LlamaShape:
-    """PATH_TARGET with another vocabulary (the memory stays as wide as it)."""
-    return replace(PATH_TARGET, vocab=vocab, intermediate=max(PATH_TARGET.intermediate, vocab))
-
-
 __all__ = [
     "ALPHA",
     "BUGS",
@@ -412,7 +406,6 @@ __all__ = [
     "path_sequence",
     "path_target_specs",
     "permutation",
-    "shape_for",
     "thetas",
     "write_draft_path",
     "write_target_path",

@@ -310,16 +310,6 @@ def write_draft_planted(
     return write_sharded(folder, config, specs, dtype=dtype, shard_bytes=shard_bytes, sidecar=sidecar)
 
 
-def read_sidecar(folder: Path | str) -> dict[str, Any] | None:
-    """A planted model's description, or None for any other model folder."""
-    path = Path(folder) / SIDECAR
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 # --------------------------------------------------------------------------- prompts with a planted rate
 
 
@@ -526,7 +516,6 @@ __all__ = [
     "planted_next",
     "planted_prompts",
     "planted_sequence",
-    "read_sidecar",
     "right_count",
     "simulate_eagle3",
     "swapped",

@@ -469,11 +469,6 @@ def set_hash(ps: PatchSet) -> str:
     return digest.hexdigest()
 
 
-def sets_for(sets: Sequence[PatchSet], version: str) -> tuple[PatchSet, ...]:
-    """The sets whose applies_to holds ``version``, in matrix order (the order they are applied in)."""
-    return tuple(ps for ps in sets if ps.applies_to.contains(version, prereleases=True))
-
-
 def _candidate_versions(specs: Iterable[SpecifierSet]) -> list[str]:
     """Versions near every bound of the specifiers: enough to tell whether two ranges intersect."""
     out: set[str] = set()

@@ -258,32 +258,10 @@ def failures(results: Iterable[PatchResult]) -> list[PatchResult]:
     return [r for r in results if not r.ok]
 
 
-def failure_message(results: Sequence[PatchResult]) -> str:
-    """A message for a failed patch step: every failing patch with its status and detail."""
-    bad = failures(results)
-    parts = [f"{len(bad)} patch(es) did not apply:"]
-    for r in bad:
-        detail = r.detail.replace("\n", "\n    ")
-        parts.append(f"  {r.set}/{r.patch}: {r.status}\n    {detail}")
-    parts.append("  fix: port the set (stackfarm patches port SET --from OLD --to NEW), or narrow applies_to")
-    return "\n".join(parts)
-
-
-def junit_properties(results: Iterable[PatchResult]) -> dict[str, str]:
-    """``patch.<set>/<patch>.status`` and ``.sha256`` for each result: what the reports record."""
-    props: dict[str, str] = {}
-    for r in results:
-        props[f"patch.{r.set}/{r.patch}.status"] = r.status
-        props[f"patch.{r.set}/{r.patch}.sha256"] = r.sha256
-    return props
-
-
 __all__ = [
     "apply_sets",
     "check_sets",
-    "failure_message",
     "failures",
-    "junit_properties",
     "patched_copy",
     "tree_version",
 ]

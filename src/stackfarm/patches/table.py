@@ -108,7 +108,7 @@ def check_versions(sets: Sequence[PatchSet], trees: Mapping[str, Path]) -> list[
                     patch=res.patch,
                     sha256=res.sha256,
                     version=version,
-                    in_range=ps.applies_to.contains(version, prereleases=True),
+                    in_range=ps.applies(version),
                     status=res.status,
                     detail=res.detail,
                     optional=res.optional,
