@@ -736,7 +736,7 @@ FAMILY = SuiteFamily(
     order=50,
     settings_schema=Table({"wants": List(Str("a requirement"), "requirements")}, noun="setting"),
     settings=WantsSettings,
-    needs=Needs(wheels=lambda s, stack: tuple(w.replace("{sglang}", stack["sglang"]) for w in s.wants)),
+    needs=Needs(wheels=lambda s, q: tuple(w.replace("{sglang}", q.stack["sglang"]) for w in s.wants)),
 )
 """
 

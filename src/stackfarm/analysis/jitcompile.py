@@ -32,6 +32,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from stackfarm.analysis.arch import Arch
@@ -252,9 +253,9 @@ def _pin(requires: list[str], names: tuple[str, ...], extras: tuple[str, ...] = 
     return requirement_pin(requires, names, extras)
 
 
-def cell_toolkit(torch: str, fetch: Fetch, requires: Requires, work: Path) -> tuple[Path, str, str]:
-    """CUDA_HOME from the wheels of the cuda-toolkit release torch `torch` pins (its extras nvcc, nvvm, crt,
-    cudart, cccl), its release ("13.0"), and how it was made; raises `CannotCompile` with the reason."""
+def toolkit_wheels(torch: str, requires: Requires) -> tuple[str, list[tuple[str, str]]]:
+    """The cuda-toolkit release torch `torch` pins and (distribution, version) of the wheel of each of its
+    extras nvcc, nvvm, crt, cudart, cccl (`TOOLKIT_EXTRAS`); raises `CannotCompile` with the reason."""
     pinned = _pin(requires("torch", torch), ("cuda-toolkit",))
     if pinned is None:
         raise CannotCompile(
@@ -272,13 +273,29 @@ def cell_toolkit(torch: str, fetch: Fetch, requires: Requires, work: Path) -> tu
         version = _pin(kit, tuple(d.lower() for d in dists), (extra,)) if dists else None
         if not dists or version is None:
             raise CannotCompile(f"cuda-toolkit {pinned} names no wheel for its {extra!r} extra")
-        wheels.append(fetch(dists[0], version))
+        wheels.append((dists[0], version))
+    return pinned, wheels
+
+
+def cell_toolkit(torch: str, fetch: Fetch, requires: Requires, work: Path) -> tuple[Path, str, str]:
+    """CUDA_HOME from the wheels of the cuda-toolkit release torch `torch` pins (`toolkit_wheels`), its release
+    ("13.0"), and how it was made; raises `CannotCompile` with the reason."""
+    pinned, wheels = toolkit_wheels(torch, requires)
+    roots = [fetch(dist, version) for dist, version in wheels]
     release = ".".join(pinned.split(".")[:2])
     return (
-        toolkit_home(wheels, work),
+        toolkit_home(roots, work),
         release,
         f"cuda-toolkit {pinned} wheels ({', '.join(TOOLKIT_EXTRAS)}) as CUDA_HOME",
     )
+
+
+def tvm_ffi_pin(fi_requires: list[str], versions: Versions) -> str | None:
+    """The apache-tvm-ffi release flashinfer's bindings are compiled against: the newest final release the
+    index has that flashinfer's requirement (`fi_requires`, its Requires-Dist) admits; None without one."""
+    spec = next((r.split(";")[0].strip()[len("apache-tvm-ffi"):] for r in fi_requires
+                 if r.lower().startswith("apache-tvm-ffi")), None)  # fmt: skip
+    return newest(versions("apache-tvm-ffi"), spec or "") if spec is not None else None
 
 
 def compile_findings(
@@ -309,9 +326,7 @@ def compile_findings(
     work.mkdir(parents=True, exist_ok=True)
     try:
         home, release, how = cell_toolkit(torch.version.split("+")[0], fetch, requires, work)
-        spec = next((r.split(";")[0].strip()[len("apache-tvm-ffi"):] for r in requires(fi.distribution, fi.version)
-                     if r.lower().startswith("apache-tvm-ffi")), None)  # fmt: skip
-        tvm_version = newest(versions("apache-tvm-ffi"), spec or "") if spec is not None else None
+        tvm_version = tvm_ffi_pin(requires(fi.distribution, fi.version), versions)
         if tvm_version is None:
             return unanswered(
                 f"{component} requires no apache-tvm-ffi release this index has (its bindings' headers)"
@@ -344,5 +359,63 @@ def compile_findings(
     return out
 
 
+# --------------------------------------------------------------------------- the wheels the runner hands over
+
+#: The nvcc wheels a cell may carry itself (then `jitfindings.find_toolkit` fetches none).
+_OWN_NVCC = ("nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc-cu13", "nvidia-cuda-nvcc")
+
+
+class _Asked:
+    """`requires`, noting each release beyond the stack whose metadata is read: the suite reads it from that
+    wheel's METADATA, so it is a wheel to hand over too (noted before the index is asked: one it cannot
+    answer is handed over as unavailable, with the index's reason)."""
+
+    def __init__(self, requires: Requires, stack: Mapping[str, str]) -> None:
+        self.requires, self.stack, self.asked = requires, {canonicalize_name(d) for d in stack}, list[str]()
+
+    def __call__(self, distribution: str, version: str) -> list[str]:
+        if canonicalize_name(distribution) not in self.stack:
+            self.asked.append(f"{distribution}=={version}")
+        return self.requires(distribution, version)
+
+
+def wheels_needed(
+    stack: Mapping[str, str], requires: Requires, versions: Versions, *, first_use_compile: bool
+) -> tuple[str, ...]:
+    """Every "name==version" 15-toolchain's analysis reads beyond the cell's `stack` (distribution -> version),
+    chosen by the rules the analysis applies (`jitfindings.triton_pin`, `jitfindings.nvcc_pin`,
+    `toolkit_wheels`, `tvm_ffi_pin`), with `requires` / `versions` asking the index: the Triton torch pins, the
+    nvcc wheel of its CUDA release, and for the first-use compile the cuda-toolkit release with its component
+    wheels and apache-tvm-ffi. What the index cannot answer (`Unavailable`) leaves that branch out; the suite
+    reports it unanswered."""
+    from stackfarm.analysis.jitfindings import Unavailable, nvcc_pin, triton_pin
+
+    names = {canonicalize_name(d) for d in stack}
+    torch = stack.get("torch")
+    if torch is None:
+        return ()
+    asked = _Asked(requires, stack)
+    fetched: list[str] = []
+    flashinfer = next((d for d in ("flashinfer-python", "flashinfer") if d in stack), None)
+    try:
+        torch_requires = asked("torch", torch)
+        if "triton" not in names and (triton := triton_pin(torch_requires)) is not None:
+            fetched.append(f"triton=={triton}")
+        if flashinfer is not None and not names & set(_OWN_NVCC):
+            fetched.append("==".join(nvcc_pin(torch, torch_requires, asked)))
+    except Unavailable:
+        pass
+    if first_use_compile and flashinfer is not None:
+        try:
+            _, kit = toolkit_wheels(torch.split("+")[0], asked)
+            fetched += [f"{d}=={v}" for d, v in kit]
+            if (tvm := tvm_ffi_pin(asked(flashinfer, stack[flashinfer]), versions)) is not None:
+                fetched.append(f"apache-tvm-ffi=={tvm}")
+        except (Unavailable, CannotCompile):
+            pass
+    return tuple(dict.fromkeys([*fetched, *asked.asked]))
+
+
 __all__ = ["KIND", "MODULE", "SOURCE", "TOOLKIT_EXTRAS", "CannotCompile", "CompileResult", "cell_toolkit",
-           "compile_findings", "compile_module", "newest", "nvcc_flags", "toolkit_home"]  # fmt: skip
+           "compile_findings", "compile_module", "newest", "nvcc_flags", "toolkit_home", "toolkit_wheels",
+           "tvm_ffi_pin", "wheels_needed"]  # fmt: skip

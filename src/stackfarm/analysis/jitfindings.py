@@ -44,6 +44,7 @@ from stackfarm.analysis.toolchain import (
     wheel_bin_dir,
 )
 from stackfarm.cellspec import CellSpec, InstalledComponent, dist_info
+from stackfarm.family import Unavailable  # a wheel the analysis needs cannot be had here: unanswered
 
 Outcome = Literal["pass", "fail", "skip", "n/a"]
 #: Fetches an unpacked wheel (distribution, version) -> root; raises `Unavailable` when it cannot.
@@ -66,10 +67,6 @@ class NoTarget(RuntimeError):
     def __init__(self, message: str, line: int) -> None:
         super().__init__(message)
         self.line = line
-
-
-class Unavailable(Exception):
-    """A wheel the analysis needs cannot be had here (offline, not on the index): unanswered."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +130,27 @@ def _triton_unknown(torch: InstalledComponent) -> str | None:
     return None
 
 
+def triton_pin(torch_requires: list[str]) -> str | None:
+    """The Triton release torch's Requires-Dist pins (None: it pins none)."""
+    return requirement_pin(torch_requires, ("triton",))
+
+
+def nvcc_pin(torch: str, torch_requires: list[str], requires: Requires) -> tuple[str, str]:
+    """(distribution, version) of the nvcc wheel of the CUDA release torch `torch` pins (its Requires-Dist):
+    nvrtc's release (nvrtc and nvcc of one CUDA release share the version), else the nvcc extra of the
+    cuda-toolkit release it pins (`requires` reads that one's); raises `Unavailable` when it cannot be told."""
+    for nvrtc, nvcc in _NVRTC_TO_NVCC.items():
+        if (version := requirement_pin(torch_requires, (nvrtc,))) is not None:
+            return nvcc, version
+    if (kit := requirement_pin(torch_requires, ("cuda-toolkit",))) is not None:
+        found = requirement_pin(requires("cuda-toolkit", kit), ("nvidia-cuda-nvcc",), ("nvcc",))
+        if found is not None:
+            return "nvidia-cuda-nvcc", found
+    raise Unavailable(
+        f"torch {torch}'s metadata pins no nvidia-cuda-nvrtc(-cu12/-cu11) / cuda-toolkit release"
+    )
+
+
 def _find(cell: CellSpec, names: tuple[str, ...]) -> InstalledComponent | None:
     return next((c for c in cell.components if c.distribution.lower() in names), None)
 
@@ -151,20 +169,7 @@ def find_toolkit(cell: CellSpec, fetch: Fetch, requires: Requires) -> Toolkit:
     torch = _find(cell, ("torch",))
     if torch is None:
         raise Unavailable("the cell has no torch to read its CUDA release from, and no nvcc wheel")
-    pins = _metadata_requires(torch)
-    dist, version = "", None
-    for nvrtc, nvcc in _NVRTC_TO_NVCC.items():  # nvrtc and nvcc of one CUDA release share the version
-        if version is None and (version := requirement_pin(pins, (nvrtc,))) is not None:
-            dist = nvcc
-    if version is None and (kit := requirement_pin(pins, ("cuda-toolkit",))) is not None:
-        dist, version = (
-            "nvidia-cuda-nvcc",
-            requirement_pin(requires("cuda-toolkit", kit), ("nvidia-cuda-nvcc",), ("nvcc",)),
-        )
-    if version is None:
-        raise Unavailable(
-            f"torch {torch.version}'s metadata pins no nvidia-cuda-nvrtc(-cu12/-cu11) / cuda-toolkit release"
-        )
+    dist, version = nvcc_pin(torch.version, _metadata_requires(torch), requires)
     root = fetch(dist, version)
     bin_dir = wheel_bin_dir(root)
     if bin_dir is None:
@@ -400,9 +405,7 @@ def _installed_beside(comp: InstalledComponent | None, distribution: str, versio
 def _triton(cell: CellSpec, archs: list[Arch], fetch: Fetch, environ: Mapping[str, str]) -> list[ToolFinding]:
     own = _find(cell, ("triton",))
     torch = _find(cell, ("torch",))
-    version = (
-        own.version if own else requirement_pin(_metadata_requires(torch), ("triton",)) if torch else None
-    )
+    version = own.version if own else triton_pin(_metadata_requires(torch)) if torch else None
     if version is None:
         unknown = _triton_unknown(torch) if torch and not own else None
         if unknown is not None:  # torch is there but what it pins cannot be read: unanswered, never n/a
@@ -461,6 +464,8 @@ __all__ = [
     "find_toolkit",
     "flashinfer_finding",
     "flashinfer_targets",
+    "nvcc_pin",
     "requirement_pin",
     "triton_finding",
+    "triton_pin",
 ]
