@@ -595,25 +595,37 @@ def hand_over(
     for suite, family in _families(suites):
         query = _Query(stack=stack, resolver=resolver, python=python, unreachable=unreachable or {})
         honest = family.needs.unresolved == "unanswered"
-        try:
-            wanted = [str(r) for r in family.needs.wheels(suite.parsed_settings, query)]
-        except Unavailable as exc:
-            if not honest:
-                raise ArtifactError(f"suite {suite.name}: its wheels cannot be told: {exc}") from exc
-            wanted = []
+        wanted = _wanted(suite, family, query, honest=honest)
         if honest:
             handed.unavailable.update(query.failed)
         for requirement in (r for r in wanted if r not in handed.extras):
-            comp = _pinned(suite.name, requirement, resolver.matrix)  # no pin: the family's error, the cell's
-            try:
-                handed.extras[requirement] = _resolved(comp, resolver, python, query.unreachable)
-            except ArtifactError as exc:
-                if not honest:
-                    raise ArtifactError(
-                        f"suite {suite.name} needs {requirement}, which cannot be resolved: {exc}"
-                    ) from exc
-                handed.unavailable[requirement] = _why(requirement, exc)
+            _hand(handed, suite.name, requirement, query, honest=honest)
     return handed
+
+
+def _wanted(suite: Suite, family: SuiteFamily[Any, Any], query: _Query, *, honest: bool) -> list[str]:
+    """The requirements the family's hook names; a query it could not have answered raises out of it: an
+    ArtifactError of the cell, or for an honest family none (its failures are in `query.failed`)."""
+    try:
+        return [str(r) for r in family.needs.wheels(suite.parsed_settings, query)]
+    except Unavailable as exc:
+        if not honest:
+            raise ArtifactError(f"suite {suite.name}: its wheels cannot be told: {exc}") from exc
+        return []
+
+
+def _hand(handed: Handed, suite: str, requirement: str, query: _Query, *, honest: bool) -> None:
+    """Resolve one requirement into `handed.extras`; one that cannot be resolved is an ArtifactError of the
+    cell, or for an honest family an entry of `handed.unavailable` with the reason."""
+    comp = _pinned(suite, requirement, query.resolver.matrix)  # no pin: the family's error, the cell's
+    try:
+        handed.extras[requirement] = _resolved(comp, query.resolver, query.python, query.unreachable)
+    except ArtifactError as exc:
+        if not honest:
+            raise ArtifactError(
+                f"suite {suite} needs {requirement}, which cannot be resolved: {exc}"
+            ) from exc
+        handed.unavailable[requirement] = _why(requirement, exc)
 
 
 def resolve_extras(

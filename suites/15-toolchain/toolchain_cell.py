@@ -64,6 +64,10 @@ class _Wheels:
         )
         if found is None or not found.root:
             raise Unavailable(self._why(distribution, version))
+        if not Path(found.root).is_dir():  # a backend that does not show the runner's cache to the suite
+            raise Unavailable(
+                f"{distribution}=={version}: the tree the runner unpacked ({found.root}) is not here"
+            )
         return found
 
     def fetch(self, distribution: str, version: str) -> Path:

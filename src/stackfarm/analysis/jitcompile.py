@@ -18,6 +18,7 @@ the content of everything it depends on (the wheels' trees, the flags, the arch)
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import os
@@ -77,23 +78,29 @@ def toolkit_home(wheels: list[Path], work: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="home-", dir=work))
     for root in wheels:
         for top in sorted(p for p in (root / "nvidia").glob("*") if p.is_dir()):
-            for path in sorted(top.rglob("*")):
-                if path.is_dir() or path.name == "__init__.py":
-                    continue
-                dest = tmp / path.relative_to(top)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                if dest.exists():
-                    continue
-                try:
-                    os.link(path, dest)
-                except OSError:
-                    shutil.copy2(path, dest)
+            _link_tree(top, tmp)
     (tmp / ".complete").write_text("\n".join(str(w) for w in wheels), encoding="utf-8")
     try:
         tmp.rename(home)
     except OSError:  # another process made it first
         shutil.rmtree(tmp, ignore_errors=True)
     return home
+
+
+def _link_tree(top: Path, dest_root: Path) -> None:
+    """Every file under `top` (``__init__.py`` aside) at the same place under `dest_root`, hard-linked (else
+    copied); a file already there (from an earlier wheel) is kept."""
+    for path in sorted(top.rglob("*")):
+        if path.is_dir() or path.name == "__init__.py":
+            continue
+        dest = dest_root / path.relative_to(top)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.exists():
+            continue
+        try:
+            os.link(path, dest)
+        except OSError:
+            shutil.copy2(path, dest)
 
 
 def _jit_env(fi_root: Path) -> SimpleNamespace:
@@ -126,12 +133,22 @@ def _path_expr(node: ast.expr, package: Path) -> Any:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
-        left, right = _path_expr(node.left, package), _path_expr(node.right, package)
-        return left / right if isinstance(left, Path) and isinstance(right, str) else None
+        return _joined(node, package)
     if isinstance(node, ast.List):
-        items = [_path_expr(e, package) for e in node.elts]
-        return items if all(isinstance(i, Path) for i in items) else None
+        return _paths(node, package)
     return None
+
+
+def _joined(node: ast.BinOp, package: Path) -> Path | None:
+    """``<path> / "<name>"``, when the left side is a path and the right a string."""
+    left, right = _path_expr(node.left, package), _path_expr(node.right, package)
+    return left / right if isinstance(left, Path) and isinstance(right, str) else None
+
+
+def _paths(node: ast.List, package: Path) -> list[Path] | None:
+    """A list of paths, when every item is one."""
+    items = [_path_expr(e, package) for e in node.elts]
+    return items if all(isinstance(i, Path) for i in items) else None
 
 
 def nvcc_flags(
@@ -298,67 +315,6 @@ def tvm_ffi_pin(fi_requires: list[str], versions: Versions) -> str | None:
     return newest(versions("apache-tvm-ffi"), spec or "") if spec is not None else None
 
 
-def compile_findings(
-    cell: Any, archs: list[Arch], *, fetch: Fetch, requires: Requires, versions: Versions,
-    environ: Mapping[str, str],
-) -> list[Any]:  # fmt: skip
-    """One finding per arch: flashinfer's rope module compiled with the cell's toolkit for the arch."""
-    from stackfarm.analysis.jitfindings import ToolFinding, Unavailable
-
-    fi = next((c for c in cell.components if c.distribution in ("flashinfer-python", "flashinfer")), None)
-    torch = next((c for c in cell.components if c.distribution == "torch"), None)
-    if fi is None or not fi.root:
-        return [ToolFinding(KIND, str(a), "flashinfer", "", MODULE, "", 0, "n/a", "the cell has no flashinfer")
-                for a in archs]  # fmt: skip
-    component = f"{fi.distribution} {fi.version}"
-    fi_root = Path(fi.root)
-
-    def unanswered(why: str) -> list[Any]:
-        return [ToolFinding(KIND, str(a), component, "", MODULE, SOURCE, 0, "skip",
-                            f"the first-use compile of {component}'s {MODULE} module cannot be attempted: {why}")
-                for a in archs]  # fmt: skip
-
-    if torch is None:
-        return unanswered("the cell has no torch, so no CUDA toolkit release is named")
-    if not (fi_root / SOURCE).is_file():
-        return unanswered(f"{SOURCE} is not in this flashinfer")
-    work = default_root() / "jitcompile-homes"
-    work.mkdir(parents=True, exist_ok=True)
-    try:
-        home, release, how = cell_toolkit(torch.version.split("+")[0], fetch, requires, work)
-        tvm_version = tvm_ffi_pin(requires(fi.distribution, fi.version), versions)
-        if tvm_version is None:
-            return unanswered(
-                f"{component} requires no apache-tvm-ffi release this index has (its bindings' headers)"
-            )
-        tvm_root = fetch("apache-tvm-ffi", tvm_version)
-    except (CannotCompile, Unavailable) as exc:
-        return unanswered(str(exc))
-    out = []
-    for arch in archs:
-        try:
-            result = compile_module(
-                fi_root, arch, release, cuda_home=home, tvm_ffi_root=tvm_root, environ=environ
-            )
-        except (Unresolvable, CannotCompile) as exc:
-            out.append(ToolFinding(KIND, str(arch), component, "", MODULE, SOURCE, 0, "skip",
-                                   f"the first-use compile of {component}'s {MODULE} module on {arch} cannot be "
-                                   f"attempted: {exc}"))  # fmt: skip
-            continue
-        nvcc = f"nvcc {release} ({how})"
-        what = f"{MODULE} ({SOURCE}) for {', '.join(t.removeprefix('-gencode=') for t in result.targets) or 'no target'}"
-        if result.ok:
-            out.append(ToolFinding(KIND, str(arch), component, nvcc, what, SOURCE, 0, "pass",
-                                   f"{nvcc} compiles {component}'s {what} with flashinfer's own flags "
-                                   f"(flashinfer/jit/cpp_ext.py build_cuda_cflags){' (cached)' if result.cached else ''}",
-                                   result.command, note=how))  # fmt: skip
-        else:
-            out.append(ToolFinding(KIND, str(arch), component, nvcc, what, SOURCE, 0, "fail",
-                                   f"{nvcc} fails to compile {component}'s {what} at first use on {arch}: "
-                                   f"{result.error}", result.command, result.error, note=how))  # fmt: skip
-    return out
-
-
 # --------------------------------------------------------------------------- the wheels the runner hands over
 
 #: The nvcc wheels a cell may carry itself (then `jitfindings.find_toolkit` fetches none).
@@ -388,23 +344,16 @@ def wheels_needed(
     nvcc wheel of its CUDA release, and for the first-use compile the cuda-toolkit release with its component
     wheels and apache-tvm-ffi. What the index cannot answer (`Unavailable`) leaves that branch out; the suite
     reports it unanswered."""
-    from stackfarm.analysis.jitfindings import Unavailable, nvcc_pin, triton_pin
+    from stackfarm.analysis.jitfindings import Unavailable
 
-    names = {canonicalize_name(d) for d in stack}
     torch = stack.get("torch")
     if torch is None:
         return ()
     asked = _Asked(requires, stack)
-    fetched: list[str] = []
     flashinfer = next((d for d in ("flashinfer-python", "flashinfer") if d in stack), None)
-    try:
-        torch_requires = asked("torch", torch)
-        if "triton" not in names and (triton := triton_pin(torch_requires)) is not None:
-            fetched.append(f"triton=={triton}")
-        if flashinfer is not None and not names & set(_OWN_NVCC):
-            fetched.append("==".join(nvcc_pin(torch, torch_requires, asked)))
-    except Unavailable:
-        pass
+    fetched: list[str] = []
+    with contextlib.suppress(Unavailable):  # the index could not answer: the suite says so, unanswered
+        fetched += _jit_wheels(torch, asked, stack, flashinfer is not None)
     if first_use_compile and flashinfer is not None:
         try:
             _, kit = toolkit_wheels(torch.split("+")[0], asked)
@@ -414,6 +363,106 @@ def wheels_needed(
         except (Unavailable, CannotCompile):
             pass
     return tuple(dict.fromkeys([*fetched, *asked.asked]))
+
+
+def _jit_wheels(torch: str, requires: Requires, stack: Mapping[str, str], flashinfer: bool) -> list[str]:
+    """The Triton torch pins (unless the cell has one) and, for flashinfer's JIT, the nvcc wheel of torch's
+    CUDA release (unless the cell has one); raises `Unavailable`."""
+    from stackfarm.analysis.jitfindings import nvcc_pin, triton_pin
+
+    names = {canonicalize_name(d) for d in stack}
+    torch_requires = requires("torch", torch)
+    out = []
+    if "triton" not in names and (triton := triton_pin(torch_requires)) is not None:
+        out.append(f"triton=={triton}")
+    if flashinfer and not names & set(_OWN_NVCC):
+        out.append("==".join(nvcc_pin(torch, torch_requires, requires)))
+    return out
+
+
+def compile_findings(
+    cell: Any, archs: list[Arch], *, fetch: Fetch, requires: Requires, versions: Versions,
+    environ: Mapping[str, str],
+) -> list[Any]:  # fmt: skip
+    """One finding per arch: flashinfer's rope module compiled with the cell's toolkit for the arch."""
+    from stackfarm.analysis.jitfindings import ToolFinding, Unavailable
+
+    fi, torch = _flashinfer_and_torch(cell)
+    if fi is None or not fi.root:
+        return [ToolFinding(KIND, str(a), "flashinfer", "", MODULE, "", 0, "n/a", "the cell has no flashinfer")
+                for a in archs]  # fmt: skip
+    component = f"{fi.distribution} {fi.version}"
+    fi_root = Path(fi.root)
+    if torch is None:
+        return _unanswered(archs, component, "the cell has no torch, so no CUDA toolkit release is named")
+    if not (fi_root / SOURCE).is_file():
+        return _unanswered(archs, component, f"{SOURCE} is not in this flashinfer")
+    work = default_root() / "jitcompile-homes"
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        home, release, how = cell_toolkit(torch.version.split("+")[0], fetch, requires, work)
+        tvm_root = _tvm_ffi_root(fi, fetch, requires, versions)
+    except (CannotCompile, Unavailable) as exc:
+        return _unanswered(archs, component, str(exc))
+    if tvm_root is None:
+        return _unanswered(
+            archs,
+            component,
+            f"{component} requires no apache-tvm-ffi release this index has (its bindings' headers)",
+        )
+    out = []
+    for arch in archs:
+        try:
+            result = compile_module(
+                fi_root, arch, release, cuda_home=home, tvm_ffi_root=tvm_root, environ=environ
+            )
+        except (Unresolvable, CannotCompile) as exc:
+            out.append(ToolFinding(KIND, str(arch), component, "", MODULE, SOURCE, 0, "skip",
+                                   f"the first-use compile of {component}'s {MODULE} module on {arch} cannot be "
+                                   f"attempted: {exc}"))  # fmt: skip
+            continue
+        out.append(_compiled(arch, component, result, f"nvcc {release} ({how})", how))
+    return out
+
+
+def _flashinfer_and_torch(cell: Any) -> tuple[Any, Any]:
+    """The cell's flashinfer and torch components (None for one it lacks)."""
+    fi = next((c for c in cell.components if c.distribution in ("flashinfer-python", "flashinfer")), None)
+    torch = next((c for c in cell.components if c.distribution == "torch"), None)
+    return fi, torch
+
+
+def _unanswered(archs: list[Arch], component: str, why: str) -> list[Any]:
+    """One skip per arch: the compile cannot be attempted."""
+    from stackfarm.analysis.jitfindings import ToolFinding
+
+    return [ToolFinding(KIND, str(a), component, "", MODULE, SOURCE, 0, "skip",
+                        f"the first-use compile of {component}'s {MODULE} module cannot be attempted: {why}")
+            for a in archs]  # fmt: skip
+
+
+def _tvm_ffi_root(fi: Any, fetch: Fetch, requires: Requires, versions: Versions) -> Path | None:
+    """The apache-tvm-ffi wheel flashinfer requires (its bindings' headers), fetched: the newest release the
+    index has in its range; None when flashinfer requires none the index has."""
+    tvm_version = tvm_ffi_pin(requires(fi.distribution, fi.version), versions)
+    if tvm_version is None:
+        return None
+    return fetch("apache-tvm-ffi", tvm_version)
+
+
+def _compiled(arch: Arch, component: str, result: CompileResult, nvcc: str, how: str) -> Any:
+    """The finding of one compile that ran: pass, or fail with nvcc's error."""
+    from stackfarm.analysis.jitfindings import ToolFinding
+
+    what = f"{MODULE} ({SOURCE}) for {', '.join(t.removeprefix('-gencode=') for t in result.targets) or 'no target'}"
+    if result.ok:
+        return ToolFinding(KIND, str(arch), component, nvcc, what, SOURCE, 0, "pass",
+                           f"{nvcc} compiles {component}'s {what} with flashinfer's own flags "
+                           f"(flashinfer/jit/cpp_ext.py build_cuda_cflags){' (cached)' if result.cached else ''}",
+                           result.command, note=how)  # fmt: skip
+    return ToolFinding(KIND, str(arch), component, nvcc, what, SOURCE, 0, "fail",
+                       f"{nvcc} fails to compile {component}'s {what} at first use on {arch}: "
+                       f"{result.error}", result.command, result.error, note=how)  # fmt: skip
 
 
 __all__ = ["KIND", "MODULE", "SOURCE", "TOOLKIT_EXTRAS", "CannotCompile", "CompileResult", "cell_toolkit",

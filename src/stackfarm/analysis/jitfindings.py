@@ -99,15 +99,19 @@ def requirement_pin(requires: list[str], names: tuple[str, ...], extras: tuple[s
             req = Requirement(text)
         except InvalidRequirement:
             continue
-        if req.name.lower() not in names:
-            continue
-        envs = [{**_ENV, "extra": e} for e in (extras or ("",))]
-        if req.marker is not None and not any(req.marker.evaluate(env) for env in envs):
+        if req.name.lower() not in names or not _applies(req, extras):
             continue
         pins = [s.version for s in req.specifier if s.operator == "=="]
         if pins:
             return pins[0].removesuffix(".*")
     return None
+
+
+def _applies(req: Requirement, extras: tuple[str, ...]) -> bool:
+    """The requirement's marker holds on Linux x86_64 with one of `extras` (none: no extra)."""
+    if req.marker is None:
+        return True
+    return any(req.marker.evaluate({**_ENV, "extra": e}) for e in (extras or ("",)))
 
 
 def _metadata_requires(comp: InstalledComponent) -> list[str]:
@@ -130,33 +134,34 @@ def _triton_unknown(torch: InstalledComponent) -> str | None:
     return None
 
 
-def triton_pin(torch_requires: list[str]) -> str | None:
-    """The Triton release torch's Requires-Dist pins (None: it pins none)."""
-    return requirement_pin(torch_requires, ("triton",))
-
-
-def nvcc_pin(torch: str, torch_requires: list[str], requires: Requires) -> tuple[str, str]:
-    """(distribution, version) of the nvcc wheel of the CUDA release torch `torch` pins (its Requires-Dist):
-    nvrtc's release (nvrtc and nvcc of one CUDA release share the version), else the nvcc extra of the
-    cuda-toolkit release it pins (`requires` reads that one's); raises `Unavailable` when it cannot be told."""
-    for nvrtc, nvcc in _NVRTC_TO_NVCC.items():
-        if (version := requirement_pin(torch_requires, (nvrtc,))) is not None:
-            return nvcc, version
-    if (kit := requirement_pin(torch_requires, ("cuda-toolkit",))) is not None:
-        found = requirement_pin(requires("cuda-toolkit", kit), ("nvidia-cuda-nvcc",), ("nvcc",))
-        if found is not None:
-            return "nvidia-cuda-nvcc", found
-    raise Unavailable(
-        f"torch {torch}'s metadata pins no nvidia-cuda-nvrtc(-cu12/-cu11) / cuda-toolkit release"
-    )
-
-
 def _find(cell: CellSpec, names: tuple[str, ...]) -> InstalledComponent | None:
     return next((c for c in cell.components if c.distribution.lower() in names), None)
 
 
 def find_toolkit(cell: CellSpec, fetch: Fetch, requires: Requires) -> Toolkit:
     """The toolkit flashinfer's JIT uses in this cell (module docstring of `toolchain`); raises `Unavailable`."""
+    present = _present_toolkit(cell)
+    if present is not None:
+        return present
+    torch = _find(cell, ("torch",))
+    if torch is None:
+        raise Unavailable("the cell has no torch to read its CUDA release from, and no nvcc wheel")
+    dist, version = _nvcc_of(_metadata_requires(torch), requires)
+    if version is None:
+        raise Unavailable(
+            f"torch {torch.version}'s metadata pins no nvidia-cuda-nvrtc(-cu12/-cu11) / cuda-toolkit release"
+        )
+    root = fetch(dist, version)
+    bin_dir = wheel_bin_dir(root)
+    if bin_dir is None:
+        raise Unavailable(f"the {dist} {version} wheel has no nvidia/*/bin/ptxas")
+    why = (f"stand-in for the image's CUDA toolkit: the {dist} wheel of the CUDA release torch {torch.version} "
+           "pins (this machine has no toolkit of the cell's)")  # fmt: skip
+    return _noted(toolkit_in(bin_dir, f"{dist} {version} wheel", why), cell, why)
+
+
+def _present_toolkit(cell: CellSpec) -> Toolkit | None:
+    """The toolkit the cell already has: the machine's (docker, host backends), else its own nvcc wheel's."""
     if cell.backend in ("docker", "host"):
         found = machine_toolkit()
         if found is not None:
@@ -166,17 +171,24 @@ def find_toolkit(cell: CellSpec, fetch: Fetch, requires: Requires) -> Toolkit:
     own = _find(cell, ("nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc-cu13", "nvidia-cuda-nvcc"))
     if own is not None and own.root and (bin_dir := wheel_bin_dir(Path(own.root))) is not None:
         return toolkit_in(bin_dir, f"{own.distribution} {own.version} wheel", "the cell's nvcc wheel")
-    torch = _find(cell, ("torch",))
-    if torch is None:
-        raise Unavailable("the cell has no torch to read its CUDA release from, and no nvcc wheel")
-    dist, version = nvcc_pin(torch.version, _metadata_requires(torch), requires)
-    root = fetch(dist, version)
-    bin_dir = wheel_bin_dir(root)
-    if bin_dir is None:
-        raise Unavailable(f"the {dist} {version} wheel has no nvidia/*/bin/ptxas")
-    why = (f"stand-in for the image's CUDA toolkit: the {dist} wheel of the CUDA release torch {torch.version} "
-           "pins (this machine has no toolkit of the cell's)")  # fmt: skip
-    toolkit = toolkit_in(bin_dir, f"{dist} {version} wheel", why)
+    return None
+
+
+def _nvcc_of(pins: list[str], requires: Requires) -> tuple[str, str | None]:
+    """The nvcc wheel (distribution, version) of the CUDA release torch pins: by its nvrtc pin, else through
+    its cuda-toolkit pin's own nvcc requirement."""
+    for nvrtc, nvcc in _NVRTC_TO_NVCC.items():  # nvrtc and nvcc of one CUDA release share the version
+        if (version := requirement_pin(pins, (nvrtc,))) is not None:
+            return nvcc, version
+    if (kit := requirement_pin(pins, ("cuda-toolkit",))) is not None:
+        return "nvidia-cuda-nvcc", requirement_pin(
+            requires("cuda-toolkit", kit), ("nvidia-cuda-nvcc",), ("nvcc",)
+        )
+    return "", None
+
+
+def _noted(toolkit: Toolkit, cell: CellSpec, why: str) -> Toolkit:
+    """The stand-in toolkit, its `why` noting when its CUDA is not the cell's."""
     cuda = cell.values.get("cuda", "")
     if (
         cuda and cuda != toolkit.ptxas.release
@@ -293,9 +305,7 @@ def flashinfer_targets(
     defs = load_definitions(path, ("CompilationContext",), namespace)
     # The deciding line: the arch normalisation where the release has one (0.6.7+), else the constructor.
     lines = defs.lines
-    line = (
-        lines.get("CompilationContext._normalize_cuda_arch") or lines.get("CompilationContext.__init__") or 0
-    )
+    line = lines.get("CompilationContext._normalize_cuda_arch") or lines.get("CompilationContext.__init__", 0)
     try:
         flags = defs.get("CompilationContext")().get_nvcc_flags_list()
     except RuntimeError as exc:
@@ -313,17 +323,26 @@ def _compile(toolkit: Toolkit, compute: str, sm: str, fp4: bool) -> tuple[Compil
     return compiler, probe(compiler, (f"-arch=sm_{code}",), ptx)
 
 
+def _asked(mode: str, arch: Arch) -> str:
+    """How flashinfer is asked for `arch`, as a finding says it."""
+    if mode == "jit":
+        return "at JIT time"
+    return f'with FLASHINFER_CUDA_ARCH_LIST="{arch.major}.{arch.minor}" (AOT)'
+
+
+def _with_fp4(sm: str) -> bool:
+    """Blackwell targets: flashinfer compiles its FP4 kernels for every target (-DFLASHINFER_ENABLE_FP4_E2M1
+    in COMMON_NVCC_FLAGS), and they emit the e2m1x2 conversion there (our reading; flashinfer#1966)."""
+    return int(re.sub(r"\D", "", sm)[:-1] or 0) >= 10
+
+
 def flashinfer_finding(
     comp: InstalledComponent, arch: Arch, mode: str, toolkit: Toolkit, environ: Mapping[str, str]
 ) -> ToolFinding:
     root = Path(comp.root)
     kind, component = f"flashinfer-{mode}", f"{comp.distribution} {comp.version}"
     rel = "flashinfer/compilation_context.py"
-    asked = (
-        "at JIT time"
-        if mode == "jit"
-        else f'with FLASHINFER_CUDA_ARCH_LIST="{arch.major}.{arch.minor}" (AOT)'
-    )
+    asked = _asked(mode, arch)
     try:
         targets, _, line = flashinfer_targets(root, arch, mode, toolkit, environ)
     except Unresolvable as exc:
@@ -337,9 +356,7 @@ def flashinfer_finding(
     where = f"{rel}:{line}"
     done = []
     for compute, sm in targets:
-        # Blackwell targets: flashinfer compiles its FP4 kernels for every target (-DFLASHINFER_ENABLE_FP4_E2M1
-        # in COMMON_NVCC_FLAGS), and they emit the e2m1x2 conversion there (our reading; flashinfer#1966).
-        fp4 = int(re.sub(r"\D", "", sm)[:-1] or 0) >= 10
+        fp4 = _with_fp4(sm)
         try:
             compiler, result = _compile(toolkit, compute, sm, fp4)
         except ToolchainError as exc:
@@ -402,26 +419,44 @@ def _installed_beside(comp: InstalledComponent | None, distribution: str, versio
     return Path(comp.root) if info.is_dir() else None
 
 
+def _triton_version(own: InstalledComponent | None, torch: InstalledComponent | None) -> str | None:
+    """The cell's Triton release: its own triton's, else the one its torch pins."""
+    if own is not None:
+        return own.version
+    return requirement_pin(_metadata_requires(torch), ("triton",)) if torch else None
+
+
+def _no_triton(
+    own: InstalledComponent | None, torch: InstalledComponent | None, archs: list[Arch]
+) -> list[ToolFinding]:
+    """The findings when no Triton release can be named: unanswered (skip) when torch's pin cannot be read,
+    else not applicable."""
+    unknown = _triton_unknown(torch) if torch and not own else None
+    if unknown is not None:  # torch is there but what it pins cannot be read: unanswered, never n/a
+        return [ToolFinding("triton", str(a), "triton", "", "", "", 0, "skip", unknown) for a in archs]
+    why = (
+        "the cell has no triton, and its torch requires none" if torch else "the cell has no torch or triton"
+    )
+    return [ToolFinding("triton", str(a), "triton", "", "", "", 0, "n/a", why) for a in archs]
+
+
+def _triton_root(
+    own: InstalledComponent | None, torch: InstalledComponent | None, version: str, fetch: Fetch
+) -> Path:
+    """Where the Triton that runs lies: the cell's own, an installed copy beside torch, else a fetched wheel."""
+    if own and own.root:
+        return Path(own.root)
+    return _installed_beside(torch, "triton", version) or fetch("triton", version)
+
+
 def _triton(cell: CellSpec, archs: list[Arch], fetch: Fetch, environ: Mapping[str, str]) -> list[ToolFinding]:
     own = _find(cell, ("triton",))
     torch = _find(cell, ("torch",))
-    version = own.version if own else triton_pin(_metadata_requires(torch)) if torch else None
+    version = _triton_version(own, torch)
     if version is None:
-        unknown = _triton_unknown(torch) if torch and not own else None
-        if unknown is not None:  # torch is there but what it pins cannot be read: unanswered, never n/a
-            return [ToolFinding("triton", str(a), "triton", "", "", "", 0, "skip", unknown) for a in archs]
-        why = (
-            "the cell has no triton, and its torch requires none"
-            if torch
-            else "the cell has no torch or triton"
-        )
-        return [ToolFinding("triton", str(a), "triton", "", "", "", 0, "n/a", why) for a in archs]
+        return _no_triton(own, torch, archs)
     try:
-        root = (
-            Path(own.root)
-            if own and own.root
-            else _installed_beside(torch, "triton", version) or fetch("triton", version)
-        )
+        root = _triton_root(own, torch, version, fetch)
     except Unavailable as exc:
         return [ToolFinding("triton", str(a), f"triton {version}", "", "", "", 0, "skip",
                             f"triton {version} (pinned by the cell's torch) cannot be had here: {exc}") for a in archs]  # fmt: skip
@@ -452,6 +487,25 @@ def _flashinfer(
         for m in modes
         for a in archs
     ]
+
+
+# --------------------------------------------------------------------------- the wheels it reads
+
+
+def triton_pin(torch_requires: list[str]) -> str | None:
+    """The Triton release torch's Requires-Dist pins (None: it pins none)."""
+    return requirement_pin(torch_requires, ("triton",))
+
+
+def nvcc_pin(torch: str, torch_requires: list[str], requires: Requires) -> tuple[str, str]:
+    """(distribution, version) of the nvcc wheel of the CUDA release torch `torch` pins (its Requires-Dist), as
+    `find_toolkit` chooses it; raises `Unavailable` when it cannot be told."""
+    dist, version = _nvcc_of(torch_requires, requires)
+    if version is None:
+        raise Unavailable(
+            f"torch {torch}'s metadata pins no nvidia-cuda-nvrtc(-cu12/-cu11) / cuda-toolkit release"
+        )
+    return dist, version
 
 
 __all__ = [
