@@ -16,8 +16,8 @@ from stackfarm import families
 from stackfarm.analysis.arch import ArchError, parse_target
 from stackfarm.analysis.backendsel import cell_choices, families_of
 from stackfarm.analysis.jitcompile import compile_findings
-from stackfarm.analysis.jitfindings import ToolFinding, Unavailable, analyse
-from stackfarm.cellspec import CellSpec, InstalledComponent, dist_info
+from stackfarm.analysis.jitfindings import ToolFinding, Unavailable, analyse, metadata_requires
+from stackfarm.cellspec import CellSpec, InstalledComponent
 
 SUITE = "15-toolchain"
 #: This folder's family (family.py): its settings class.
@@ -81,14 +81,7 @@ class _Wheels:
 
     def requires(self, distribution: str, version: str) -> list[str]:
         comp = next((c for c in self.cell.components if _same(c, distribution, version)), None)
-        comp = comp or self._handed(distribution, version)
-        info = dist_info(comp)
-        if info is None or not (info / "METADATA").is_file():
-            raise Unavailable(
-                f"{distribution}=={version}: its METADATA cannot be read here ({comp.root or 'no root'})"
-            )
-        text = (info / "METADATA").read_text(encoding="utf-8", errors="replace")
-        return [ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Requires-Dist:")]
+        return metadata_requires(comp or self._handed(distribution, version))
 
 
 def cell_findings(cell: CellSpec) -> list[ToolFinding]:

@@ -492,6 +492,16 @@ def _flashinfer(
 # --------------------------------------------------------------------------- the wheels it reads
 
 
+def metadata_requires(comp: InstalledComponent) -> list[str]:
+    """The Requires-Dist of an unpacked or installed wheel's METADATA; raises `Unavailable` when it has none here."""
+    info = dist_info(comp)
+    if info is None or not (info / "METADATA").is_file():
+        raise Unavailable(
+            f"{comp.distribution}=={comp.version}: its METADATA cannot be read here ({comp.root or 'no root'})"
+        )
+    return _metadata_requires(comp)
+
+
 def triton_pin(torch_requires: list[str]) -> str | None:
     """The Triton release torch's Requires-Dist pins (None: it pins none)."""
     return requirement_pin(torch_requires, ("triton",))
@@ -518,6 +528,7 @@ __all__ = [
     "find_toolkit",
     "flashinfer_finding",
     "flashinfer_targets",
+    "metadata_requires",
     "nvcc_pin",
     "requirement_pin",
     "triton_finding",
