@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from stackfarm import families, htmlreport
-from stackfarm.family import from_json, to_json
+from stackfarm.family import StackOnly, from_json, to_json
 from stackfarm.history import read_run
 from test_history import CELL, CaseSpec, write_cell
 from test_htmlreport import PASSING, PASSING_RECORDS
@@ -49,11 +49,15 @@ def test_the_baseline_wheel_is_declared_for_the_runner() -> None:
     host's bundle carries (stackfarm.wheelhouse.comparison)."""
     family = families.load_one(FAMILY_FILE)
     settings = family.parse({"compare_with": ["0.5.9", "0.5.10", "0.5.15"]})
-    assert family.needs.wheels(settings, {"sglang": "0.5.15", "torch": "2.11.0"}) == ("sglang==0.5.10",)
-    assert family.needs.wheels(settings, {"sglang": "0.5.10"}) == ("sglang==0.5.9",)
-    assert family.needs.wheels(settings, {"sglang": "0.5.9"}) == (), "nothing older: nothing to fetch"
-    assert family.needs.wheels(settings, {"torch": "2.11.0"}) == (), "no SGLang in the cell"
-    assert family.needs.wheels(family.parse({}), {"sglang": "0.5.15"}) == ()
+    assert family.needs.wheels(settings, StackOnly({"sglang": "0.5.15", "torch": "2.11.0"})) == (
+        "sglang==0.5.10",
+    )
+    assert family.needs.wheels(settings, StackOnly({"sglang": "0.5.10"})) == ("sglang==0.5.9",)
+    assert family.needs.wheels(settings, StackOnly({"sglang": "0.5.9"})) == (), (
+        "nothing older: nothing to fetch"
+    )
+    assert family.needs.wheels(settings, StackOnly({"torch": "2.11.0"})) == (), "no SGLang in the cell"
+    assert family.needs.wheels(family.parse({}), StackOnly({"sglang": "0.5.15"})) == ()
 
 
 def _page(folder: Path, records: dict[str, Any]) -> str:

@@ -736,7 +736,8 @@ FAMILY = SuiteFamily(
     order=50,
     settings_schema=Table({"wants": List(Str("a requirement"), "requirements")}, noun="setting"),
     settings=WantsSettings,
-    needs=Needs(wheels=lambda s, stack: tuple(w.replace("{sglang}", stack["sglang"]) for w in s.wants)),
+    needs=Needs(wheels=lambda s, q: tuple(w.replace("{sglang}", q.stack["sglang"]) for w in s.wants),
+                unresolved=UNRESOLVED),
 )
 """
 
@@ -745,20 +746,29 @@ from pathlib import Path
 
 
 def test_the_runner_handed_the_wheels(cell, settings):
-    assert sorted(cell.extras) == sorted(w.replace("{sglang}", "0.5.9") for w in settings.wants)
+    wanted = (w.replace("{sglang}", "0.5.9") for w in settings.wants)
+    assert sorted(cell.extras) == sorted(w for w in wanted if w not in UNAVAILABLE)
     for requirement, wheel in cell.extras.items():
         name, version = requirement.split("==")
         assert (wheel.distribution, wheel.version) == (name, version)
         assert (Path(wheel.root) / f"{name}-{version}.dist-info").is_dir(), wheel.root
     assert cell.platform == "manylinux_2_39_x86_64"
+
+
+def test_what_the_runner_could_not_resolve(cell):
+    assert {r: why.split(":")[0] for r, why in cell.unavailable.items()} == UNAVAILABLE
 """
 
 
-def _wants(project: FakeProject, *wants: str) -> None:
+def _wants(
+    project: FakeProject, *wants: str, unresolved: str = "error", unavailable: tuple[str, ...] = ()
+) -> None:
     folder = project.suites / "50-wants"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "family.py").write_text(_WANTS_FAMILY.lstrip(), encoding="utf-8")
-    (folder / "test_wants.py").write_text(_WANTS_TEST.lstrip(), encoding="utf-8")
+    family = _WANTS_FAMILY.lstrip().replace("UNRESOLVED", repr(unresolved))
+    (folder / "family.py").write_text(family, encoding="utf-8")
+    test = _WANTS_TEST.lstrip().replace("UNAVAILABLE", repr({r: r for r in unavailable}))
+    (folder / "test_wants.py").write_text(test, encoding="utf-8")
     project.suite_config["50-wants"] = {}
     project.write_matrix(extra=f"\n[suites.50-wants.settings]\nwants = {json.dumps(list(wants))}\n")
 
@@ -781,3 +791,15 @@ def test_a_declared_wheel_that_cannot_be_resolved_is_an_error_of_the_cell(fake_p
     assert str(stored.status) == "error"
     assert "suite 50-wants needs sglang==9.9, which cannot be resolved" in stored.reason
     assert not (fake_project.reports / CELL / "50-wants.xml").exists(), "no suite ran"
+
+
+def test_a_family_that_reports_unresolvable_wheels_unanswered_gets_them_with_the_reason(
+    fake_project: FakeProject,
+) -> None:
+    """Needs.unresolved="unanswered" (15-toolchain): the runner hands the wheels it resolved in CellSpec.extras and
+    the one it could not in CellSpec.unavailable, with the reason; the suite runs, the cell is no error."""
+    _wants(
+        fake_project, "sglang=={sglang}", "sglang==9.9", unresolved="unanswered", unavailable=("sglang==9.9",)
+    )
+    assert fake_project.run() == ExitCode.OK
+    assert verdict_status(fake_project) == "passed"

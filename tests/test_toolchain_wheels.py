@@ -46,6 +46,27 @@ def _wheel(distribution: str, version: str) -> Path:
     return resolver.cache.unpack(resolver.artifact(comp, "3.11"))
 
 
+def _handed(cell: CellSpec) -> CellSpec:
+    """The cell as the runner hands it to 15-toolchain: family.py's wheels resolved on the default matrix's
+    indexes (stackfarm.runner.hand_over), in CellSpec.extras, and what could not be had in CellSpec.unavailable."""
+    from dataclasses import replace
+
+    from stackfarm import families
+    from stackfarm.artifacts import Cache
+    from stackfarm.matrix import Suite, load
+    from stackfarm.resolve import Resolver
+    from stackfarm.runner import hand_over
+
+    folder = REPO / "suites" / "15-toolchain"
+    family = families.load_one(folder / families.FAMILY_FILE)
+    suite = Suite(
+        name=family.name, path=folder, parsed_settings=family.parse(cell.settings.get(family.name, {}))
+    )
+    stack = {c.distribution: c.version for c in cell.components}
+    handed = hand_over((suite,), stack, Resolver(load(REPO / "matrix.toml"), Cache()), "3.11")
+    return replace(cell, extras=handed.extras, unavailable=handed.unavailable)
+
+
 def _toolkit(distribution: str, version: str) -> Toolkit:
     bin_dir = wheel_bin_dir(_wheel(distribution, version))
     assert bin_dir is not None
@@ -121,7 +142,7 @@ def _cell(torch: str, kernel: tuple[str, str], fi: str, sglang: str, cuda: str) 
 def test_default_cells(
     tmp_path: Path, torch: str, kernel: tuple[str, str], fi: str, sglang: str, cuda: str, failing: set[str]
 ) -> None:
-    cell = _cell(torch, kernel, fi, sglang, cuda)
+    cell = _handed(_cell(torch, kernel, fi, sglang, cuda))
     cases = run_suite(tmp_path, cell)
     assert {n for n, c in cases.items() if c["outcome"] == "failed"} == failing
     assert len(cases) == 4
@@ -299,8 +320,8 @@ def test_first_use_compile_of_flashinfers_rope_with_the_cells_toolkit() -> None:
     for torch, fi, cuda in (("2.11.0", "0.6.12", "13.0"), ("2.9.1", "0.6.3", "12.8")):
         comps = (real_component("torch", torch), real_component("flashinfer-python", fi))
         cell = CellSpec(id=f"c{cuda}", values={"cuda": cuda, "python": "3.11"}, backend="local", components=comps,
-                        archs=("sm_120", "sm_90"), matrix=str(REPO / "matrix.toml"))  # fmt: skip
-        wheels = _Wheels(cell)
+                        archs=("sm_120", "sm_90"), settings={"15-toolchain": {"compile": True}})  # fmt: skip
+        wheels = _Wheels(_handed(cell))
         for f in compile_findings(cell, archs, fetch=wheels.fetch, requires=wheels.requires,
                                   versions=wheels.versions, environ={}):  # fmt: skip
             found[(cuda, f.arch)] = f

@@ -67,8 +67,12 @@ class CellSpec:
     #: 20-eagle3's compare_with -> "sglang==0.5.9"): requirement string -> the wheel the runner resolved with
     #: the matrix's [indexes] and [[route]] and unpacked in the shared cache (`root`, as the runner sees it). A
     #: suite reads these and never resolves a wheel itself; a requirement that could not be resolved is an
-    #: error of the cell, never an entry here.
+    #: error of the cell, never an entry here, unless its family's Needs.unresolved is "unanswered": then it
+    #: is in `unavailable`.
     extras: dict[str, InstalledComponent] = field(default_factory=dict)
+    #: Requirement (or a query of the family's hook: "name==version", "name") -> why the runner could not have
+    #: it, for a family that reports that as unanswered (15-toolchain: "(offline?) ..."), never as a pass.
+    unavailable: dict[str, str] = field(default_factory=dict)
     #: The wheel platform tag the cell's wheels are resolved for (the matrix's [platform] tag, a host profile's
     #: when one is layered), "" when unknown: 05-import judges the libraries against it.
     platform: str = ""

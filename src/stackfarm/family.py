@@ -12,7 +12,8 @@ A family is one object, ``FAMILY = SuiteFamily(...)``, the way pytest treats a p
   The verdict binds the record's sha256 (``SuiteResult.record_sha256``) as it binds the JUnit file's: a record
   whose bytes are not the ones bound is never rendered (`read_record`);
 - its **section**: the cell page's HTML, rendered from the decoded records (`SectionContext`);
-- its **needs**: a GPU, the image's tools, the stack table flags it reads, extra wheels (`Needs`);
+- its **needs**: a GPU, the image's tools, the stack table flags it reads, extra wheels (`Needs`): chosen by
+  the family's hook, which may ask the index through the runner (`WheelQuery`), so no suite resolves a wheel;
 - its **tables** (`OwnedTable`): the top-level tables of matrix.toml it owns besides [suites.<name>]
   (40-throughput's [thresholds.<runner kind>]), declared here and checked by matrix.load through the family
   registry with the file, line and key of every error, so that the config layer imports no suite library;
@@ -39,7 +40,7 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from .schema import Field, Table
 
@@ -58,7 +59,44 @@ class Settings(Protocol):
     def from_mapping(cls, table: Mapping[str, Any]) -> Any: ...
 
 
-def _no_wheels(_settings: Any, _stack: Mapping[str, str]) -> tuple[str, ...]:
+class Unavailable(Exception):
+    """What a family's wheel query (`WheelQuery`) cannot answer here (an index unreachable, no such release):
+    its message is the reason, handed to the suite where the family's `Needs.unresolved` says so."""
+
+
+class WheelQuery(Protocol):
+    """What a family's `Needs.wheels` hook may ask while it decides which wheels a cell needs: the cell's stack,
+    and the index the matrix routes each distribution to (the runner answers with its resolver). A query the
+    index cannot answer raises `Unavailable` with the reason (the runner keeps it for `Needs.unresolved`)."""
+
+    #: The cell's stack: distribution -> version.
+    @property
+    def stack(self) -> Mapping[str, str]: ...
+
+    def requires(self, distribution: str, version: str) -> list[str]:
+        """The release's Requires-Dist, from the index's metadata."""
+        ...
+
+    def versions(self, distribution: str) -> list[str]:
+        """The releases the default index has of `distribution` (with a usable wheel), oldest first."""
+        ...
+
+
+@dataclass(frozen=True)
+class StackOnly:
+    """A `WheelQuery` that knows the stack only: every index question is `Unavailable` (a hook's unit test, a
+    caller without an index)."""
+
+    stack: Mapping[str, str]
+
+    def requires(self, distribution: str, version: str) -> list[str]:
+        raise Unavailable(f"{distribution}=={version}: no index to read its metadata from")
+
+    def versions(self, distribution: str) -> list[str]:
+        raise Unavailable(f"{distribution}: no index to list its releases from")
+
+
+def _no_wheels(_settings: Any, _query: WheelQuery) -> tuple[str, ...]:
     return ()
 
 
@@ -72,11 +110,17 @@ class Needs:
     image_tools: tuple[str, ...] = ()
     #: The stack table's suite-facing flags it reads (stackfarm.stack), e.g. ("cuda_libraries",).
     stack_flags: tuple[str, ...] = ()
-    #: Extra pinned requirement strings from the parsed settings and the cell's stack (distribution -> version):
-    #: 20-eagle3's nearest older compare_with than the cell's sglang -> ("sglang==0.5.10",). The runner resolves
+    #: Extra pinned requirement strings from the parsed settings and the cell (`WheelQuery`: its stack, and the
+    #: index's metadata and releases): 20-eagle3's nearest older compare_with than the cell's sglang ->
+    #: ("sglang==0.5.10",); 15-toolchain's Triton and CUDA toolkit wheels its torch pins. The runner resolves
     #: them and passes them in (CellSpec.extras); a cell only asks for what its run reads, as a host's bundle
     #: carries only that. None by default.
-    wheels: Callable[[Any, Mapping[str, str]], tuple[str, ...]] = _no_wheels
+    wheels: Callable[[Any, WheelQuery], tuple[str, ...]] = _no_wheels
+    #: What a wheel that cannot be resolved (or a query of `wheels` the index cannot answer) makes: "error", an
+    #: error of the cell naming the suite and the requirement (20-eagle3: its diff has nothing to read); or
+    #: "unanswered", the requirement handed to the suite with the reason (CellSpec.unavailable), which reports
+    #: what it cannot answer as such (15-toolchain: an offline host's finding is unanswered, never a pass).
+    unresolved: Literal["error", "unanswered"] = "error"
 
 
 def _any_key(_key: str, _runners: tuple[str, ...]) -> tuple[str, str] | None:
@@ -363,7 +407,10 @@ __all__ = [
     "Results",
     "SectionContext",
     "Settings",
+    "StackOnly",
     "SuiteFamily",
+    "Unavailable",
+    "WheelQuery",
     "from_json",
     "read_record",
     "record_bytes",

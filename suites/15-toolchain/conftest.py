@@ -25,8 +25,19 @@ FAMILY = families.module(Path(__file__).with_name(families.FAMILY_FILE))
 def findings() -> list[ToolFinding]:
     path = os.environ.get("STACKFARM_CELL")
     if not path:
-        return [ToolFinding("error", "all", "", "", "", "", 0, "fail",
-                            "STACKFARM_CELL is not set: suites are run by stackfarm (python -m stackfarm run)")]  # fmt: skip
+        return [
+            ToolFinding(
+                "error",
+                "all",
+                "",
+                "",
+                "",
+                "",
+                0,
+                "fail",
+                "STACKFARM_CELL is not set: suites are run by stackfarm (python -m stackfarm run)",
+            )
+        ]
     try:
         cell = load(path)
     except (OSError, ValueError, TypeError, KeyError) as exc:

@@ -4,6 +4,13 @@ Settings ([suites.15-toolchain.settings]): `environ` (as 10-capability's), `flas
 flashinfer's arch lists to compile: stackfarm.analysis.jitfindings.MODES), `compile`, and the backend selection
 checked per arch and model family: `selectors`, `families`, `platform` (stackfarm.analysis.backendsel).
 
+Needs (`wheels`): every wheel the analysis reads beyond the cell's stack, "name==version", chosen in the runner by
+the rules the analysis applies (stackfarm.analysis.jitcompile.wheels_needed: the Triton torch pins, the nvcc wheel
+of its CUDA release, and with `compile` the cuda-toolkit release's component wheels and apache-tvm-ffi), the
+index asked through the runner's query. The runner hands them over in ``CellSpec.extras``; what it cannot resolve
+arrives in ``CellSpec.unavailable`` with the reason (`unresolved="unanswered"`), so an offline host's finding is
+unanswered, never a pass, and never an error of the cell.
+
 Record (``15-toolchain.json``): per target arch, the toolchain verdict (will the compilers the cell JIT-compiles
 with accept the arch: Triton's ptxas, the CUDA toolkit flashinfer uses) and the selection verdict (does every
 backend the release's auto-selection can choose there pass that backend's gate), each the worst of its findings
@@ -24,8 +31,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from stackfarm.analysis.jitcompile import wheels_needed
 from stackfarm.analysis.jitfindings import MODES
-from stackfarm.family import SectionContext, SuiteFamily, to_json
+from stackfarm.family import Needs, SectionContext, SuiteFamily, WheelQuery, to_json
 from stackfarm.schema import Bool, Either, Enum, List, Map, Str, Table
 from stackfarm.settings_kit import CLASS, ENVIRON, GATE, classes
 
@@ -149,6 +157,12 @@ class ToolchainSettings:
         return {k: v for k, v in to_json(self).items() if v is not None}
 
 
+def wheels(settings: ToolchainSettings | None, query: WheelQuery) -> tuple[str, ...]:
+    """The wheels the cell's analysis reads beyond its stack (`wheels_needed`), for the runner to resolve."""
+    compile_ = settings.compile if settings is not None else False
+    return wheels_needed(query.stack, query.requires, query.versions, first_use_compile=compile_)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ArchVerdict:
     arch: str
@@ -218,8 +232,14 @@ def _case(finding: Finding, junit: Mapping[str, Case]) -> Case | None:
     if ran is None:  # the record names a testcase the JUnit file does not have: not shown as a result
         return None
     facts = {k: str(getattr(finding, k)) for k in KEYS}
-    return Case(name=ran.name, classname=ran.classname, outcome=ran.outcome, message=ran.message, time=ran.time,
-                properties=facts)  # fmt: skip
+    return Case(
+        name=ran.name,
+        classname=ran.classname,
+        outcome=ran.outcome,
+        message=ran.message,
+        time=ran.time,
+        properties=facts,
+    )
 
 
 def render(ctx: SectionContext[ToolchainRecord]) -> str:
@@ -282,9 +302,10 @@ def _held(case: Case) -> _Held:
         "n/a" if na else {"failed": "fail", "skipped": "skip", "passed": "pass"}.get(case.outcome, "error")
     )
     return _Held(
-        arch=case.properties["arch"], kind="selection" if kind.startswith("selection") else "toolchain",
+        arch=case.properties["arch"],
+        kind="selection" if kind.startswith("selection") else "toolchain",
         outcome=outcome,
-    )  # fmt: skip
+    )
 
 
 def _held_finding(case: Case) -> Finding:
@@ -316,6 +337,7 @@ FAMILY: SuiteFamily[ToolchainSettings, ToolchainRecord] = SuiteFamily(
     settings=ToolchainSettings,
     record=ToolchainRecord,
     section=render,
+    needs=Needs(wheels=wheels, unresolved="unanswered"),
     legacy=legacy,
 )
 
@@ -332,4 +354,5 @@ __all__ = [
     "arch_verdicts",
     "legacy",
     "render",
+    "wheels",
 ]

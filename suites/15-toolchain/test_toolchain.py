@@ -49,14 +49,28 @@ def test_finding(
     record_property("detail", finding.message)
     if finding.note:
         record_property("toolkit", finding.note)
-    results.add("findings", FAMILY.Finding(
-        testcase=request.node.name, kind=finding.kind, arch=finding.arch, component=finding.component,
-        compiler=finding.compiler, target=finding.target, file=finding.file, line=finding.line,
-        command=finding.command, error=finding.error, detail=finding.message, toolkit=finding.note,
-    ))  # fmt: skip
+    results.add(
+        "findings",
+        FAMILY.Finding(
+            testcase=request.node.name,
+            kind=finding.kind,
+            arch=finding.arch,
+            component=finding.component,
+            compiler=finding.compiler,
+            target=finding.target,
+            file=finding.file,
+            line=finding.line,
+            command=finding.command,
+            error=finding.error,
+            detail=finding.message,
+            toolkit=finding.note,
+        ),
+    )
     if finding.outcome == "n/a":  # a selected backend with no gate declared: the matrix does not ask
-        not_applicable(NA.NOT_CONFIGURED if finding.kind == "selection" and finding.target else NA.COMPONENT_ABSENT,
-                       finding.message)  # fmt: skip
+        not_applicable(
+            NA.NOT_CONFIGURED if finding.kind == "selection" and finding.target else NA.COMPONENT_ABSENT,
+            finding.message,
+        )
     if finding.outcome == "skip":
         pytest.skip(finding.message)
     if finding.outcome == "fail":

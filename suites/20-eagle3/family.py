@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
-from stackfarm.family import Needs, SectionContext, SuiteFamily
+from stackfarm.family import Needs, SectionContext, SuiteFamily, WheelQuery
 from stackfarm.schema import List, Number, Str, Table
 from stackfarm.settings_kit import CLASS, classes, version
 
@@ -93,10 +93,10 @@ def baseline(settings: Eagle3Settings, current: str) -> str | None:
     return str(older[0]) if older else None
 
 
-def _wheels(settings: Eagle3Settings | None, stack: Mapping[str, str]) -> tuple[str, ...]:
+def _wheels(settings: Eagle3Settings | None, query: WheelQuery) -> tuple[str, ...]:
     """The wheel of the release the cell's contract is diffed against (`baseline`), for the runner to resolve:
-    only that one, the one a host's bundle carries."""
-    current = stack.get("sglang")
+    only that one, the one a host's bundle carries (the cell's stack is all it asks)."""
+    current = query.stack.get("sglang")
     found = baseline(settings, current) if settings is not None and current else None
     return (requirement(found),) if found is not None else ()
 
@@ -177,8 +177,14 @@ def _case(check: ClassCheck, junit: Mapping[str, Case]) -> Case | None:
     if ran is None:  # the record names a testcase the JUnit file does not have: not shown as a result
         return None
     facts = {k: str(getattr(check, k)) for k in KEYS}
-    return Case(name=ran.name, classname=ran.classname, outcome=ran.outcome, message=ran.message, time=ran.time,
-                properties=facts)  # fmt: skip
+    return Case(
+        name=ran.name,
+        classname=ran.classname,
+        outcome=ran.outcome,
+        message=ran.message,
+        time=ran.time,
+        properties=facts,
+    )
 
 
 def _heading(text: ContractText) -> str:

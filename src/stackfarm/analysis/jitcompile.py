@@ -18,6 +18,7 @@ the content of everything it depends on (the wheels' trees, the flags, the arch)
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ from types import ModuleType, SimpleNamespace
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from stackfarm.analysis.arch import Arch
@@ -172,15 +174,32 @@ def nvcc_flags(
     ctx = load_definitions(fi_root / "flashinfer" / "compilation_context.py", ("CompilationContext",), ctx_ns)
     include = tvm_ffi_root / "tvm_ffi" / "include"
     dlpack = next(iter(sorted(tvm_ffi_root.glob("tvm_ffi/3rdparty/dlpack/include"))), include)
-    tvm_ffi = SimpleNamespace(libinfo=SimpleNamespace(find_include_path=lambda: str(include),
-                                                      find_dlpack_include_path=lambda: str(dlpack)))  # fmt: skip
+    tvm_ffi = SimpleNamespace(
+        libinfo=SimpleNamespace(
+            find_include_path=lambda: str(include), find_dlpack_include_path=lambda: str(dlpack)
+        )
+    )
     namespace: dict[str, Any] = {
-        "os": os_stub, "torch": torch, "sysconfig": sysconfig, "tvm_ffi": tvm_ffi, "jit_env": _jit_env(fi_root),
-        "Version": Version, "CompilationContext": ctx.get("CompilationContext"), "get_cuda_version": lambda: version,
-        "logger": Warnings(), "__stubs__": stubs,
-    }  # fmt: skip
-    names = ("get_cccl_includes", "get_system_includes", "build_common_cflags", "build_cuda_cflags",
-             "_get_glibcxx_abi_build_flags", "parse_env_flags", "is_cuda_version_at_least")  # fmt: skip
+        "os": os_stub,
+        "torch": torch,
+        "sysconfig": sysconfig,
+        "tvm_ffi": tvm_ffi,
+        "jit_env": _jit_env(fi_root),
+        "Version": Version,
+        "CompilationContext": ctx.get("CompilationContext"),
+        "get_cuda_version": lambda: version,
+        "logger": Warnings(),
+        "__stubs__": stubs,
+    }
+    names = (
+        "get_cccl_includes",
+        "get_system_includes",
+        "build_common_cflags",
+        "build_cuda_cflags",
+        "_get_glibcxx_abi_build_flags",
+        "parse_env_flags",
+        "is_cuda_version_at_least",
+    )
     defs = load_definitions(fi_root / "flashinfer" / "jit" / "cpp_ext.py", names, namespace)
     namespace.update(defs.values)
     try:
@@ -229,8 +248,14 @@ def compile_module(
         return CompileResult(False, command, "flashinfer's flags name no -gencode target", targets, False)
     with tempfile.TemporaryDirectory(prefix="stackfarm-jit-") as tmp:
         try:
-            done = subprocess.run([str(nvcc), *flags, "-c", str(source), "-o", str(Path(tmp) / "m.o")],
-                                  capture_output=True, text=True, timeout=TIMEOUT, check=False, cwd=tmp)  # fmt: skip
+            done = subprocess.run(
+                [str(nvcc), *flags, "-c", str(source), "-o", str(Path(tmp) / "m.o")],
+                capture_output=True,
+                text=True,
+                timeout=TIMEOUT,
+                check=False,
+                cwd=tmp,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise CannotCompile(f"cannot run nvcc: {exc}") from exc
     ok = done.returncode == 0
@@ -268,9 +293,9 @@ def _pin(requires: list[str], names: tuple[str, ...], extras: tuple[str, ...] = 
     return requirement_pin(requires, names, extras)
 
 
-def cell_toolkit(torch: str, fetch: Fetch, requires: Requires, work: Path) -> tuple[Path, str, str]:
-    """CUDA_HOME from the wheels of the cuda-toolkit release torch `torch` pins (its extras nvcc, nvvm, crt,
-    cudart, cccl), its release ("13.0"), and how it was made; raises `CannotCompile` with the reason."""
+def toolkit_wheels(torch: str, requires: Requires) -> tuple[str, list[tuple[str, str]]]:
+    """The cuda-toolkit release torch `torch` pins and (distribution, version) of the wheel of each of its
+    extras nvcc, nvvm, crt, cudart, cccl (`TOOLKIT_EXTRAS`); raises `CannotCompile` with the reason."""
     pinned = _pin(requires("torch", torch), ("cuda-toolkit",))
     if pinned is None:
         raise CannotCompile(
@@ -288,26 +313,120 @@ def cell_toolkit(torch: str, fetch: Fetch, requires: Requires, work: Path) -> tu
         version = _pin(kit, tuple(d.lower() for d in dists), (extra,)) if dists else None
         if not dists or version is None:
             raise CannotCompile(f"cuda-toolkit {pinned} names no wheel for its {extra!r} extra")
-        wheels.append(fetch(dists[0], version))
+        wheels.append((dists[0], version))
+    return pinned, wheels
+
+
+def cell_toolkit(torch: str, fetch: Fetch, requires: Requires, work: Path) -> tuple[Path, str, str]:
+    """CUDA_HOME from the wheels of the cuda-toolkit release torch `torch` pins (`toolkit_wheels`), its release
+    ("13.0"), and how it was made; raises `CannotCompile` with the reason."""
+    pinned, wheels = toolkit_wheels(torch, requires)
+    roots = [fetch(dist, version) for dist, version in wheels]
     release = ".".join(pinned.split(".")[:2])
     return (
-        toolkit_home(wheels, work),
+        toolkit_home(roots, work),
         release,
         f"cuda-toolkit {pinned} wheels ({', '.join(TOOLKIT_EXTRAS)}) as CUDA_HOME",
     )
 
 
+def tvm_ffi_pin(fi_requires: list[str], versions: Versions) -> str | None:
+    """The apache-tvm-ffi release flashinfer's bindings are compiled against: the newest final release the
+    index has that flashinfer's requirement (`fi_requires`, its Requires-Dist) admits; None without one."""
+    spec = next(
+        (
+            r.split(";")[0].strip()[len("apache-tvm-ffi") :]
+            for r in fi_requires
+            if r.lower().startswith("apache-tvm-ffi")
+        ),
+        None,
+    )
+    return newest(versions("apache-tvm-ffi"), spec or "") if spec is not None else None
+
+
+# --------------------------------------------------------------------------- the wheels the runner hands over
+
+#: The nvcc wheels a cell may carry itself (then `jitfindings.find_toolkit` fetches none).
+_OWN_NVCC = ("nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvcc-cu13", "nvidia-cuda-nvcc")
+
+
+class _Asked:
+    """`requires`, noting each release beyond the stack whose metadata is read: the suite reads it from that
+    wheel's METADATA, so it is a wheel to hand over too (noted before the index is asked: one it cannot
+    answer is handed over as unavailable, with the index's reason)."""
+
+    def __init__(self, requires: Requires, stack: Mapping[str, str]) -> None:
+        self.requires, self.stack, self.asked = requires, {canonicalize_name(d) for d in stack}, list[str]()
+
+    def __call__(self, distribution: str, version: str) -> list[str]:
+        if canonicalize_name(distribution) not in self.stack:
+            self.asked.append(f"{distribution}=={version}")
+        return self.requires(distribution, version)
+
+
+def wheels_needed(
+    stack: Mapping[str, str], requires: Requires, versions: Versions, *, first_use_compile: bool
+) -> tuple[str, ...]:
+    """Every "name==version" 15-toolchain's analysis reads beyond the cell's `stack` (distribution -> version),
+    chosen by the rules the analysis applies (`jitfindings.triton_pin`, `jitfindings.nvcc_pin`,
+    `toolkit_wheels`, `tvm_ffi_pin`), with `requires` / `versions` asking the index: the Triton torch pins, the
+    nvcc wheel of its CUDA release, and for the first-use compile the cuda-toolkit release with its component
+    wheels and apache-tvm-ffi. What the index cannot answer (`Unavailable`) leaves that branch out; the suite
+    reports it unanswered."""
+    from stackfarm.analysis.jitfindings import Unavailable
+
+    torch = stack.get("torch")
+    if torch is None:
+        return ()
+    asked = _Asked(requires, stack)
+    flashinfer = next((d for d in ("flashinfer-python", "flashinfer") if d in stack), None)
+    fetched: list[str] = []
+    with contextlib.suppress(Unavailable):  # the index could not answer: the suite says so, unanswered
+        fetched += _jit_wheels(torch, asked, stack, flashinfer is not None)
+    if first_use_compile and flashinfer is not None:
+        try:
+            _, kit = toolkit_wheels(torch.split("+")[0], asked)
+            fetched += [f"{d}=={v}" for d, v in kit]
+            if (tvm := tvm_ffi_pin(asked(flashinfer, stack[flashinfer]), versions)) is not None:
+                fetched.append(f"apache-tvm-ffi=={tvm}")
+        except (Unavailable, CannotCompile):
+            pass
+    return tuple(dict.fromkeys([*fetched, *asked.asked]))
+
+
+def _jit_wheels(torch: str, requires: Requires, stack: Mapping[str, str], flashinfer: bool) -> list[str]:
+    """The Triton torch pins (unless the cell has one) and, for flashinfer's JIT, the nvcc wheel of torch's
+    CUDA release (unless the cell has one); raises `Unavailable`."""
+    from stackfarm.analysis.jitfindings import nvcc_pin, triton_pin
+
+    names = {canonicalize_name(d) for d in stack}
+    torch_requires = requires("torch", torch)
+    out = []
+    if "triton" not in names and (triton := triton_pin(torch_requires)) is not None:
+        out.append(f"triton=={triton}")
+    if flashinfer and not names & set(_OWN_NVCC):
+        out.append("==".join(nvcc_pin(torch, torch_requires, requires)))
+    return out
+
+
 def compile_findings(
-    cell: Any, archs: list[Arch], *, fetch: Fetch, requires: Requires, versions: Versions,
+    cell: Any,
+    archs: list[Arch],
+    *,
+    fetch: Fetch,
+    requires: Requires,
+    versions: Versions,
     environ: Mapping[str, str],
-) -> list[Any]:  # fmt: skip
+) -> list[Any]:
     """One finding per arch: flashinfer's rope module compiled with the cell's toolkit for the arch."""
     from stackfarm.analysis.jitfindings import ToolFinding, Unavailable
 
     fi, torch = _flashinfer_and_torch(cell)
     if fi is None or not fi.root:
-        return [ToolFinding(KIND, str(a), "flashinfer", "", MODULE, "", 0, "n/a", "the cell has no flashinfer")
-                for a in archs]  # fmt: skip
+        return [
+            ToolFinding(KIND, str(a), "flashinfer", "", MODULE, "", 0, "n/a", "the cell has no flashinfer")
+            for a in archs
+        ]
     component = f"{fi.distribution} {fi.version}"
     fi_root = Path(fi.root)
     if torch is None:
@@ -334,9 +453,20 @@ def compile_findings(
                 fi_root, arch, release, cuda_home=home, tvm_ffi_root=tvm_root, environ=environ
             )
         except (Unresolvable, CannotCompile) as exc:
-            out.append(ToolFinding(KIND, str(arch), component, "", MODULE, SOURCE, 0, "skip",
-                                   f"the first-use compile of {component}'s {MODULE} module on {arch} cannot be "
-                                   f"attempted: {exc}"))  # fmt: skip
+            out.append(
+                ToolFinding(
+                    KIND,
+                    str(arch),
+                    component,
+                    "",
+                    MODULE,
+                    SOURCE,
+                    0,
+                    "skip",
+                    f"the first-use compile of {component}'s {MODULE} module on {arch} cannot be "
+                    f"attempted: {exc}",
+                )
+            )
             continue
         out.append(_compiled(arch, component, result, f"nvcc {release} ({how})", how))
     return out
@@ -353,17 +483,26 @@ def _unanswered(archs: list[Arch], component: str, why: str) -> list[Any]:
     """One skip per arch: the compile cannot be attempted."""
     from stackfarm.analysis.jitfindings import ToolFinding
 
-    return [ToolFinding(KIND, str(a), component, "", MODULE, SOURCE, 0, "skip",
-                        f"the first-use compile of {component}'s {MODULE} module cannot be attempted: {why}")
-            for a in archs]  # fmt: skip
+    return [
+        ToolFinding(
+            KIND,
+            str(a),
+            component,
+            "",
+            MODULE,
+            SOURCE,
+            0,
+            "skip",
+            f"the first-use compile of {component}'s {MODULE} module cannot be attempted: {why}",
+        )
+        for a in archs
+    ]
 
 
 def _tvm_ffi_root(fi: Any, fetch: Fetch, requires: Requires, versions: Versions) -> Path | None:
     """The apache-tvm-ffi wheel flashinfer requires (its bindings' headers), fetched: the newest release the
     index has in its range; None when flashinfer requires none the index has."""
-    spec = next((r.split(";")[0].strip()[len("apache-tvm-ffi"):] for r in requires(fi.distribution, fi.version)
-                 if r.lower().startswith("apache-tvm-ffi")), None)  # fmt: skip
-    tvm_version = newest(versions("apache-tvm-ffi"), spec or "") if spec is not None else None
+    tvm_version = tvm_ffi_pin(requires(fi.distribution, fi.version), versions)
     if tvm_version is None:
         return None
     return fetch("apache-tvm-ffi", tvm_version)
@@ -375,14 +514,50 @@ def _compiled(arch: Arch, component: str, result: CompileResult, nvcc: str, how:
 
     what = f"{MODULE} ({SOURCE}) for {', '.join(t.removeprefix('-gencode=') for t in result.targets) or 'no target'}"
     if result.ok:
-        return ToolFinding(KIND, str(arch), component, nvcc, what, SOURCE, 0, "pass",
-                           f"{nvcc} compiles {component}'s {what} with flashinfer's own flags "
-                           f"(flashinfer/jit/cpp_ext.py build_cuda_cflags){' (cached)' if result.cached else ''}",
-                           result.command, note=how)  # fmt: skip
-    return ToolFinding(KIND, str(arch), component, nvcc, what, SOURCE, 0, "fail",
-                       f"{nvcc} fails to compile {component}'s {what} at first use on {arch}: "
-                       f"{result.error}", result.command, result.error, note=how)  # fmt: skip
+        return ToolFinding(
+            KIND,
+            str(arch),
+            component,
+            nvcc,
+            what,
+            SOURCE,
+            0,
+            "pass",
+            f"{nvcc} compiles {component}'s {what} with flashinfer's own flags "
+            f"(flashinfer/jit/cpp_ext.py build_cuda_cflags){' (cached)' if result.cached else ''}",
+            result.command,
+            note=how,
+        )
+    return ToolFinding(
+        KIND,
+        str(arch),
+        component,
+        nvcc,
+        what,
+        SOURCE,
+        0,
+        "fail",
+        f"{nvcc} fails to compile {component}'s {what} at first use on {arch}: {result.error}",
+        result.command,
+        result.error,
+        note=how,
+    )
 
 
-__all__ = ["KIND", "MODULE", "SOURCE", "TOOLKIT_EXTRAS", "CannotCompile", "CompileResult", "cell_toolkit",
-           "compile_findings", "compile_module", "newest", "nvcc_flags", "toolkit_home"]  # fmt: skip
+__all__ = [
+    "KIND",
+    "MODULE",
+    "SOURCE",
+    "TOOLKIT_EXTRAS",
+    "CannotCompile",
+    "CompileResult",
+    "cell_toolkit",
+    "compile_findings",
+    "compile_module",
+    "newest",
+    "nvcc_flags",
+    "toolkit_home",
+    "toolkit_wheels",
+    "tvm_ffi_pin",
+    "wheels_needed",
+]

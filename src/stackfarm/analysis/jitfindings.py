@@ -44,6 +44,7 @@ from stackfarm.analysis.toolchain import (
     wheel_bin_dir,
 )
 from stackfarm.cellspec import CellSpec, InstalledComponent, dist_info
+from stackfarm.family import Unavailable  # a wheel the analysis needs cannot be had here: unanswered
 
 Outcome = Literal["pass", "fail", "skip", "n/a"]
 #: Fetches an unpacked wheel (distribution, version) -> root; raises `Unavailable` when it cannot.
@@ -56,8 +57,11 @@ _ENV = {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform"
 
 
 #: torch's pin on NVRTC names the CUDA release; the nvcc wheel of that release has the same version.
-_NVRTC_TO_NVCC = {"nvidia-cuda-nvrtc-cu12": "nvidia-cuda-nvcc-cu12", "nvidia-cuda-nvrtc-cu11": "nvidia-cuda-nvcc-cu11",
-                  "nvidia-cuda-nvrtc": "nvidia-cuda-nvcc"}  # fmt: skip
+_NVRTC_TO_NVCC = {
+    "nvidia-cuda-nvrtc-cu12": "nvidia-cuda-nvcc-cu12",
+    "nvidia-cuda-nvrtc-cu11": "nvidia-cuda-nvcc-cu11",
+    "nvidia-cuda-nvrtc": "nvidia-cuda-nvcc",
+}
 
 
 class NoTarget(RuntimeError):
@@ -66,10 +70,6 @@ class NoTarget(RuntimeError):
     def __init__(self, message: str, line: int) -> None:
         super().__init__(message)
         self.line = line
-
-
-class Unavailable(Exception):
-    """A wheel the analysis needs cannot be had here (offline, not on the index): unanswered."""
 
 
 @dataclass(frozen=True)
@@ -158,8 +158,10 @@ def find_toolkit(cell: CellSpec, fetch: Fetch, requires: Requires) -> Toolkit:
     bin_dir = wheel_bin_dir(root)
     if bin_dir is None:
         raise Unavailable(f"the {dist} {version} wheel has no nvidia/*/bin/ptxas")
-    why = (f"stand-in for the image's CUDA toolkit: the {dist} wheel of the CUDA release torch {torch.version} "
-           "pins (this machine has no toolkit of the cell's)")  # fmt: skip
+    why = (
+        f"stand-in for the image's CUDA toolkit: the {dist} wheel of the CUDA release torch {torch.version} "
+        "pins (this machine has no toolkit of the cell's)"
+    )
     return _noted(toolkit_in(bin_dir, f"{dist} {version} wheel", why), cell, why)
 
 
@@ -252,8 +254,17 @@ def triton_finding(arch: Arch, root: Path, version: str, environ: Mapping[str, s
     except (Unresolvable, ToolchainError) as exc:
         return ToolFinding("triton", str(arch), component, "", "", rel, 0, "skip", f"{component}: {exc}")
     except Exception as exc:  # the release's own code raised for this arch: what Triton does at first use
-        return ToolFinding("triton", str(arch), component, "", "", rel, 0, "fail",
-                           f"{component} raises before compiling for {arch}: {type(exc).__name__}: {exc}")  # fmt: skip
+        return ToolFinding(
+            "triton",
+            str(arch),
+            component,
+            "",
+            "",
+            rel,
+            0,
+            "fail",
+            f"{component} raises before compiling for {arch}: {type(exc).__name__}: {exc}",
+        )
     line = defs.lines["sm_arch_from_capability"]
     compiler: Compiler = tool.compiler
     isa = f"{isa_int // 10}.{isa_int % 10}"
@@ -267,12 +278,35 @@ def triton_finding(arch: Arch, root: Path, version: str, environ: Mapping[str, s
     where = f"{rel}:{line}"
     if result.ok:
         msg = f"{compiler.describe()} accepts {gpu_name} (PTX ISA {isa}), which {component} asks for on {arch} ({where})"
-        return ToolFinding("triton", str(arch), component, compiler.describe(), gpu_name, rel, line, "pass", msg,
-                           result.command)  # fmt: skip
-    msg = (f"{compiler.describe()} rejects {gpu_name}, which {component} asks for on {arch} ({where}): "
-           f"`{result.command}`: {result.error}")  # fmt: skip
-    return ToolFinding("triton", str(arch), component, compiler.describe(), gpu_name, rel, line, "fail", msg,
-                       result.command, result.error)  # fmt: skip
+        return ToolFinding(
+            "triton",
+            str(arch),
+            component,
+            compiler.describe(),
+            gpu_name,
+            rel,
+            line,
+            "pass",
+            msg,
+            result.command,
+        )
+    msg = (
+        f"{compiler.describe()} rejects {gpu_name}, which {component} asks for on {arch} ({where}): "
+        f"`{result.command}`: {result.error}"
+    )
+    return ToolFinding(
+        "triton",
+        str(arch),
+        component,
+        compiler.describe(),
+        gpu_name,
+        rel,
+        line,
+        "fail",
+        msg,
+        result.command,
+        result.error,
+    )
 
 
 # --------------------------------------------------------------------------- flashinfer
@@ -301,8 +335,12 @@ def flashinfer_targets(
         env["FLASHINFER_CUDA_ARCH_LIST"] = f"{arch.major}.{arch.minor}"
     warnings = Warnings()
     stubs = {"flashinfer.jit.cpp_ext": _cpp_ext(toolkit), "os": fake_os(env)}
-    namespace: dict[str, Any] = {"os": stubs["os"], "torch": fake_torch((arch.major, arch.minor)), "logger": warnings,
-                                 "__stubs__": stubs}  # fmt: skip
+    namespace: dict[str, Any] = {
+        "os": stubs["os"],
+        "torch": fake_torch((arch.major, arch.minor)),
+        "logger": warnings,
+        "__stubs__": stubs,
+    }
     if not path.is_file():
         raise Unresolvable(f"{_rel(path, root)} is not in this flashinfer: its arch list is not read here")
     defs = load_definitions(path, ("CompilationContext",), namespace)
@@ -351,8 +389,10 @@ def flashinfer_finding(
     except Unresolvable as exc:
         return ToolFinding(kind, str(arch), component, "", "", rel, 0, "skip", f"{component}: {exc}")
     except NoTarget as exc:
-        msg = (f"{component} {asked} on {arch} gives nvcc no target with {toolkit.ptxas.describe()} "
-               f"({rel}:{exc.line}): {exc}")  # fmt: skip
+        msg = (
+            f"{component} {asked} on {arch} gives nvcc no target with {toolkit.ptxas.describe()} "
+            f"({rel}:{exc.line}): {exc}"
+        )
         return ToolFinding(
             kind, str(arch), component, toolkit.ptxas.describe(), "", rel, exc.line, "fail", msg
         )
@@ -368,18 +408,50 @@ def flashinfer_finding(
             )
         what = f"{compute}/{sm}" + (" with the FP4 e2m1x2 conversion" if fp4 else "")
         if not result.ok:
-            msg = (f"{compiler.describe()} rejects {what}, which {component} asks for {asked} on {arch} ({where}): "
-                   f"`{result.command}`: {result.error}")  # fmt: skip
-            return ToolFinding(kind, str(arch), component, compiler.describe(), f"{compute}/{sm}", rel, line, "fail",
-                               msg, result.command, result.error)  # fmt: skip
+            msg = (
+                f"{compiler.describe()} rejects {what}, which {component} asks for {asked} on {arch} ({where}): "
+                f"`{result.command}`: {result.error}"
+            )
+            return ToolFinding(
+                kind,
+                str(arch),
+                component,
+                compiler.describe(),
+                f"{compute}/{sm}",
+                rel,
+                line,
+                "fail",
+                msg,
+                result.command,
+                result.error,
+            )
         done.append((compiler, what, result.command))
     if not done:
-        return ToolFinding(kind, str(arch), component, toolkit.ptxas.describe(), "", rel, line, "fail",
-                           f"{component} {asked} on {arch} gives no -gencode target ({where})")  # fmt: skip
+        return ToolFinding(
+            kind,
+            str(arch),
+            component,
+            toolkit.ptxas.describe(),
+            "",
+            rel,
+            line,
+            "fail",
+            f"{component} {asked} on {arch} gives no -gencode target ({where})",
+        )
     compiler = done[0][0]
     msg = f"{compiler.describe()} accepts {', '.join(w for _, w, _ in done)}: what {component} asks for {asked} on {arch} ({where})"
-    return ToolFinding(kind, str(arch), component, compiler.describe(), ", ".join(w for _, w, _ in done), rel, line,
-                       "pass", msg, done[0][2])  # fmt: skip
+    return ToolFinding(
+        kind,
+        str(arch),
+        component,
+        compiler.describe(),
+        ", ".join(w for _, w, _ in done),
+        rel,
+        line,
+        "pass",
+        msg,
+        done[0][2],
+    )
 
 
 # --------------------------------------------------------------------------- the cell
@@ -391,8 +463,11 @@ def _archs(cell: CellSpec) -> tuple[list[Arch], list[ToolFinding]]:
         try:
             archs.append(parse_target(name))
         except ArchError as exc:
-            errors.append(ToolFinding("error", str(name), "", "", "", "matrix.toml", 0, "fail",
-                                      f"[targets] archs: {exc}"))  # fmt: skip
+            errors.append(
+                ToolFinding(
+                    "error", str(name), "", "", "", "matrix.toml", 0, "fail", f"[targets] archs: {exc}"
+                )
+            )
     return archs, errors
 
 
@@ -405,8 +480,19 @@ def analyse(
     modes = [str(m) for m in settings.get("flashinfer_modes", ["jit"])]
     bad = [m for m in modes if m not in MODES]
     if bad:
-        out.append(ToolFinding("error", "all", "", "", "", "matrix.toml", 0, "fail",
-                               f"[suites.15-toolchain.settings] flashinfer_modes: {bad} not in {list(MODES)}"))  # fmt: skip
+        out.append(
+            ToolFinding(
+                "error",
+                "all",
+                "",
+                "",
+                "",
+                "matrix.toml",
+                0,
+                "fail",
+                f"[suites.15-toolchain.settings] flashinfer_modes: {bad} not in {list(MODES)}",
+            )
+        )
         modes = [m for m in modes if m in MODES]
     out += _triton(cell, archs, fetch, environ)
     out += _flashinfer(cell, archs, modes=modes, fetch=fetch, requires=requires, environ=environ)
@@ -461,8 +547,20 @@ def _triton(cell: CellSpec, archs: list[Arch], fetch: Fetch, environ: Mapping[st
     try:
         root = _triton_root(own, torch, version, fetch)
     except Unavailable as exc:
-        return [ToolFinding("triton", str(a), f"triton {version}", "", "", "", 0, "skip",
-                            f"triton {version} (pinned by the cell's torch) cannot be had here: {exc}") for a in archs]  # fmt: skip
+        return [
+            ToolFinding(
+                "triton",
+                str(a),
+                f"triton {version}",
+                "",
+                "",
+                "",
+                0,
+                "skip",
+                f"triton {version} (pinned by the cell's torch) cannot be had here: {exc}",
+            )
+            for a in archs
+        ]
     return [triton_finding(a, root, version, environ) for a in archs]
 
 
@@ -477,19 +575,66 @@ def _flashinfer(
 ) -> list[ToolFinding]:
     comp = _find(cell, ("flashinfer-python", "flashinfer"))
     if comp is None:
-        return [ToolFinding(f"flashinfer-{m}", str(a), "flashinfer", "", "", "", 0, "n/a", "the cell has no flashinfer")
-                for m in modes for a in archs]  # fmt: skip
+        return [
+            ToolFinding(
+                f"flashinfer-{m}", str(a), "flashinfer", "", "", "", 0, "n/a", "the cell has no flashinfer"
+            )
+            for m in modes
+            for a in archs
+        ]
     component = f"{comp.distribution} {comp.version}"
     try:
         toolkit = find_toolkit(cell, fetch, requires)
     except (Unavailable, ToolchainError) as exc:
-        return [ToolFinding(f"flashinfer-{m}", str(a), component, "", "", "", 0, "skip",
-                            f"no CUDA toolkit for {component}'s JIT: {exc}") for m in modes for a in archs]  # fmt: skip
+        return [
+            ToolFinding(
+                f"flashinfer-{m}",
+                str(a),
+                component,
+                "",
+                "",
+                "",
+                0,
+                "skip",
+                f"no CUDA toolkit for {component}'s JIT: {exc}",
+            )
+            for m in modes
+            for a in archs
+        ]
     return [
         replace(flashinfer_finding(comp, a, m, toolkit, environ), note=toolkit.why)
         for m in modes
         for a in archs
     ]
+
+
+# --------------------------------------------------------------------------- the wheels it reads
+
+
+def metadata_requires(comp: InstalledComponent) -> list[str]:
+    """The Requires-Dist of an unpacked or installed wheel's METADATA; raises `Unavailable` when it has none here."""
+    info = dist_info(comp)
+    if info is None or not (info / "METADATA").is_file():
+        raise Unavailable(
+            f"{comp.distribution}=={comp.version}: its METADATA cannot be read here ({comp.root or 'no root'})"
+        )
+    return _metadata_requires(comp)
+
+
+def triton_pin(torch_requires: list[str]) -> str | None:
+    """The Triton release torch's Requires-Dist pins (None: it pins none)."""
+    return requirement_pin(torch_requires, ("triton",))
+
+
+def nvcc_pin(torch: str, torch_requires: list[str], requires: Requires) -> tuple[str, str]:
+    """(distribution, version) of the nvcc wheel of the CUDA release torch `torch` pins (its Requires-Dist), as
+    `find_toolkit` chooses it; raises `Unavailable` when it cannot be told."""
+    dist, version = _nvcc_of(torch_requires, requires)
+    if version is None:
+        raise Unavailable(
+            f"torch {torch}'s metadata pins no nvidia-cuda-nvrtc(-cu12/-cu11) / cuda-toolkit release"
+        )
+    return dist, version
 
 
 __all__ = [
@@ -502,6 +647,9 @@ __all__ = [
     "find_toolkit",
     "flashinfer_finding",
     "flashinfer_targets",
+    "metadata_requires",
+    "nvcc_pin",
     "requirement_pin",
     "triton_finding",
+    "triton_pin",
 ]

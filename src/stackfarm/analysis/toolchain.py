@@ -29,9 +29,20 @@ from stackfarm.analysis.cache import JsonCache, default_root
 
 #: The newest PTX ISA each CUDA release's ptxas reads (NVIDIA's PTX ISA release notes, "PTX ISA version").
 PTX_ISA = {
-    "11.8": "7.8", "12.0": "8.0", "12.1": "8.1", "12.2": "8.2", "12.3": "8.3", "12.4": "8.4", "12.5": "8.5",
-    "12.6": "8.5", "12.8": "8.7", "12.9": "8.8", "13.0": "9.0", "13.1": "9.1", "13.2": "9.2",
-}  # fmt: skip
+    "11.8": "7.8",
+    "12.0": "8.0",
+    "12.1": "8.1",
+    "12.2": "8.2",
+    "12.3": "8.3",
+    "12.4": "8.4",
+    "12.5": "8.5",
+    "12.6": "8.5",
+    "12.8": "8.7",
+    "12.9": "8.8",
+    "13.0": "9.0",
+    "13.1": "9.1",
+    "13.2": "9.2",
+}
 
 _CACHE_NAMESPACE = "toolchain-probe-1"
 _RELEASE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
@@ -147,8 +158,12 @@ def probe(compiler: Compiler, args: tuple[str, ...], ptx: str) -> ProbeResult:
         try:
             done = subprocess.run(
                 [str(compiler.path), *args, str(src), "-o", str(Path(tmp) / "probe.cubin")],
-                capture_output=True, text=True, timeout=120, check=False, cwd=tmp,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+                cwd=tmp,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ToolchainError(f"cannot run {command}: {exc}") from exc
     ok = done.returncode == 0
