@@ -42,11 +42,11 @@ from stackfarm.analysis.eagle3 import (
 from stackfarm.artifacts import Cache, Source, Target, find_artifact
 from stackfarm.cellspec import InstalledComponent
 from stackfarm.errors import ArtifactError
+from stackfarm.handover import resolve_extras
 from stackfarm.junit import NOT_APPLICABLE
 from stackfarm.matrix import Suite
 from stackfarm.matrix import load as load_matrix
 from stackfarm.resolve import Resolver
-from stackfarm.runner import resolve_extras
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "suites" / "20-eagle3"
@@ -739,7 +739,7 @@ def _extras(
     tmp_path: Path, compare_with: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, InstalledComponent]:
     """What the runner hands the suite: family.py's Needs.wheels resolved on the matrix's index (here a local
-    find-links folder) and unpacked in the shared cache (stackfarm.runner.resolve_extras)."""
+    find-links folder) and unpacked in the shared cache (stackfarm.handover.resolve_extras)."""
     monkeypatch.setenv("STACKFARM_CACHE", str(tmp_path / "cache"))
     matrix_file = tmp_path / "matrix.toml"
     matrix_file.write_text(

@@ -46,7 +46,7 @@ def test_settings_are_parsed_once_and_read_back_from_their_json() -> None:
 
 def test_the_baseline_wheel_is_declared_for_the_runner() -> None:
     """Only the nearest older compare_with release than the cell's SGLang: the one the suite reads, the one a
-    host's bundle carries (stackfarm.wheelhouse.comparison)."""
+    host's bundle carries (stackfarm.handover.required)."""
     family = families.load_one(FAMILY_FILE)
     settings = family.parse({"compare_with": ["0.5.9", "0.5.10", "0.5.15"]})
     assert family.needs.wheels(settings, StackOnly({"sglang": "0.5.15", "torch": "2.11.0"})) == (

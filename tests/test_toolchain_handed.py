@@ -1,4 +1,4 @@
-"""15-toolchain's wheels come from the runner (stackfarm.runner.hand_over): family.py's hook names them with the
+"""15-toolchain's wheels come from the runner (stackfarm.handover.hand_over): family.py's hook names them with the
 rules the analysis applies, the runner resolves them on the matrix's index, and what it cannot have arrives in
 CellSpec.unavailable with the reason: the suite's finding is unanswered with that reason, never a cell error."""
 
@@ -15,9 +15,9 @@ from stackfarm import families
 from stackfarm.analysis.jitfindings import analyse
 from stackfarm.artifacts import Cache
 from stackfarm.cellspec import CellSpec, InstalledComponent
+from stackfarm.handover import Handed, hand_over
 from stackfarm.matrix import Suite, load
 from stackfarm.resolve import Resolver
-from stackfarm.runner import Handed, hand_over
 
 REPO = Path(__file__).resolve().parents[1]
 SUITE = REPO / "suites" / "15-toolchain"

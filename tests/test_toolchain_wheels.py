@@ -48,14 +48,14 @@ def _wheel(distribution: str, version: str) -> Path:
 
 def _handed(cell: CellSpec) -> CellSpec:
     """The cell as the runner hands it to 15-toolchain: family.py's wheels resolved on the default matrix's
-    indexes (stackfarm.runner.hand_over), in CellSpec.extras, and what could not be had in CellSpec.unavailable."""
+    indexes (stackfarm.handover.hand_over), in CellSpec.extras, and what could not be had in CellSpec.unavailable."""
     from dataclasses import replace
 
     from stackfarm import families
     from stackfarm.artifacts import Cache
+    from stackfarm.handover import hand_over
     from stackfarm.matrix import Suite, load
     from stackfarm.resolve import Resolver
-    from stackfarm.runner import hand_over
 
     folder = REPO / "suites" / "15-toolchain"
     family = families.load_one(folder / families.FAMILY_FILE)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -246,19 +247,16 @@ def test_stack_as_declared(cell):
 
 #: A fake 20-eagle3: fetches its comparison wheel as the real one does, through the profile's route.
 COMPARE_SUITE = """
-from stackfarm.artifacts import Cache
-from stackfarm.plan import Component
-from stackfarm.profile import load_matrix
-from stackfarm.resolve import Resolver
+from pathlib import Path
 
 
 def test_compare_wheel_found_on_the_host(cell):
-    matrix = load_matrix(cell.matrix, cell.profile or None)
-    component = Component(axis="sglang", distribution="sglang", version="0.5.9",
-                          index=matrix.index_for("sglang", "0.5.9"))
-    assert component.index == "wheelhouse"
-    artifact = Resolver(matrix, Cache()).artifact(component, cell.values["python"])
-    assert Cache().unpack(artifact).joinpath("sglang", "__init__.py").is_file()
+    # The runner resolved the family's declared wheel (its compare_with: the nearest older release) through the
+    # profile's route to the wheelhouse and handed it over unpacked: the suite neither reads matrix.toml nor
+    # resolves a wheel.
+    handed = cell.extras["sglang==0.5.8"]
+    assert handed.version == "0.5.8"
+    assert Path(handed.root).joinpath("sglang", "__init__.py").is_file()
 """
 
 
@@ -290,6 +288,8 @@ def _fake_host(project: FakeProject) -> Path:
         folder = project.suites / name
         folder.mkdir(parents=True)
         (folder / "test_it.py").write_text(body, encoding="utf-8")
+    # 20-eagle3's real family.py: its settings schema, and the compare wheel it declares for the runner
+    shutil.copyfile(REPO / "suites" / "20-eagle3" / "family.py", project.suites / "20-eagle3" / "family.py")
     project.suite_config["20-eagle3"] = {}
     project.write_matrix([OLD], extra="""
         [suites.20-eagle3.settings]
@@ -341,11 +341,6 @@ def test_a_wheelhouse_bundle_installs_offline_and_runs_a_host_cell(
     from stackfarm.cli import main
 
     host = _fake_host(fake_project)
-    # The suites' comparison lookup reads 0.5.8 from compare_with; the fake COMPARE_SUITE asks for 0.5.9 by name,
-    # so route both (0.5.9 is the cell's own sglang, also in the wheelhouse).
-    host.write_text(
-        host.read_text().replace('requirement = "sglang==0.5.8"', 'requirement = "sglang<=0.5.9"')
-    )
     out = tmp_path / "bundle"
     monkeypatch.delenv("STACKFARM_WHEELHOUSE", raising=False)
     cell = cell_id(OLD)

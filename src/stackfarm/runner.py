@@ -14,16 +14,15 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-
-from . import families, patches, proc, provenance, verdict
-from .artifacts import Artifact, Cache, list_versions
+from . import patches, proc, provenance, verdict
+from .artifacts import Artifact, Cache
 from .backends import PATCHED_SGLANG, Backend, groups_file
 from .cachekeep import remove_tree
 from .cellinputs import cell_inputs
-from .cellspec import CellSpec, InstalledComponent
+from .cellspec import CellSpec
 from .errors import ArtifactError, ConfigError, EnvironmentProblem, IndexUnreachableError, StackfarmError
-from .family import SuiteFamily, Unavailable, record_path, sha256_of, to_json
+from .family import record_path, sha256_of, to_json
+from .handover import Handed, hand_over
 from .junit import Step, write_skipped_suite, write_steps
 from .matrix import Matrix, Suite
 from .plan import Cell, Component, Plan, input_hash
@@ -531,161 +530,6 @@ class Runner:
             tmp.replace(junit)
 
 
-@dataclass(frozen=True)
-class Handed:
-    """What the runner hands a cell's suites beyond its stack: requirement -> the resolved wheel (CellSpec.extras),
-    and, for a family whose `Needs.unresolved` is "unanswered", requirement (or query) -> why it cannot be had
-    (CellSpec.unavailable)."""
-
-    extras: dict[str, InstalledComponent]
-    unavailable: dict[str, str]
-
-
-@dataclass(frozen=True)
-class _Query:
-    """The runner's `WheelQuery`: the cell's stack, and the index the matrix routes a distribution to (the
-    runner's resolver); a failure raises `Unavailable` with the reason a suite shows, and is kept in `failed`."""
-
-    stack: Mapping[str, str]
-    resolver: Resolver
-    python: str
-    unreachable: Mapping[tuple[str, str], str]
-    failed: dict[str, str] = field(default_factory=dict)
-
-    def requires(self, distribution: str, version: str) -> list[str]:
-        comp = _component(distribution, version, self.resolver.matrix)
-        try:
-            if (distribution, version) in self.unreachable:
-                raise IndexUnreachableError(self.unreachable[(distribution, version)])
-            meta = self.resolver.metadata(comp, self.python)
-        except StackfarmError as exc:
-            raise self._failed(f"{distribution}=={version}", exc) from exc
-        return [str(r) for r in meta.get_all("Requires-Dist") or []]
-
-    def versions(self, distribution: str) -> list[str]:
-        matrix = self.resolver.matrix
-        try:
-            return list_versions(matrix.indexes[matrix.default_index], distribution)
-        except StackfarmError as exc:
-            raise self._failed(distribution, exc) from exc
-
-    def _failed(self, key: str, exc: StackfarmError) -> Unavailable:
-        self.failed[key] = _why(key, exc)
-        return Unavailable(self.failed[key])
-
-
-def _why(requirement: str, exc: StackfarmError) -> str:
-    """Why a wheel or a query cannot be had, as 15-toolchain has always said it."""
-    return f"(offline?) {exc}" if isinstance(exc, IndexUnreachableError) else f"{requirement}: {exc}"
-
-
-def hand_over(
-    suites: tuple[Suite, ...],
-    stack: Mapping[str, str],
-    resolver: Resolver,
-    python: str,
-    unreachable: Mapping[tuple[str, str], str] | None = None,
-) -> Handed:
-    """Every wheel the suites' families declare beyond the stack (`Needs.wheels`, asked through `_Query`),
-    resolved with the matrix's [indexes] and [[route]] and unpacked in the shared cache, as the cell's own
-    wheels are. One that cannot be resolved is an ArtifactError of the cell naming the suite and the
-    requirement (never a silent pass), or, for a family whose `Needs.unresolved` is "unanswered", handed over
-    with the reason in `Handed.unavailable`, as are the queries its hook could not have answered."""
-    handed = Handed(extras={}, unavailable={})
-    for suite, family in _families(suites):
-        query = _Query(stack=stack, resolver=resolver, python=python, unreachable=unreachable or {})
-        honest = family.needs.unresolved == "unanswered"
-        wanted = _wanted(suite, family, query, honest=honest)
-        if honest:
-            handed.unavailable.update(query.failed)
-        for requirement in (r for r in wanted if r not in handed.extras):
-            _hand(handed, suite.name, requirement, query, honest=honest)
-    return handed
-
-
-def _wanted(suite: Suite, family: SuiteFamily[Any, Any], query: _Query, *, honest: bool) -> list[str]:
-    """The requirements the family's hook names; a query it could not have answered raises out of it: an
-    ArtifactError of the cell, or for an honest family none (its failures are in `query.failed`)."""
-    try:
-        return [str(r) for r in family.needs.wheels(suite.parsed_settings, query)]
-    except Unavailable as exc:
-        if not honest:
-            raise ArtifactError(f"suite {suite.name}: its wheels cannot be told: {exc}") from exc
-        return []
-
-
-def _hand(handed: Handed, suite: str, requirement: str, query: _Query, *, honest: bool) -> None:
-    """Resolve one requirement into `handed.extras`; one that cannot be resolved is an ArtifactError of the
-    cell, or for an honest family an entry of `handed.unavailable` with the reason."""
-    comp = _pinned(suite, requirement, query.resolver.matrix)  # no pin: the family's error, the cell's
-    try:
-        handed.extras[requirement] = _resolved(comp, query.resolver, query.python, query.unreachable)
-    except ArtifactError as exc:
-        if not honest:
-            raise ArtifactError(
-                f"suite {suite} needs {requirement}, which cannot be resolved: {exc}"
-            ) from exc
-        handed.unavailable[requirement] = _why(requirement, exc)
-
-
-def resolve_extras(
-    suites: tuple[Suite, ...],
-    stack: Mapping[str, str],
-    resolver: Resolver,
-    python: str,
-    unreachable: Mapping[tuple[str, str], str] | None = None,
-) -> dict[str, InstalledComponent]:
-    """Requirement -> the wheel, for every wheel the suites' families declare (`hand_over`'s extras)."""
-    return hand_over(suites, stack, resolver, python, unreachable).extras
-
-
-def _resolved(
-    comp: Component, resolver: Resolver, python: str, unreachable: Mapping[tuple[str, str], str]
-) -> InstalledComponent:
-    """The wheel of a pinned component, resolved and unpacked; raises ArtifactError."""
-    if (comp.distribution, comp.version) in unreachable:
-        raise IndexUnreachableError(unreachable[(comp.distribution, comp.version)])
-    artifact = resolver.artifact(comp, python)
-    root = resolver.cache.unpack(artifact)
-    return InstalledComponent(
-        axis=comp.axis,
-        distribution=comp.distribution,
-        version=artifact.version,
-        filename=artifact.filename,
-        sha256=artifact.sha256,
-        source=artifact.source,
-        root=str(root),
-    )
-
-
-def _families(suites: tuple[Suite, ...]) -> list[tuple[Suite, SuiteFamily[Any, Any]]]:
-    """Each suite with its family, in suite order; a suite without a family.py declares no wheels."""
-    out = []
-    for suite in suites:
-        file = suite.path / families.FAMILY_FILE
-        if file.is_file():
-            out.append((suite, families.load_one(file)))
-    return out
-
-
-def _component(name: str, version: str, matrix: Matrix) -> Component:
-    return Component(axis=name, distribution=name, version=version, index=matrix.index_for(name, version))
-
-
-def _pinned(suite: str, requirement: str, matrix: Matrix) -> Component:
-    """The component a pinned requirement ("sglang==0.5.9") names, on the index the matrix routes it to."""
-    try:
-        parsed = Requirement(requirement)
-    except InvalidRequirement as exc:
-        raise ArtifactError(f"suite {suite} needs {requirement!r}, which is no requirement: {exc}") from None
-    pins = [s.version for s in parsed.specifier if s.operator in ("==", "===") and "*" not in s.version]
-    if len(pins) != 1 or len(parsed.specifier) != 1:
-        raise ArtifactError(
-            f"suite {suite} needs {requirement!r}: a wheel it needs is pinned (name==version)"
-        )
-    return _component(parsed.name, pins[0], matrix)
-
-
 def _handed_settings(suite: Suite) -> dict[str, Any]:
     """What the suite finds in CellSpec.settings[<name>]: its family's parsed settings as JSON, or the table as
     written for a suite without a family."""
@@ -716,11 +560,8 @@ def cell_workdir(cache_root: Path, cell_id: str, digest: str) -> Path:
 __all__ = [
     "NO_TESTS_COLLECTED",
     "REALISED_ONLY",
-    "Handed",
     "RunOptions",
     "Runner",
     "cell_workdir",
     "gpu_unavailable_reason",
-    "hand_over",
-    "resolve_extras",
 ]

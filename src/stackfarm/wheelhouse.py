@@ -17,8 +17,9 @@ pins it needs, what it deliberately lacks ([[deviation]]) and what is deliberate
    (stackfarm.artifacts.Cache); a component with `missing` globs is repacked without those files. Its RECORD is
    kept as the wheel's: installed, the tree is the wheel's minus exactly the declared files, which 00-stack
    passes as declared and counts, and every file that is there is still checked against the real wheel's hashes.
-5. 20-eagle3's comparison wheel (the nearest older SGLang of its `compare_with`, which it unpacks and reads, never
-   installs) goes into the wheelhouse too: the profile routes it there ([[route]] to a find_links index).
+5. The wheels the suite families require beyond the stack (stackfarm.handover.required; 20-eagle3's comparison
+   wheel, the nearest older SGLang of its `compare_with`, which it unpacks and reads, never
+   installs) go into the wheelhouse too: the profile routes them there ([[route]] to a find_links index).
 6. OUT holds install.py (stdlib only: stackfarm.wheelhouse_install), manifest.json (the sha256 of every wheel
    and part, what is provided, left out, repacked) and bundle.tar, or bundle.tar.NNN parts of at most --split.
 """
@@ -45,19 +46,17 @@ from urllib.parse import unquote, urlparse
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import Version
 
 from . import interpreters
 from .artifacts import Artifact, Cache
 from .errors import ConfigError, EnvironmentProblem, StackfarmError
 from .files import sha256_file
+from .handover import required
 from .matrix import Deviation, Matrix
 from .plan import Cell, Component
 from .requires import requires_dist
 from .resolve import Resolver
 
-#: The suite whose comparison releases the bundle carries (its `compare_with` setting: the nearest older is read).
-COMPARE_SUITE = "20-eagle3"
 MANIFEST = "manifest.json"
 INSTALLER = "install.py"
 TARBALL = "bundle.tar"
@@ -469,18 +468,6 @@ def _artifact(item: Item) -> Artifact:
     )
 
 
-def comparison(matrix: Matrix, cell: Cell) -> str | None:
-    """The SGLang release 20-eagle3 diffs the cell against (the nearest older of its compare_with), or None."""
-    suite = next((s for s in matrix.suites if s.name == COMPARE_SUITE), None)
-    current = next((c.version for c in cell.components if c.distribution == "sglang"), None)
-    if suite is None or current is None:
-        return None
-    older = sorted(
-        Version(str(v)) for v in suite.settings.get("compare_with", ()) if Version(str(v)) < Version(current)
-    )
-    return str(older[-1]) if older else None
-
-
 # --------------------------------------------------------------------------- the bundle
 
 
@@ -528,7 +515,7 @@ def build(
         staging = work / WHEELS
         staging.mkdir()
         wheels = _fetch(items, chosen, matrix, cache, staging, own=own, log=log)
-        wheels += _compare(matrix, cell, cache, staging, log)
+        wheels += _required(matrix, cell, cache, staging, log)
         manifest = _manifest(matrix, cell, wheels, chosen)
         (staging.parent / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
         parts = _pack(work, out, split)
@@ -596,55 +583,56 @@ def _listed(item: Item, path: Path, why: str, *, install: bool = True, **more: A
     )
 
 
-def _compare(
+def _required(
     matrix: Matrix, cell: Cell, cache: Cache, staging: Path, log: Callable[[str], None]
 ) -> list[BundledWheel]:
-    version = comparison(matrix, cell)
-    if version is None:
-        return []
+    """The wheels the cell's suite families require beyond its stack (stackfarm.handover.required: 20-eagle3's
+    comparison release, the nearest older of its `compare_with`): carried, never installed (a suite unpacks and
+    reads them); the profile must route each to the wheelhouse."""
     assert matrix.profile is not None
-    _check_routed(matrix, version)
-    component = Component(
-        axis="sglang", distribution="sglang", version=version, index=matrix.index_for("sglang", version)
-    )
-    artifact, blob = Resolver(matrix, cache).fetch(component, matrix.profile.python)
-    log(f"fetch {artifact.filename} ({COMPARE_SUITE} diffs against it)")
-    target = staging / artifact.filename
-    shutil.copyfile(blob, target)
-    item = Item(
-        name="sglang",
-        version=version,
-        url=artifact.url,
-        sha256=artifact.sha256,
-        requires=(),
-        extras=(),
-        requested=False,
-    )
-    return [
-        _listed(item, target, f"compare ({COMPARE_SUITE} compare_with)", install=False, origin=artifact.url)
-    ]
+    resolver = Resolver(matrix, cache)
+    stack = {c.distribution: c.version for c in cell.components}
+    out: list[BundledWheel] = []
+    for suite, component in required(matrix.suites, stack, resolver, matrix.profile.python):
+        _check_routed(matrix, suite, component)
+        artifact, blob = resolver.fetch(component, matrix.profile.python)
+        log(f"fetch {artifact.filename} ({suite} needs it)")
+        target = staging / artifact.filename
+        shutil.copyfile(blob, target)
+        item = Item(
+            name=component.distribution,
+            version=component.version,
+            url=artifact.url,
+            sha256=artifact.sha256,
+            requires=(),
+            extras=(),
+            requested=False,
+        )
+        out.append(_listed(item, target, f"needed by {suite}", install=False, origin=artifact.url))
+    return out
 
 
-def _check_routed(matrix: Matrix, version: str) -> None:
-    """The host must find the comparison wheel in the wheelhouse: a profile [[route]] to a find_links index."""
+def _check_routed(matrix: Matrix, suite: str, component: Component) -> None:
+    """The host must find a required wheel in the wheelhouse: a profile [[route]] to a find_links index."""
     assert matrix.profile is not None
     from .profile import read_toml
 
     raw = read_toml(matrix.profile.path)
     local = {n for n, e in raw.get("indexes", {}).items() if isinstance(e, dict) and "find_links" in e}
+    name, version = canonicalize_name(component.distribution), component.version
     for route in raw.get("route", []):
         req = Requirement(str(route.get("requirement", "x")))
         if (
-            canonicalize_name(req.name) == "sglang"
+            canonicalize_name(req.name) == name
             and req.specifier.contains(version)
             and route.get("index") in local
         ):
             return
     raise ConfigError(
         matrix.profile.path,
-        f"{COMPARE_SUITE} fetches sglang {version} on the host, and the profile routes it to no find_links index",
+        f"{suite} needs {name} {version} on the host, and the profile routes it to no find_links index",
         fix=f'add [indexes.wheelhouse] find_links = "${{STACKFARM_WHEELHOUSE}}" and [[route]] requirement = '
-        f'"sglang=={version}", index = "wheelhouse"',
+        f'"{name}=={version}", index = "wheelhouse"',
     )
 
 
@@ -693,7 +681,6 @@ def _pack(work: Path, out: Path, split: int | None) -> list[tuple[str, str, int]
 
 
 __all__ = [
-    "COMPARE_SUITE",
     "INSTALLER",
     "MANIFEST",
     "TARBALL",
@@ -703,7 +690,6 @@ __all__ = [
     "Item",
     "Selection",
     "build",
-    "comparison",
     "glob_re",
     "parse_report",
     "parse_size",
