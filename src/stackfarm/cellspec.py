@@ -57,8 +57,8 @@ class CellSpec:
     #: Parts of the stack this host deliberately lacks, from matrix.toml's [[deviation]] (Deviation.as_dict():
     #: component, missing globs, absent, reason): 00-stack passes them with a note instead of failing.
     deviations: tuple[dict[str, Any], ...] = ()
-    #: The host profile the cell runs under (`--profile`, stackfarm.profile), "" without one: a suite that loads
-    #: the matrix again (20-eagle3) layers it too, so it finds the wheels where the host keeps them.
+    #: The host profile the cell runs under (`--profile`, stackfarm.profile), "" without one: its name for the
+    #: record; the runner already layered it (the suites' wheels come resolved where the host keeps them).
     profile: str = ""
     #: The [runners.<kind>] the cell is dispatched to and hashed for (stackfarm.driver.route; a plan's worker
     #: takes the plan's), "" when the matrix declares none: the suites ask what that kind is asked.
