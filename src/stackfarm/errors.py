@@ -86,6 +86,13 @@ class CellError(StackfarmError):
     """One cell could not be realised; the other cells go on."""
 
 
+class Unavailable(Exception):
+    """What cannot be had here, with the reason as its message: a wheel a suite family's query asks for (an
+    index unreachable, no such release; stackfarm.family.WheelQuery), or one the analysis needs. The finding
+    that needed it is unanswered, never passed; the runner hands the reason to the suite where the family's
+    `Needs.unresolved` says so."""
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """A close-match suggestion, or an empty string when nothing is close."""
     matches = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
@@ -100,6 +107,7 @@ __all__ = [
     "ExitCode",
     "IndexUnreachableError",
     "StackfarmError",
+    "Unavailable",
     "UsageError",
     "did_you_mean",
 ]

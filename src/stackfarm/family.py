@@ -26,7 +26,7 @@ The codec (`to_json` / `from_json`) is generic over frozen dataclass trees (data
 typing.get_type_hints), so no family writes a serialiser. The record file has a schema version, as the verdict
 store has its format: ``{"schema": RECORD_SCHEMA, "family": <name>, "record": {...}}``.
 
-Ground floor: imports the standard library, packaging-free helpers and stackfarm.schema only.
+Ground floor: imports the standard library, stackfarm.errors and stackfarm.schema only.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from .errors import Unavailable
 from .schema import Field, Table
 
 #: The record file's format: 1 is ``{"schema", "family", "record"}`` with `to_json`'s encoding.
@@ -57,11 +58,6 @@ class Settings(Protocol):
 
     @classmethod
     def from_mapping(cls, table: Mapping[str, Any]) -> Any: ...
-
-
-class Unavailable(Exception):
-    """What a family's wheel query (`WheelQuery`) cannot answer here (an index unreachable, no such release):
-    its message is the reason, handed to the suite where the family's `Needs.unresolved` says so."""
 
 
 class WheelQuery(Protocol):

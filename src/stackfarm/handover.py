@@ -17,8 +17,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from . import families
 from .artifacts import list_versions
 from .cellspec import InstalledComponent
-from .errors import ArtifactError, IndexUnreachableError, StackfarmError
-from .family import SuiteFamily, Unavailable
+from .errors import ArtifactError, IndexUnreachableError, StackfarmError, Unavailable
+from .family import SuiteFamily
 from .matrix import Matrix, Suite
 from .plan import Component
 from .resolve import Resolver

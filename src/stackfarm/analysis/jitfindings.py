@@ -44,7 +44,7 @@ from stackfarm.analysis.toolchain import (
     wheel_bin_dir,
 )
 from stackfarm.cellspec import CellSpec, InstalledComponent, dist_info
-from stackfarm.family import Unavailable  # a wheel the analysis needs cannot be had here: unanswered
+from stackfarm.errors import Unavailable  # a wheel the analysis needs cannot be had here: unanswered
 
 Outcome = Literal["pass", "fail", "skip", "n/a"]
 #: Fetches an unpacked wheel (distribution, version) -> root; raises `Unavailable` when it cannot.
