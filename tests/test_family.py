@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -93,3 +95,33 @@ def test_the_default_matrix_settings_survive_the_hand_over(suite: str) -> None:
     assert loaded.parsed_settings is not None
     handed = json.loads(json.dumps(to_json(loaded.parsed_settings)))  # what CellSpec carries
     assert family.settings_of(handed) == loaded.parsed_settings
+
+
+#: What a suite must not stand on (issue 26): the configuration layer and the resolver. A suite gets its settings,
+#: its wheels and its facts through CellSpec (the runner's hand-over), never by reading matrix.toml again.
+_CONFIG_LAYER = (
+    "stackfarm.matrix",
+    "stackfarm.resolve",
+    "stackfarm.profile",
+    "stackfarm.plan",
+    "stackfarm.runner",
+)
+
+
+@pytest.mark.parametrize("suite", sorted(p.name for p in (REPO / "suites").glob("[0-9][0-9]-*")))
+def test_no_suite_stands_on_the_config_layer_or_the_resolver(suite: str) -> None:
+    """Every module of the suite folder imported in a fresh interpreter: none of them, nor what they import,
+    loads matrix, resolve, profile, plan or runner."""
+    folder = REPO / "suites" / suite
+    modules = sorted(p.stem for p in folder.glob("*.py"))
+    probe = (
+        "import sys, importlib\n"
+        f"sys.path[:0] = [{str(folder)!r}, {str(REPO / 'src')!r}]\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        f"print(sorted(m for m in sys.modules if m in {_CONFIG_LAYER!r}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=folder, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"{suite} stands on {done.stdout.strip()}"

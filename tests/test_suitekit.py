@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from stackfarm.cellspec import CellSpec, InstalledComponent
+from stackfarm.driver import routed_runner
 from stackfarm.junit import NOT_APPLICABLE
+from stackfarm.matrix import load
 from stackfarm.suitekit import NA, NotApplicableSkip, cell_runner, check_installed, need_gpus, not_applicable
 
 MATRIX = Path(__file__).resolve().parents[1] / "matrix.toml"
@@ -16,7 +19,20 @@ ONE_GPU_CELL = "cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"
 
 
 def _cell(cell_id: str, matrix: Path | str = MATRIX) -> CellSpec:
-    return CellSpec(id=cell_id, values={}, backend="local", components=(), matrix=str(matrix))
+    """The cell as the runner hands it over: with the runner kind its CUDA floor routes it to (CellSpec.runner_kind,
+    as the verdict's inputs hash it); none where the matrix cannot be read or declares no kind for it."""
+    path = Path(matrix)
+    cuda = f"{cell_id[2:4]}.{cell_id[4]}" if cell_id.startswith("cu") else ""  # cu128 -> 12.8
+    kind = routed_runner(load(path), cell_id, cuda) if path.is_file() else None
+    return CellSpec(
+        id=cell_id,
+        values={},
+        backend="local",
+        components=(),
+        matrix=str(matrix),
+        runner=kind.name if kind else "",
+        runner_kind=asdict(kind) if kind else None,
+    )
 
 
 def test_a_cell_routed_to_a_one_gpu_runner_is_not_asked_two_gpu_questions() -> None:
@@ -50,6 +66,12 @@ def test_a_cell_whose_runner_has_the_gpus_but_this_machine_not_is_unanswered() -
 
 def test_enough_gpus_asks_nothing() -> None:
     need_gpus(_cell("any"), 2, 8, "tensor parallelism")
+
+
+def test_the_suite_reads_the_kind_the_runner_handed_over_not_the_matrix(tmp_path: Path) -> None:
+    handed = _cell(ONE_GPU_CELL)
+    moved = CellSpec(**{**handed.__dict__, "matrix": str(tmp_path / "gone.toml")})
+    assert cell_runner(moved) == cell_runner(handed) is not None, "matrix.toml is not read again"
 
 
 def test_without_a_readable_matrix_no_runner_is_known(tmp_path: Path) -> None:

@@ -63,6 +63,10 @@ class CellSpec:
     #: The [runners.<kind>] the cell is dispatched to and hashed for (stackfarm.driver.route; a plan's worker
     #: takes the plan's), "" when the matrix declares none: the suites ask what that kind is asked.
     runner: str = ""
+    #: That kind's declaration as the verdict's inputs hash it (stackfarm.runnerkind.Runner's fields: labels,
+    #: arch, gpus, cells, driver, forward_compat), None when the matrix declares none: a suite asks it what the
+    #: kind is asked, without reading matrix.toml (stackfarm.suitekit.cell_runner).
+    runner_kind: dict[str, Any] | None = None
     #: The wheels the suite families declare beyond the cell's stack (`stackfarm.family.Needs.wheels`, e.g.
     #: 20-eagle3's compare_with -> "sglang==0.5.9"): requirement string -> the wheel the runner resolved with
     #: the matrix's [indexes] and [[route]] and unpacked in the shared cache (`root`, as the runner sees it). A

@@ -21,12 +21,15 @@ import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from packaging.version import InvalidVersion, Version
 
 from .errors import StackfarmError
-from .matrix import Matrix, Runner
+from .runnerkind import Runner
+
+if TYPE_CHECKING:  # annotations only: the suites import this module, and stand on no configuration layer
+    from .matrix import Matrix
 from .proc import call
 
 #: CUDA toolkit release -> the Linux driver it shipped with (CUDA release notes, table 3).

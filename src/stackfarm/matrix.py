@@ -26,6 +26,7 @@ from . import indexauth, matrix_tables, schema, tomlread
 from .errors import ConfigError, did_you_mean
 from .families import discover_suites
 from .patchset import PatchSet
+from .runnerkind import Runner
 from .stack import AXES, BY_AXIS, DISTRIBUTION_AXIS, PINNED_AXES, axis_of, python_problem
 from .suite_config import family_of, parse_settings, settings_schema
 from .wheelsource import Source
@@ -134,22 +135,6 @@ class Deviation:
             "absent": self.absent,
             "reason": self.reason,
         }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Runner:
-    """A kind of self-hosted CI runner ([runners.<name>]): the labels a job asks for, and which cells run there."""
-
-    name: str
-    labels: tuple[str, ...]
-    arch: str | None
-    gpus: int
-    #: fnmatch globs on cell ids; the first kind (in file order) that matches a cell runs it.
-    cells: tuple[str, ...]
-    #: The NVIDIA driver the runner has ("570.86.15"), None when matrix.toml does not say (stackfarm.driver).
-    driver: str | None = None
-    #: The runner has the cuda-compat package: a CUDA newer than its driver runs (forward compatibility).
-    forward_compat: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -337,6 +337,7 @@ class Runner:
             deviations=tuple(d.as_dict() for d in self.matrix.deviations),
             profile=str(self.matrix.profile.path) if self.matrix.profile is not None else "",
             runner=str(kind.get("name", "")) if isinstance(kind := inputs.get("runner"), dict) else "",
+            runner_kind=dict(kind) if isinstance(kind, dict) else None,
             extras=extras.extras,
             unavailable=extras.unavailable,
             platform=self.matrix.platform,

@@ -24,10 +24,8 @@ import pytest
 from packaging.version import Version
 
 from .cellspec import CellSpec
-from .driver import routed_runner
 from .junit import NA, NA_PROPERTY, NOT_APPLICABLE
-from .matrix import Runner
-from .matrix import load as load_matrix
+from .runnerkind import Runner
 
 
 class NotApplicableSkip(pytest.skip.Exception):  # type: ignore[name-defined,misc]  # pytest: untyped alias
@@ -106,17 +104,21 @@ def need_gpus(cell: CellSpec, wanted: int, available: int, what: str) -> None:
 
 
 def cell_runner(cell: CellSpec) -> Runner | None:
-    """The [runners.<kind>] the cell is dispatched to (the one its verdict's inputs name, CellSpec.runner; the
-    one its CUDA floor routes it to for a spec without it); None without a readable matrix or a matching kind."""
-    if not cell.matrix:
+    """The [runners.<kind>] the cell is dispatched to, as the runner handed it over (CellSpec.runner_kind: the
+    kind its verdict's inputs hash, the one its CUDA floor routes it to unless a plan's worker adopted another);
+    None where the matrix declares no kind for it."""
+    kind = cell.runner_kind
+    if not kind:
         return None
-    try:
-        matrix = load_matrix(cell.matrix)
-    except Exception:  # an unreadable matrix is not the suite's question: no runner is known
-        return None
-    if cell.runner in matrix.runners:
-        return matrix.runners[cell.runner]
-    return routed_runner(matrix, cell.id, cell.values.get("cuda", ""))
+    return Runner(
+        name=str(kind["name"]),
+        labels=tuple(kind.get("labels", ())),
+        arch=kind.get("arch"),
+        gpus=int(kind.get("gpus", 1)),
+        cells=tuple(kind.get("cells", ())),
+        driver=kind.get("driver"),
+        forward_compat=bool(kind.get("forward_compat", False)),
+    )
 
 
 def check_installed(cell: CellSpec, distributions: Sequence[str]) -> str:
