@@ -91,14 +91,9 @@ class CapabilityRecord:
 KEYS = ("arch", "component", "verdict", "file", "line", "symbol", "detail")
 
 
-def _case(finding: Finding, junit: Mapping[str, Case]) -> Case | None:
-    """The finding as the findings table shows it: its testcase's outcome from JUnit, its facts from the record."""
-    from stackfarm.history import Case
-
-    ran = junit.get(finding.testcase)
-    if ran is None:  # the record names a testcase the JUnit file does not have: not shown as a result
-        return None
-    facts = {
+def _facts(finding: Finding) -> dict[str, str]:
+    """The finding as the findings table shows it (its outcome comes from its testcase in JUnit)."""
+    return {
         "arch": finding.arch,
         "component": finding.component,
         "verdict": finding.verdict,
@@ -107,25 +102,16 @@ def _case(finding: Finding, junit: Mapping[str, Case]) -> Case | None:
         "symbol": finding.symbol,
         "detail": finding.detail,
     }
-    return Case(
-        name=ran.name,
-        classname=ran.classname,
-        outcome=ran.outcome,
-        message=ran.message,
-        time=ran.time,
-        properties=facts,
-    )
 
 
 def render(ctx: SectionContext[CapabilityRecord]) -> str:
     """The grid (arch x component), then each finding with its file:line."""
-    from stackfarm.sections.html import findings
+    from stackfarm.sections.html import findings, record_cases
 
     cases: list[tuple[str, Case]] = []
     grid: dict[tuple[str, str], str] = {}
     for suite, record in zip(ctx.suites, ctx.records, strict=True):
-        junit = {c.name: c for c in suite.cases}
-        cases += [(suite.result.suite, c) for f in record.findings if (c := _case(f, junit)) is not None]
+        cases += record_cases(suite, record.findings, _facts)
         grid |= {(g.arch, g.component): g.text for g in record.grid}
     if not cases and not grid:
         return ""

@@ -224,34 +224,20 @@ def arch_verdicts(found: Iterable[Any]) -> tuple[ArchVerdict, ...]:
 KEYS = ("arch", "kind", "compiler", "target", "file", "line", "error", "detail")
 
 
-def _case(finding: Finding, junit: Mapping[str, Case]) -> Case | None:
-    """The finding as the table shows it: its testcase's outcome from JUnit, its facts from the record."""
-    from stackfarm.history import Case
-
-    ran = junit.get(finding.testcase)
-    if ran is None:  # the record names a testcase the JUnit file does not have: not shown as a result
-        return None
-    facts = {k: str(getattr(finding, k)) for k in KEYS}
-    return Case(
-        name=ran.name,
-        classname=ran.classname,
-        outcome=ran.outcome,
-        message=ran.message,
-        time=ran.time,
-        properties=facts,
-    )
+def _facts(finding: Finding) -> dict[str, str]:
+    """The finding as the table shows it (its outcome comes from its testcase in JUnit)."""
+    return {k: str(getattr(finding, k)) for k in KEYS}
 
 
 def render(ctx: SectionContext[ToolchainRecord]) -> str:
     """Each arch's toolchain and selection verdicts, then each finding with its file:line."""
     from stackfarm.junit import worst_of
-    from stackfarm.sections.html import e, findings, table
+    from stackfarm.sections.html import e, findings, record_cases, table
 
     cases: list[tuple[str, Case]] = []
     verdicts: dict[str, ArchVerdict] = {}
     for suite, record in zip(ctx.suites, ctx.records, strict=True):
-        junit = {c.name: c for c in suite.cases}
-        cases += [(suite.result.suite, c) for f in record.findings if (c := _case(f, junit)) is not None]
+        cases += record_cases(suite, record.findings, _facts)
         verdicts |= {v.arch: v for v in record.archs}
     if not cases:
         return ""

@@ -169,22 +169,9 @@ def from_junit(suite: SuiteRun) -> Eagle3Record | None:
     return Eagle3Record(texts=tuple(texts), classes=tuple(checked))
 
 
-def _case(check: ClassCheck, junit: Mapping[str, Case]) -> Case | None:
-    """The class as the table shows it: its testcase's outcome from JUnit, its facts from the record."""
-    from stackfarm.history import Case
-
-    ran = junit.get(check.testcase)
-    if ran is None:  # the record names a testcase the JUnit file does not have: not shown as a result
-        return None
-    facts = {k: str(getattr(check, k)) for k in KEYS}
-    return Case(
-        name=ran.name,
-        classname=ran.classname,
-        outcome=ran.outcome,
-        message=ran.message,
-        time=ran.time,
-        properties=facts,
-    )
+def _facts(check: ClassCheck) -> dict[str, str]:
+    """The class as the table shows it (its outcome comes from its testcase in JUnit)."""
+    return {k: str(getattr(check, k)) for k in KEYS}
 
 
 def _heading(text: ContractText) -> str:
@@ -194,14 +181,13 @@ def _heading(text: ContractText) -> str:
 
 def render(ctx: SectionContext[Eagle3Record]) -> str:
     """The contract texts, then each class against the contract with the provider's and consumer's file:line."""
-    from stackfarm.sections.html import e, findings
+    from stackfarm.sections.html import e, findings, record_cases
 
     texts: list[str] = []
     cases: list[tuple[str, Case]] = []
     for suite, record in zip(ctx.suites, ctx.records, strict=True):
         texts += [f"<h3>{e(_heading(t))}</h3><pre>{e(t.text)}</pre>" for t in record.texts]
-        junit = {c.name: c for c in suite.cases}
-        cases += [(suite.result.suite, c) for k in record.classes if (c := _case(k, junit)) is not None]
+        cases += record_cases(suite, record.classes, _facts)
     if not texts and not cases:
         return ""
     out = "<h2>EAGLE-3 contract</h2>" + "".join(texts)

@@ -61,33 +61,19 @@ def legacy(suite: Any) -> NumericsRecord | None:
     return NumericsRecord(comparisons=tuple(found)) if found else None
 
 
-def _case(comparison: Comparison, junit: Mapping[str, Case]) -> Case | None:
-    """The comparison as the table shows it: its testcase's outcome from JUnit, its figures from the record."""
-    from stackfarm.history import Case
-
-    ran = junit.get(comparison.testcase)
-    if ran is None:  # the record names a testcase the JUnit file does not have: not shown as a result
-        return None
-    figures = {k: getattr(comparison, k) for k in KEYS}
-    return Case(
-        name=ran.name,
-        classname=ran.classname,
-        outcome=ran.outcome,
-        message=ran.message,
-        time=ran.time,
-        properties=figures,
-    )
+def _facts(comparison: Comparison) -> dict[str, str]:
+    """The comparison as the table shows it (its outcome comes from its testcase in JUnit)."""
+    return {k: getattr(comparison, k) for k in KEYS}
 
 
 def render(ctx: SectionContext[NumericsRecord]) -> str:
     """Each comparison's figures as a table, then the match rates as bars on a 0..1 scale."""
     from stackfarm.history import as_number
-    from stackfarm.sections.html import Bar, bar_chart, case_rows, table
+    from stackfarm.sections.html import Bar, bar_chart, case_rows, record_cases, table
 
     cases: list[tuple[str, Case]] = []
     for suite, record in zip(ctx.suites, ctx.records, strict=True):
-        junit = {c.name: c for c in suite.cases}
-        cases += [(suite.result.suite, c) for f in record.comparisons if (c := _case(f, junit)) is not None]
+        cases += record_cases(suite, record.comparisons, _facts)
     if not cases:
         return ""
     out = "<h2>Equivalence</h2>" + table(("suite", "outcome", "testcase", *KEYS), case_rows(cases, KEYS))

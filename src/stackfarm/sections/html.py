@@ -5,13 +5,15 @@ spans at least `MIN_RELATIVE_SPAN` of its values, so a 0.5 % change never looks 
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Any
 
-from ..history import Case
+from ..history import Case, SuiteRun
 
 e = html.escape
 
@@ -52,6 +54,21 @@ def split_loc(text: str) -> tuple[str, str]:
     """("path", "line") of "path:line" (line "" when there is none)."""
     head, sep, tail = text.rpartition(":")
     return (head, tail) if sep and tail.isdigit() else (text, "")
+
+
+def record_cases(
+    suite: SuiteRun, items: Iterable[Any], facts: Callable[[Any], Mapping[str, str]]
+) -> list[tuple[str, Case]]:
+    """Each item of a family's record (it names its `testcase`, pytest's name) joined with that testcase: JUnit
+    says the outcome, message and time, the record says what was found (`facts`). An item whose testcase the
+    JUnit file does not have is not shown as a result."""
+    junit = {c.name: c for c in suite.cases}
+    out: list[tuple[str, Case]] = []
+    for item in items:
+        ran = junit.get(item.testcase)
+        if ran is not None:
+            out.append((suite.result.suite, dataclasses.replace(ran, properties=dict(facts(item)))))
+    return out
 
 
 def case_rows(
