@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -119,6 +120,15 @@ def component_files(component: InstalledComponent) -> frozenset[str]:
     return _record_paths(info / "RECORD")
 
 
+def visible(root: str) -> bool:
+    """Whether a tree the runner handed over (CellSpec.extras) can be read where the suite runs: False when it is
+    not there or not readable (a container whose user does not see the runner's cache raises PermissionError)."""
+    try:
+        return bool(root) and Path(root).is_dir() and os.access(root, os.R_OK | os.X_OK)
+    except OSError:
+        return False
+
+
 def load(path: Path | str) -> CellSpec:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     data["components"] = tuple(InstalledComponent(**c) for c in data["components"])
@@ -128,4 +138,12 @@ def load(path: Path | str) -> CellSpec:
     return CellSpec(**data)
 
 
-__all__ = ["CellSpec", "InstalledComponent", "RecordProperty", "component_files", "dist_info", "load"]
+__all__ = [
+    "CellSpec",
+    "InstalledComponent",
+    "RecordProperty",
+    "component_files",
+    "dist_info",
+    "load",
+    "visible",
+]

@@ -17,7 +17,7 @@ from stackfarm.analysis.arch import ArchError, parse_target
 from stackfarm.analysis.backendsel import cell_choices, families_of
 from stackfarm.analysis.jitcompile import compile_findings
 from stackfarm.analysis.jitfindings import ToolFinding, Unavailable, analyse, metadata_requires
-from stackfarm.cellspec import CellSpec, InstalledComponent
+from stackfarm.cellspec import CellSpec, InstalledComponent, visible
 
 SUITE = "15-toolchain"
 #: This folder's family (family.py): its settings class.
@@ -64,7 +64,7 @@ class _Wheels:
         )
         if found is None or not found.root:
             raise Unavailable(self._why(distribution, version))
-        if not Path(found.root).is_dir():  # a backend that does not show the runner's cache to the suite
+        if not visible(found.root):  # a backend that does not show the runner's cache to the suite
             raise Unavailable(
                 f"{distribution}=={version}: the tree the runner unpacked ({found.root}) is not here"
             )

@@ -53,7 +53,7 @@ from stackfarm.analysis.eagle3 import (
     locate_class,
 )
 from stackfarm.artifacts import Cache
-from stackfarm.cellspec import CellSpec, RecordProperty, load
+from stackfarm.cellspec import CellSpec, RecordProperty, load, visible
 from stackfarm.family import Results
 from stackfarm.proc import call
 from stackfarm.suitekit import NA, need_gpu, not_applicable
@@ -221,7 +221,7 @@ def _baseline_root(cell: CellSpec, version: str) -> Path:
         raise _CannotFetch(
             f"the runner handed no {wanted} in the cell's extras (a cell.json written by hand?)"
         )
-    if not Path(extra.root).is_dir():  # e.g. a container that does not see the runner's cache
+    if not visible(extra.root):  # e.g. a container that does not see the runner's cache
         raise _CannotFetch(f"its tree {extra.root} is not visible where the suite runs")
     return Path(extra.root)
 
