@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from stackfarm import verdict
+from stackfarm import families, history, htmlreport, verdict
 from stackfarm.matrix import load
 from stackfarm.throughput import derive
 
@@ -22,13 +22,15 @@ RUNS = tuple(
     Path(__file__).parent / "test_gpu_runs" / name for name in ("h200-2026-12-02", "h200-2026-12-02b")
 )
 CELL = "cu130-torch2.11.0-sk0.4.4-fi0.6.12-sgl0.5.15"
+#: The third run (commit 4f47634, issue 26): every suite family wrote its record on the GPU.
+FAMILY_RUN = Path(__file__).parent / "test_gpu_runs" / "h200-2026-12-02c"
 
 
 def _records() -> list[dict[str, Any]]:
     return [json.loads((run / CELL / "throughput.json").read_text(encoding="utf-8")) for run in RUNS]
 
 
-@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [*RUNS, FAMILY_RUN], ids=lambda p: p.name)
 def test_the_run_passes_when_re_judged_from_its_junit_files(run: Path) -> None:
     stored = verdict.read(run / CELL / verdict.VERDICT)
     fresh = verdict.rejudged(stored)
@@ -91,3 +93,20 @@ def test_the_path_draft_accepts_its_whole_proposal_on_the_gpu() -> None:
     }
     for config in ("eagle3-bfloat16", "eagle3-tree-bfloat16"):
         assert float(rows[f"test_e2e_gpu[{config}]"]["properties"]["accept_length"]) >= 3.0
+
+
+def test_the_families_records_written_on_the_gpu_are_bound_and_render() -> None:
+    """Every suite family of the third run wrote `<suite>.json` on the H200; the verdict binds each record's
+    sha256, and the cell page renders each family's section from the record (not from JUnit properties)."""
+    stored = verdict.read(FAMILY_RUN / CELL / verdict.VERDICT)
+    registry = families.load(REPO / "suites")
+    bound = {s.suite for s in stored.report.suites if s.record_sha256}
+    assert bound == set(registry), "each family's record is bound by the verdict"
+    for suite in stored.report.suites:
+        if suite.record_sha256:
+            raw = (FAMILY_RUN / CELL / f"{suite.suite}.json").read_bytes()
+            assert hashlib.sha256(raw).hexdigest() == suite.record_sha256
+    page = htmlreport.cell_page(history.read_run(FAMILY_RUN).cells[CELL], registry=registry)
+    for family in registry.values():
+        assert f"<h2>{family.title}" in page or family.title in page, family.name
+    assert "not the record the verdict binds" not in page
