@@ -42,7 +42,7 @@ from stackfarm.analysis.eagle3 import (
 from stackfarm.artifacts import Cache, Source, Target, find_artifact
 from stackfarm.cellspec import InstalledComponent
 from stackfarm.errors import ArtifactError
-from stackfarm.handover import resolve_extras
+from stackfarm.handover import hand_over
 from stackfarm.junit import NOT_APPLICABLE
 from stackfarm.matrix import Suite
 from stackfarm.matrix import load as load_matrix
@@ -739,7 +739,7 @@ def _extras(
     tmp_path: Path, compare_with: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, InstalledComponent]:
     """What the runner hands the suite: family.py's Needs.wheels resolved on the matrix's index (here a local
-    find-links folder) and unpacked in the shared cache (stackfarm.handover.resolve_extras)."""
+    find-links folder) and unpacked in the shared cache (stackfarm.handover.hand_over)."""
     monkeypatch.setenv("STACKFARM_CACHE", str(tmp_path / "cache"))
     matrix_file = tmp_path / "matrix.toml"
     matrix_file.write_text(
@@ -750,7 +750,7 @@ def _extras(
     matrix = load_matrix(matrix_file)
     family = families.load_one(SUITE / families.FAMILY_FILE)
     suite = Suite(name=family.name, path=SUITE, parsed_settings=family.parse({"compare_with": compare_with}))
-    return resolve_extras((suite,), {"sglang": "0.5.9"}, Resolver(matrix, Cache()), "3.11")
+    return hand_over((suite,), {"sglang": "0.5.9"}, Resolver(matrix, Cache()), "3.11").extras
 
 
 def test_contract_diff_against_the_wheel_the_runner_resolved(

@@ -142,17 +142,6 @@ def required(
     return out
 
 
-def resolve_extras(
-    suites: tuple[Suite, ...],
-    stack: Mapping[str, str],
-    resolver: Resolver,
-    python: str,
-    unreachable: Mapping[tuple[str, str], str] | None = None,
-) -> dict[str, InstalledComponent]:
-    """Requirement -> the wheel, for every wheel the suites' families declare (`hand_over`'s extras)."""
-    return hand_over(suites, stack, resolver, python, unreachable).extras
-
-
 def _resolved(
     comp: Component, resolver: Resolver, python: str, unreachable: Mapping[tuple[str, str], str]
 ) -> InstalledComponent:
@@ -200,4 +189,4 @@ def _pinned(suite: str, requirement: str, matrix: Matrix) -> Component:
     return _component(parsed.name, pins[0], matrix)
 
 
-__all__ = ["Handed", "hand_over", "required", "resolve_extras"]
+__all__ = ["Handed", "hand_over", "required"]
